@@ -1,0 +1,52 @@
+# The two commands a new user needs: `make quickstart` and `make test`. Both set up .venv first.
+# torch is installed FIRST and pinned (constraints.txt): anything that pulled a newer torch would
+# download GBs of CUDA wheels.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export DS_ACCELERATOR ?= cpu
+export TORCH_EXTENSIONS_DIR ?= $(CURDIR)/$(VENV)/torch_extensions
+export WANDB_MODE ?= offline
+
+.PHONY: setup test test-fast quickstart quickstart-rotary docs lint clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet torch==2.13.0
+	DS_BUILD_OPS=0 PIP_CONSTRAINT=$(CURDIR)/constraints.txt $(PY) -m pip install --quiet -c constraints.txt -r requirements.txt
+	# DeepSpeed JIT-builds its shared-memory comm op at every process-group start; build it once now.
+	$(PY) tools/build_deepspeed_ops.py
+	touch $(STAMP)
+
+test: setup
+	$(PY) -m pytest -q tests
+
+test-fast: setup
+	$(PY) -m pytest -q tests -m "not slow"
+
+# Real data (the Python standard library on this machine), a small KERPLE-log model, then the
+# extrapolation table at 1x..16x the train length. Re-running resumes from the saved checkpoint.
+quickstart: setup
+	$(PY) tools/prepare_data.py stdlib --data-dir data
+	$(PY) deepy.py train.py configs/quickstart.yml
+	$(PY) evaluate.py --checkpoint runs/quickstart/checkpoints --max-factor 16 --max-tokens 65536 \
+		--batch-size 4 --out runs/quickstart --quiet
+
+# The same run with rotary positions (one extra YAML), for contrast.
+quickstart-rotary: setup
+	$(PY) tools/prepare_data.py stdlib --data-dir data
+	$(PY) deepy.py train.py configs/quickstart.yml configs/quickstart_rotary.yml
+	$(PY) evaluate.py --checkpoint runs/quickstart_rotary/checkpoints --max-factor 16 --max-tokens 65536 \
+		--batch-size 4 --out runs/quickstart_rotary --quiet
+
+docs: setup
+	$(PY) tools/gen_config_docs.py
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf runs

@@ -1,0 +1,34 @@
+"""The interface every attention backend implements.
+
+A backend computes causal (optionally windowed) softmax attention with a positional scheme's
+score hooks, in this order (the placement the KERPLE checkpoints depend on):
+
+    scores = (q @ k^T) / sqrt(D)            # q, k already rotated by the caller (rotate_qk)
+    scores = scores * weight + bias          # scheme.score_weight / scheme.score_bias, if any
+    scores = mask(scores)                    # allowed_mask(q_pos, k_pos, window)
+    out    = dropout(softmax(scores)) @ v
+
+Backends register with @register_backend in megatron/attention/registry.py; `priority` orders
+the "auto" preference (lower = tried first), so a new backend (flex, triton, flash) is one new
+file and no edit elsewhere.
+"""
+from __future__ import annotations
+
+import torch
+
+
+class AttentionBackend:
+    name: str = "base"
+
+    def unsupported_reason(self, scheme, device: torch.device, dtype: torch.dtype,
+                           training: bool) -> str | None:
+        """None when this backend can run `scheme` here, else one sentence saying why not."""
+        return None
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scheme,
+                q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None = None,
+                softmax_in_fp32: bool = False, dropout_p: float = 0.0) -> torch.Tensor:
+        """q: (B, H_local, Lq, D); k, v: (B, H_local, Lk, D); q_pos: (Lq,), k_pos: (Lk,) int64
+        absolute positions. Returns (B, H_local, Lq, D). dropout_p is applied as given (the
+        caller passes 0 in eval)."""
+        raise NotImplementedError

@@ -1,0 +1,53 @@
+"""The reference backend: materialised scores, read top to bottom, any scheme, device and dtype.
+
+It mirrors the paper's attention (K transformer.py): scores = baddbmm(q, k^T, alpha=1/sqrt(D)) in
+the input dtype, then the scheme's weight and bias, then masked_fill(finfo.min), softmax,
+dropout, @ v. Memory is O(B * H * Lq * Lk): slow but the yardstick every other backend is
+tested against."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from megatron.attention.base import AttentionBackend
+from megatron.attention.mask import allowed_mask
+from megatron.attention.registry import register_backend
+
+
+def scaled_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """(q @ k^T) / sqrt(D) as one baddbmm like Megatron, in the input dtype: (B, H, Lq, Lk)."""
+    B, H, Lq, D = q.shape
+    Lk = k.shape[2]
+    q3 = q.reshape(B * H, Lq, D)
+    k3 = k.reshape(B * H, Lk, D)
+    out = torch.empty(B * H, Lq, Lk, dtype=q.dtype, device=q.device)
+    out = torch.baddbmm(out, q3, k3.transpose(1, 2), beta=0.0, alpha=1.0 / math.sqrt(D))
+    return out.view(B, H, Lq, Lk)
+
+
+@register_backend("reference", priority=1000)
+class ReferenceAttention(AttentionBackend):
+    def forward(self, q, k, v, scheme, q_pos, k_pos, window=None, softmax_in_fp32=False,
+                dropout_p=0.0):
+        scores = scaled_scores(q, k)  # (B, H, Lq, Lk), input dtype
+        if softmax_in_fp32:
+            # Upcast before the bias so the kernel values are not rounded to bf16 first.
+            scores = scores.float()
+        # The scheme computes in fp32; like the paper, the result joins the scores' dtype.
+        weight = scheme.score_weight(q_pos, k_pos)  # (H, Lq, Lk) or None
+        if weight is not None:
+            scores = scores * weight.to(scores.dtype)
+        bias = scheme.score_bias(q_pos, k_pos)  # (H, Lq, Lk) or None
+        if bias is not None:
+            scores = scores + bias.to(scores.dtype)
+
+        allowed = allowed_mask(q_pos, k_pos, window)  # (Lq, Lk)
+        # The diagonal is always allowed under a causal mask, so no row is empty (no 0/0).
+        assert bool(allowed.any(dim=-1).all()), "a query row has no allowed key"
+        scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
+        probs = F.softmax(scores, dim=-1).to(v.dtype)  # (B, H, Lq, Lk)
+        if dropout_p > 0.0:
+            probs = F.dropout(probs, p=dropout_p, training=True)
+        return probs @ v  # (B, H, Lq, D)

@@ -1,0 +1,43 @@
+"""Saving and loading checkpoints (DeepSpeed/NeoX layout)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from megatron.config.fields import key
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    save: str | None = key(None, "Directory to save checkpoints into; null = never save.")
+    load: str | None = key(None, "Directory to load the latest (or `iteration`) checkpoint from.")
+    save_interval: int | None = key(
+        None, "KERPLE 2022 name of checkpoint-factor: save every this many iterations.", ge=1)
+    checkpoint_factor: int | None = key(
+        None, "Save every this many iterations (linear scale) or at powers of it (log scale). "
+        "Required when save is set; save-interval is the same setting.", ge=1)
+    keep_last_n_checkpoints: int | None = key(None, "Delete older checkpoints; null = keep all.", ge=1)
+    checkpoint_scale: str = key("linear", "Spacing of saves.", choices=("linear", "log"))
+    extra_save_iters: list[int] | None = key(None, "Also save at these iterations.")
+    no_save_optim: bool = key(False, "Do not save optimizer state.")
+    no_load_optim: bool = key(False, "Do not load optimizer state.")
+    no_save_rng: bool = key(False, "Do not save RNG state.")
+    no_load_rng: bool = key(False, "Do not load RNG state.")
+    finetune: bool = key(False, "Load weights only and start at iteration 0.")
+    iteration: int | None = key(None, "Load this step instead of the one `latest` names.", ge=0)
+    checkpoint_validation_with_forward_pass: bool = key(
+        False, "NeoX's post-save forward-pass check; accepted, changes nothing here.", inert=True)
+
+    @property
+    def interval(self) -> int | None:
+        """The save interval, whichever of the two keys set it."""
+        return self.checkpoint_factor if self.checkpoint_factor is not None else self.save_interval
+
+    def check(self) -> list[tuple[str, str]]:
+        out = []
+        a, b = self.save_interval, self.checkpoint_factor
+        if a is not None and b is not None and a != b:
+            out.append(("checkpoint_factor", f"differs from save-interval ({a}); they are one "
+                        "setting, set one of them"))
+        if self.save is not None and self.interval is None:
+            out.append(("save", "checkpoint-factor (or save-interval) is required when save is set"))
+        return out

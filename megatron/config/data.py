@@ -1,0 +1,58 @@
+"""Datasets, split and tokenizer."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from megatron.config.fields import key
+
+TOKENIZER_TYPES = ("HFTokenizer", "GPT2BPETokenizer", "HFGPT2Tokenizer", "SPMTokenizer",
+                   "CharLevelTokenizer", "TiktokenTokenizer")
+
+
+def parse_split(split: str) -> list[float] | None:
+    """'949,50,1' -> [949.0, 50.0, 1.0]; None when malformed. Missing parts count as 0 (NeoX)."""
+    try:
+        parts = [float(p) for p in split.replace("/", ",").split(",")]
+    except ValueError:
+        return None
+    if not 1 <= len(parts) <= 3 or any(p < 0 for p in parts) or sum(parts) <= 0:
+        return None
+    return parts + [0.0] * (3 - len(parts))
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    data_path: str | None = key(
+        None, "Prefix of one .bin/.idx dataset, split into train/valid/test by `split`.")
+    train_data_paths: list[str] | None = key(None, "Training dataset prefixes (instead of data-path).")
+    valid_data_paths: list[str] | None = key(None, "Validation dataset prefixes.")
+    test_data_paths: list[str] | None = key(None, "Test dataset prefixes.")
+    train_data_weights: list[float] | None = key(None, "Blend weights of train-data-paths; null = equal.")
+    valid_data_weights: list[float] | None = key(None, "Blend weights of valid-data-paths; null = equal.")
+    test_data_weights: list[float] | None = key(None, "Blend weights of test-data-paths; null = equal.")
+    split: str = key("969, 30, 1", "Train, validation, test proportions of data-path's documents.")
+    data_impl: str = key("infer", "Dataset format; only mmap (.bin/.idx) files are read, and infer "
+                         "means mmap.", choices=("mmap", "infer", "cached", "lazy"), inert=True)
+    tokenizer_type: str = key("GPT2BPETokenizer", "Tokenizer class.", choices=TOKENIZER_TYPES)
+    vocab_file: str | None = key(None, "Tokenizer vocabulary (GPT-2 vocab.json, HF tokenizer.json, "
+                                 "SentencePiece model).")
+    merge_file: str | None = key(None, "GPT-2 BPE merges file.")
+    eod_mask_loss: bool = key(False, "Exclude end-of-document tokens from the loss.")
+    mmap_warmup: bool = key(False, "Read the whole .bin once at start to warm the page cache.")
+    use_shared_fs: bool = key(True, "All nodes see the same filesystem (index caches built once).")
+    data_cache_dir: str | None = key(
+        None, "Where the sample-index .npy caches go; null = next to the data.")
+
+    def check(self) -> list[tuple[str, str]]:
+        out = []
+        if parse_split(self.split) is None:
+            out.append(("split", "expected up to three non-negative numbers, e.g. \"949,50,1\""))
+        if self.data_path is not None and self.train_data_paths is not None:
+            out.append(("train_data_paths", "set data-path or train-data-paths, not both"))
+        for part in ("train", "valid", "test"):
+            paths, weights = getattr(self, f"{part}_data_paths"), getattr(self, f"{part}_data_weights")
+            if weights is not None and (paths is None or len(weights) != len(paths)):
+                out.append((f"{part}_data_weights", f"needs one weight per {part}-data-paths entry"))
+            elif weights is not None and (any(w < 0 for w in weights) or sum(weights) <= 0):
+                out.append((f"{part}_data_weights", "weights must be >= 0 with a positive sum"))
+        return out

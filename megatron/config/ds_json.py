@@ -1,0 +1,45 @@
+"""The DeepSpeed JSON built from a NeoXConfig.
+
+No "optimizer"/"scheduler" sections: our code builds both and hands them to deepspeed.initialize
+(a client optimizer takes precedence anyway, as in NeoX).
+"""
+from __future__ import annotations
+
+import copy
+
+_FP16_DEFAULTS = {"loss_scale_window": 1000, "hysteresis": 2, "min_loss_scale": 1,
+                  "initial_scale_power": 16}
+
+
+def _fp16_section(fp16: dict | None) -> dict:
+    """fp16 without the 2022 `type` key; loss_scale 0 (or null) = dynamic loss scaling."""
+    src = {k: v for k, v in (fp16 or {}).items() if k != "type"}
+    out = {"enabled": True, "loss_scale": src.pop("loss_scale", 0) or 0}
+    out.update({k: src.pop(k, v) for k, v in _FP16_DEFAULTS.items()})
+    out.update({k: v for k, v in src.items() if k != "enabled"})
+    return out
+
+
+def deepspeed_config(cfg, dp_world_size: int) -> dict:
+    train, micro, gas = cfg.training.batch_sizes(dp_world_size)
+    ds = {
+        "train_batch_size": train,
+        "train_micro_batch_size_per_gpu": micro,
+        "gradient_accumulation_steps": gas,
+        "gradient_clipping": cfg.optimizer.gradient_clipping,
+        "zero_optimization": copy.deepcopy(cfg.optimizer.zero_optimization),
+        "zero_allow_untested_optimizer": cfg.optimizer.zero_allow_untested_optimizer,
+        "steps_per_print": cfg.logging.steps_per_print,
+        "wall_clock_breakdown": cfg.logging.wall_clock_breakdown,
+    }
+    dtype = cfg.precision.dtype
+    if dtype == "bf16":
+        ds["bf16"] = {"enabled": True}
+    elif dtype == "fp16":
+        ds["fp16"] = _fp16_section(cfg.precision.fp16)
+    passthrough = cfg.deepspeed
+    for name in ("flops_profiler", "activation_checkpointing", "comms_logger", "autotuning"):
+        if getattr(passthrough, name) is not None:
+            ds[name] = copy.deepcopy(getattr(passthrough, name))
+    ds.update(copy.deepcopy(passthrough.deepspeed_extra_args or {}))
+    return ds

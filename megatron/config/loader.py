@@ -1,0 +1,87 @@
+"""load_config: files + overrides -> one validated NeoXConfig, or one ConfigError with every problem."""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+
+from megatron.config.errors import ConfigError, Problem
+from megatron.config.schema import ALIASES, KEYS, SECTIONS, canonical, hyphen
+from megatron.config.sources import Entry, read_files
+from megatron.config.validate import cross_section_problems, type_section, unknown_problem, value_problem
+
+
+def load_config(paths=(), overrides: dict | None = None):
+    """Merge the YAML files in order (later wins), then `overrides` (same flat keys), validate all.
+
+    Raises ConfigError listing every problem found.
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    paths = list(paths)
+    entries, texts, problems = read_files(paths)
+    entries += [Entry(k, v, "overrides") for k, v in (overrides or {}).items()]
+    if problems:  # keys from unreadable files are unknown: report files (and typos) only
+        raise ConfigError(problems + _merge(entries)[2])
+    run_name = os.path.splitext(os.path.basename(os.fspath(paths[0])))[0] if paths else "default"
+    return build(entries, texts, run_name)
+
+
+def _merge(entries: list[Entry]) -> tuple[dict, dict, list[Problem]]:
+    """({name: value}, {name: origin}, problems): later entries replace earlier ones wholesale."""
+    merged, origins, alias_vals, problems = {}, {}, {}, []
+    for e in entries:
+        name = canonical(e.key)
+        if name in ALIASES:
+            alias_vals[ALIASES[name]] = (name, e)
+        elif name in KEYS:
+            merged[name], origins[name] = copy.deepcopy(e.value), e.origin
+        else:
+            problems.append(unknown_problem(e.key, e.origin))
+    for target, (alias, e) in alias_vals.items():
+        if target not in merged:
+            merged[target], origins[target] = copy.deepcopy(e.value), e.origin
+        elif merged[target] != e.value:
+            problems.append(value_problem(alias, e.value, e.origin, f"alias of {hyphen(target)}, "
+                                          f"which is set to {merged[target]!r} in {origins[target]}; "
+                                          "they must agree"))
+    return merged, origins, problems
+
+
+def build(entries: list[Entry], texts: dict[str, str], run_name: str):
+    """Type, construct and check every section; raise once if anything is wrong."""
+    from megatron.config.neox import NeoXConfig
+
+    merged, origins, problems = _merge(entries)
+    sections, clean = {}, True
+    for sec, cls in SECTIONS.items():
+        kwargs, sec_problems = type_section(sec, merged, origins)
+        problems += sec_problems
+        if sec_problems:
+            clean = False
+            continue
+        sections[sec] = cls(**kwargs)
+        problems += _located(sections[sec].check(), sections[sec], origins)
+    if clean:
+        cfg = NeoXConfig(**sections, config_files=dict(texts), _sources=tuple(entries))
+        problems += _located(cross_section_problems(cfg), cfg, origins)
+    if problems:
+        raise ConfigError(problems)
+    return _derive(cfg, run_name)
+
+
+def _located(issues: list[tuple[str, str]], obj, origins: dict) -> list[Problem]:
+    """Attach value and origin to a section's (key, what) issues."""
+    out = []
+    for name, what in issues:
+        holder = getattr(obj, KEYS[name].section) if hasattr(obj, "model") else obj
+        out.append(value_problem(name, getattr(holder, name), origins.get(name, "default"), what))
+    return out
+
+
+def _derive(cfg, run_name: str):
+    """Defaults that depend on other keys, filled in so the saved config states them."""
+    if cfg.logging.run_dir is None:
+        run_dir = cfg.checkpoint.save or os.path.join("runs", run_name)
+        cfg = dataclasses.replace(cfg, logging=dataclasses.replace(cfg.logging, run_dir=run_dir))
+    return cfg

@@ -1,0 +1,104 @@
+"""Model shape, positional scheme, attention, norms and initialisation (NeoX model keys)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from megatron.config.fields import key
+
+# The schemes the KERPLE paper's code knows; used when the registry is unavailable and unioned
+# with it otherwise, so the paper's configs validate even while a scheme file is being written.
+KNOWN_SCHEMES = ("learned", "sinusoidal", "rotary", "rpe", "alibi", "none", "kerple_log",
+                 "kerple_power_ap_", "kerple_power__ap", "kerple_power_ap_ap",
+                 "kerple_power_original", "kerple_log_3para")
+INIT_METHODS = ("normal", "scaled_normal", "small_init", "wang_init", "xavier_normal", "xavier_uniform")
+_FUSION_DOC = "Accepted for NeoX compatibility; changes nothing here (PyTorch's own kernels are used)."
+
+
+def scheme_choices() -> tuple[str, ...]:
+    """Derived from the positional registry (imported lazily: it pulls in torch)."""
+    try:
+        from megatron.positional.registry import scheme_names
+        names = list(scheme_names())
+    except Exception:  # registry missing or broken: still validate the paper's names
+        names = []
+    return tuple(sorted(set(names) | set(KNOWN_SCHEMES)))
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    num_layers: int = key(required=True, doc="Number of transformer layers.", ge=1)
+    hidden_size: int = key(required=True, doc="Transformer hidden size.", ge=1)
+    num_attention_heads: int = key(required=True, doc="Number of attention heads.", ge=1)
+    seq_length: int = key(required=True, doc="Training sequence length (tokens per sample).", ge=1)
+    max_position_embeddings: int | None = key(
+        None, "Size of the learned position table; defaults to seq-length. Must be >= seq-length "
+        "when pos-emb is learned.", ge=1)
+    pos_emb: str = key(
+        "learned", "Positional scheme, one of the positional registry's names (kerple_log, "
+        "kerple_power_* and the NeoX ones).", choices=scheme_choices)
+    rotary_pct: float = key(1.0, "Fraction of each head's dimensions rotated by rotary.", gt=0, le=1)
+    rotary_emb_base: int = key(10000, "Rotary frequency base.", ge=1)
+    rpe_num_buckets: int = key(32, "T5 relative-position buckets (pos-emb rpe).", ge=1)
+    rpe_max_distance: int = key(128, "T5 relative-position max distance (pos-emb rpe).", ge=1)
+    attention_window: int | None = key(
+        None, "Our extension: sliding window of W keys, query i attends keys j with i-W < j <= i. "
+        "Valid with every positional scheme and backend; null = full causal attention.", ge=1)
+    attention_backend: str = key(
+        "auto", "Attention kernel (reference, sdpa, flex, triton, flash, auto); checked against the "
+        "scheme and device by the backend resolver, which names the valid pairs.")
+    attention_softmax_in_fp32: bool = key(False, "Compute the attention softmax in fp32.")
+    norm: str = key("layernorm", "Normalisation layer.", choices=("layernorm", "rmsnorm"))
+    layernorm_epsilon: float = key(1e-5, "LayerNorm epsilon.", gt=0)
+    rms_norm_epsilon: float = key(1e-8, "RMSNorm epsilon.", gt=0)
+    no_weight_tying: bool = key(False, "Untie the input embedding and the output layer.")
+    activation: str = key("gelu", "MLP activation.", choices=("gelu",))
+    intermediate_size: int | None = key(None, "MLP inner size; defaults to 4 * hidden-size.", ge=1)
+    init_method: str = key("normal", "Init of most weights.", choices=INIT_METHODS)
+    output_layer_init_method: str = key(
+        "scaled_normal", "Init of the attention-dense and MLP output weights (scaled_normal = "
+        "std / sqrt(2 * num-layers)).", choices=INIT_METHODS)
+    init_method_std: float = key(0.02, "Standard deviation of the normal inits.", gt=0)
+    hidden_dropout: float = key(0.0, "Dropout after attention and MLP.", ge=0, lt=1)
+    attention_dropout: float = key(0.0, "Dropout on attention probabilities.", ge=0, lt=1)
+    apply_query_key_layer_scaling: bool = key(
+        False, "Megatron's Q.K scaling by layer number (numerically equivalent result).")
+    use_bias_in_norms: bool = key(True, "Bias in the norm layers.")
+    use_bias_in_attn_linear: bool = key(True, "Bias in the attention QKV and output projections.")
+    use_bias_in_mlp: bool = key(True, "Bias in the MLP projections.")
+    make_vocab_size_divisible_by: int = key(
+        128, "Pad the vocabulary to a multiple of this times model-parallel-size.", ge=1)
+    padded_vocab_size: int | None = key(
+        None, "Padded vocabulary size; null = derived at run time from the tokenizer.", ge=1)
+    gpt_j_residual: bool = key(False, "GPT-J parallel residual (not supported yet: must be false).")
+    output_layer_parallelism: str = key(
+        "column", "How the output layer is split under tensor parallelism.", choices=("column", "row"))
+    scaled_upper_triang_masked_softmax_fusion: bool = key(False, _FUSION_DOC, inert=True)
+    scaled_masked_softmax_fusion: bool = key(False, _FUSION_DOC, inert=True)
+    bias_gelu_fusion: bool = key(False, _FUSION_DOC, inert=True)
+    bias_dropout_fusion: bool = key(False, _FUSION_DOC, inert=True)
+    rope_fusion: bool = key(False, _FUSION_DOC, inert=True)
+    layernorm_fusion: bool = key(False, _FUSION_DOC, inert=True)
+
+    def __post_init__(self):
+        # Derived defaults are filled in here so the resolved config states them explicitly.
+        if self.max_position_embeddings is None and isinstance(self.seq_length, int):
+            object.__setattr__(self, "max_position_embeddings", self.seq_length)
+        if self.intermediate_size is None and isinstance(self.hidden_size, int):
+            object.__setattr__(self, "intermediate_size", 4 * self.hidden_size)
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    def check(self) -> list[tuple[str, str]]:
+        """Cross-field rules as (key, what is wrong) pairs; the loader adds value and file."""
+        out = []
+        if self.hidden_size % self.num_attention_heads:
+            out.append(("hidden_size", f"must be divisible by num-attention-heads "
+                        f"({self.num_attention_heads})"))
+        if self.pos_emb == "learned" and self.max_position_embeddings < self.seq_length:
+            out.append(("max_position_embeddings", f"must be >= seq-length ({self.seq_length}) "
+                        "when pos-emb is learned"))
+        if self.gpt_j_residual:
+            out.append(("gpt_j_residual", "gpt-j-residual: true is not supported yet"))
+        return out

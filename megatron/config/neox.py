@@ -1,0 +1,84 @@
+"""NeoXConfig: the validated, sectioned configuration the rest of the stack reads.
+
+Frozen on purpose: a config validated once must not be changed behind the validator's back
+(NeoX's mutated god object, pitfall 1). Derive a changed copy with `replace()`.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+
+import yaml
+
+from megatron.config.checkpoint import CheckpointConfig
+from megatron.config.data import DataConfig
+from megatron.config.logs import LoggingConfig
+from megatron.config.model import ModelConfig
+from megatron.config.optimizer import OptimizerConfig
+from megatron.config.parallel import ParallelConfig
+from megatron.config.passthrough import DeepSpeedConfig
+from megatron.config.precision import PrecisionConfig
+from megatron.config.schema import KEYS
+from megatron.config.training import TrainingConfig
+from megatron.config.sources import Entry
+
+_HEADER = ("# Resolved configuration (NeoX flat keys, every key explicit), written by megatron.config.\n"
+           "# Load it with NeoXConfig.from_file(path), or pass it to deepy.py as the only config file.\n")
+
+
+@dataclasses.dataclass(frozen=True)
+class NeoXConfig:
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    parallel: ParallelConfig = dataclasses.field(default_factory=ParallelConfig)
+    optimizer: OptimizerConfig = dataclasses.field(default_factory=OptimizerConfig)
+    training: TrainingConfig = dataclasses.field(default_factory=TrainingConfig)
+    data: DataConfig = dataclasses.field(default_factory=DataConfig)
+    checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
+    logging: LoggingConfig = dataclasses.field(default_factory=LoggingConfig)
+    precision: PrecisionConfig = dataclasses.field(default_factory=PrecisionConfig)
+    deepspeed: DeepSpeedConfig = dataclasses.field(default_factory=DeepSpeedConfig)
+    # {basename: raw text} of each file that was merged; NeoX stores these in checkpoints.
+    config_files: dict = dataclasses.field(default_factory=dict, compare=False)
+    # The merged entries as given (before defaults were derived), so replace() re-derives them.
+    _sources: tuple = dataclasses.field(default=(), repr=False, compare=False)
+
+    @classmethod
+    def from_file(cls, path) -> "NeoXConfig":
+        from megatron.config.loader import load_config
+        return load_config([path])
+
+    def to_flat_dict(self) -> dict:
+        """{underscore_key: value} for every key, resolved; plain JSON/YAML types only."""
+        out = {}
+        for name, info in KEYS.items():
+            value = getattr(getattr(self, info.section), name)
+            out[name] = list(value) if isinstance(value, tuple) else copy.deepcopy(value)
+        return out
+
+    def save(self, path, header: str | None = None) -> None:
+        """Write the resolved flat YAML (sorted keys); from_file(path) gives the same settings."""
+        os.makedirs(os.path.dirname(os.fspath(path)) or ".", exist_ok=True)
+        text = _HEADER + "".join(f"# {line}\n" for line in (header or "").splitlines())
+        text += yaml.safe_dump(self.to_flat_dict(), sort_keys=True, default_flow_style=False)
+        tmp = f"{os.fspath(path)}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+
+    def replace(self, **flat_overrides) -> "NeoXConfig":
+        """A validated copy with some flat keys changed; derived defaults are derived again."""
+        from megatron.config.loader import build
+
+        sources = list(self._sources) or [Entry(k, v, "config") for k, v in self.to_flat_dict().items()]
+        sources += [Entry(k, v, "replace()") for k, v in flat_overrides.items()]
+        run_dir = self.logging.run_dir or "runs/default"
+        return build(sources, dict(self.config_files), os.path.basename(run_dir))
+
+    def deepspeed_config(self, dp_world_size: int) -> dict:
+        from megatron.config.ds_json import deepspeed_config
+        return deepspeed_config(self, dp_world_size)
+
+    def describe(self) -> str:
+        from megatron.config.describe import describe
+        return describe(self)

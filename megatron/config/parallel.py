@@ -1,0 +1,29 @@
+"""Parallelism layout and the DeepSpeed launcher's runner options."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from megatron.config.fields import key
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    pipe_parallel_size: int = key(
+        0, "Pipeline stages; 0 = plain sequential model, >= 1 = pipeline module (per-layer "
+        "checkpoint files).", ge=0)
+    model_parallel_size: int = key(1, "Tensor-parallel size.", ge=1)
+    sequence_parallel: bool = key(False, "Megatron sequence parallelism (with tensor parallelism).")
+    num_gpus: int | None = key(None, "GPUs per node for the launcher; null = all visible.", ge=1)
+    num_nodes: int | None = key(None, "Nodes for the launcher; null = all in the hostfile.", ge=1)
+    hostfile: str | None = key(None, "DeepSpeed hostfile (multi-node).")
+    include: str | None = key(None, "DeepSpeed runner --include (hosts/GPUs to use).")
+    exclude: str | None = key(None, "DeepSpeed runner --exclude (hosts/GPUs to skip).")
+    master_addr: str | None = key(None, "Rendezvous address; null = the launcher's choice.")
+    master_port: int = key(29500, "Rendezvous port.", ge=1, le=65535)
+    launcher: str = key("pdsh", "Multi-node launcher.", choices=("pdsh", "openmpi", "mvapich", "slurm"))
+    distributed_backend: str = key(
+        "nccl", "torch.distributed backend on GPU; on CPU gloo is used whatever this says.",
+        inert=True)
+
+    def check(self) -> list[tuple[str, str]]:
+        return []

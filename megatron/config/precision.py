@@ -1,0 +1,69 @@
+"""Mixed precision. Three NeoX/DeepSpeed spellings map onto one `dtype`:
+
+- `fp16: {enabled: true, type: bfloat16}` means bf16: the 2022 DeeperSpeed convention the
+  KERPLE paper's configs use (current NeoX would silently read it as fp16);
+- `bf16: {enabled: true}` means bf16;
+- `precision: fp32 | fp16 | bfloat16`.
+Settings that contradict each other are an error rather than a silent choice.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from megatron.config.fields import key
+
+FP16_KEYS = ("enabled", "type", "loss_scale", "loss_scale_window", "hysteresis", "min_loss_scale",
+             "initial_scale_power", "consecutive_hysteresis", "auto_cast")
+_BF16_TYPES = ("bfloat16", "bf16")
+_FP16_TYPES = ("fp16", "float16", "half")
+_PRECISION_DTYPE = {"fp32": "fp32", "fp16": "fp16", "bfloat16": "bf16"}
+
+
+@dataclass(frozen=True)
+class PrecisionConfig:
+    precision: str | None = key(None, "Training precision; null = from fp16/bf16, else fp32.",
+                                choices=("fp32", "fp16", "bfloat16"))
+    fp16: dict | None = key(
+        None, "DeepSpeed fp16 section {enabled, type, loss_scale (0 = dynamic), loss_scale_window, "
+        "hysteresis, min_loss_scale, initial_scale_power}. type: bfloat16 means bf16 (2022 "
+        "DeeperSpeed convention).")
+    bf16: dict | None = key(None, "DeepSpeed bf16 section {enabled}.")
+    fp32_allreduce: bool = key(False, "All-reduce gradients in fp32.")
+
+    def _from_sections(self) -> set[str]:
+        found = set()
+        if self.fp16 and self.fp16.get("enabled"):
+            t = str(self.fp16.get("type", "fp16")).lower()
+            found.add("bf16" if t in _BF16_TYPES else "fp16")
+        if self.bf16 and self.bf16.get("enabled"):
+            found.add("bf16")
+        return found
+
+    @property
+    def dtype(self) -> str:
+        """'fp32', 'fp16' or 'bf16'."""
+        found = self._from_sections()
+        if self.precision is not None:
+            return _PRECISION_DTYPE[self.precision]
+        return found.pop() if len(found) == 1 else "fp32"
+
+    def check(self) -> list[tuple[str, str]]:
+        out = []
+        if self.fp16 is not None:
+            unknown = sorted(set(self.fp16) - set(FP16_KEYS))
+            if unknown:
+                out.append(("fp16", f"unknown keys {unknown}; known: {', '.join(FP16_KEYS)}"))
+            t = self.fp16.get("type", "fp16")
+            if not isinstance(t, str) or t.lower() not in _BF16_TYPES + _FP16_TYPES:
+                out.append(("fp16", f"type must be fp16 or bfloat16, got {t!r}"))
+        for name, sec in (("fp16", self.fp16), ("bf16", self.bf16)):
+            if sec is not None and not isinstance(sec.get("enabled", False), bool):
+                out.append((name, "enabled must be true or false"))
+        if out:
+            return out
+        found = self._from_sections()
+        if len(found) > 1:
+            out.append(("bf16", "fp16 and bf16 are both enabled; enable one"))
+        elif found and self.precision is not None and _PRECISION_DTYPE[self.precision] not in found:
+            out.append(("precision", f"contradicts the enabled {found.pop()} section"))
+        return out

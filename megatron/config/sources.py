@@ -1,0 +1,67 @@
+"""Reading config files into (key, value, origin) entries and merging them, later wins.
+
+NeoX's effective rule (its duplicate check compares raw hyphenated keys against converted ones,
+so it never fires) is that a later file replaces a key wholesale, nested dicts included. The
+paper's length sweep depends on it: `lengths/length_L.yml` overrides ex_eval.yml's seq-length-val.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import yaml
+
+from megatron.config.errors import FILE, Problem
+
+
+@dataclass(frozen=True)
+class Entry:
+    key: str  # as the user spelled it
+    value: object
+    origin: str  # file path, "overrides" or "replace()"
+
+
+def read_file(path) -> tuple[str | None, dict | None, Problem | None]:
+    """(raw text, top-level mapping, problem)."""
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return None, None, Problem(FILE, f"config file not found: {path} (current directory: {os.getcwd()})")
+    except OSError as e:
+        return None, None, Problem(FILE, f"cannot read config file {path}: {e.strerror}")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else path
+        what = getattr(e, "problem", None) or str(e)
+        return text, None, Problem(FILE, f"YAML syntax error in {where}: {what}")
+    if data is None:  # an empty file (or only comments) sets nothing
+        data = {}
+    if not isinstance(data, dict):
+        return text, None, Problem(FILE, f"config file {path} must contain a mapping of keys to values "
+                                   f"at the top level, got {type(data).__name__}")
+    bad = [k for k in data if not isinstance(k, str)]
+    if bad:
+        return text, None, Problem(FILE, f"config file {path}: keys must be strings, got {bad!r}")
+    return text, data, None
+
+
+def read_files(paths) -> tuple[list[Entry], dict[str, str], list[Problem]]:
+    """Entries in file order, {basename: raw text}, and file-level problems."""
+    entries, texts, problems = [], {}, []
+    for path in paths:
+        text, data, problem = read_file(path)
+        if problem:
+            problems.append(problem)
+            continue
+        base = os.path.basename(os.fspath(path))
+        if base in texts:  # NeoX keys the checkpoint's copy of each file by basename
+            problems.append(Problem(FILE, f"two config files are named {base!r}; basenames must be "
+                                    "unique (they key the copies stored in checkpoints)"))
+            continue
+        texts[base] = text
+        entries.extend(Entry(k, v, os.fspath(path)) for k, v in data.items())
+    return entries, texts, problems

@@ -1,0 +1,66 @@
+"""Evaluation outputs: one JSON (machine), CSV (spreadsheets), markdown (humans)."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+
+import numpy as np
+
+SCHEMA = "kerple-eval/1"
+
+
+def bin_curve(curve: np.ndarray, max_points: int = 256) -> tuple[int, list[float]]:
+    """Average a per-position curve into at most max_points bins (keeps eval.json small)."""
+    size = max(1, -(-len(curve) // max_points))
+    n = len(curve) // size * size
+    binned = curve[:n].reshape(-1, size).mean(1).tolist()
+    if n < len(curve):
+        binned.append(float(curve[n:].mean()))
+    return size, [round(float(x), 6) for x in binned]
+
+
+def build_record(meta: dict, results) -> dict:
+    rec = dict(schema=SCHEMA, **meta)
+    rec["results"] = [
+        {"length": r.length, "loss": r.loss, "ppl": r.ppl, "windows": r.windows, "tokens": r.tokens,
+         "seconds": round(r.seconds, 3)} for r in results
+    ]
+    rec["perplexity"] = {str(r.length): r.ppl for r in results}
+    rec["positionwise"] = {}
+    for r in results:
+        size, curve = bin_curve(r.positionwise)
+        rec["positionwise"][str(r.length)] = {"bin_size": size, "loss": curve}
+    return rec
+
+
+def markdown_table(rec: dict) -> str:
+    train = rec.get("train_length")
+    lines = [f"| length | x train | loss | ppl | windows | tokens |", "|---:|---:|---:|---:|---:|---:|"]
+    for r in rec["results"]:
+        ratio = f"{r['length'] / train:g}" if train else "-"
+        lines.append(f"| {r['length']} | {ratio} | {r['loss']:.4f} | {r['ppl']:.3f} | {r['windows']} | {r['tokens']} |")
+    return "\n".join(lines)
+
+
+def write_outputs(rec: dict, results, out_dir: str) -> dict[str, str]:
+    os.makedirs(out_dir, exist_ok=True)
+    paths = {k: os.path.join(out_dir, f"eval.{k}") for k in ("json", "csv", "md")}
+    with open(paths["json"], "w") as f:
+        json.dump(rec, f, indent=1)
+    with open(paths["csv"], "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["length", "loss", "ppl", "windows", "tokens"])
+        for r in rec["results"]:
+            w.writerow([r["length"], f"{r['loss']:.6f}", f"{r['ppl']:.6f}", r["windows"], r["tokens"]])
+    with open(paths["md"], "w") as f:
+        f.write(f"# Perplexity by length: {rec.get('pos_emb')} ({rec.get('checkpoint')}, {rec.get('split')} split)\n\n")
+        f.write(markdown_table(rec) + "\n")
+    paths["positionwise"] = os.path.join(out_dir, "positionwise.csv")
+    with open(paths["positionwise"], "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["length", "position", "loss"])
+        for r in results:
+            for i, v in enumerate(r.positionwise):
+                w.writerow([r.length, i, f"{v:.6f}"])
+    return paths

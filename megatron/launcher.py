@@ -1,0 +1,103 @@
+"""What `deepy.py` does: parse the CLI, resolve the config once, then dry-run or launch.
+
+    python deepy.py [--dry-run] [-d DIR] [-o KEY=VALUE ...] train.py a.yml b.yml ...
+
+The resolved config is written to `<run_dir>/resolved_config.yml`; the training script receives
+only that path (`--resolved-config`), so every process reads the same validated settings.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+
+import yaml
+
+# Tokenizer vocab sizes for a dry run when the vocab files are not on this machine.
+KNOWN_VOCAB = {"GPT2BPETokenizer": 50257, "CharLevelTokenizer": 512, "HFGPT2Tokenizer": 50257}
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="deepy.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("user_script", help="the training (or evaluation) script, e.g. train.py")
+    p.add_argument("conf_file", nargs="+", help="YAML config files, merged in order (later wins)")
+    p.add_argument("-d", "--conf_dir", default=None, help="directory prefixed to each config file")
+    p.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="set one config key after the files (YAML value), e.g. -o pos-emb=rotary")
+    p.add_argument("--dry-run", action="store_true",
+                   help="validate, build the model on the meta device, print settings and exit")
+    return p.parse_args(argv)
+
+
+def parse_overrides(items: list[str]) -> dict:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise SystemExit(f"deepy.py: --override {item!r} must look like KEY=VALUE (e.g. pos-emb=rotary)")
+        k, v = item.split("=", 1)
+        out[k.strip()] = yaml.safe_load(v)
+    return out
+
+
+def config_paths(args) -> list[str]:
+    paths = []
+    for f in args.conf_file:
+        if not f.endswith((".yml", ".yaml")):
+            f += ".yml"  # NeoX appends the suffix
+        paths.append(os.path.join(args.conf_dir, f) if args.conf_dir else f)
+    return paths
+
+
+def dry_run(cfg) -> int:
+    import torch
+
+    from megatron.model import GPTModel, count_parameters
+    from megatron.tokenizer import build_tokenizer, padded_vocab_size
+
+    m, d = cfg.model, cfg.data
+    vocab, where = m.padded_vocab_size, "padded-vocab-size"
+    if vocab is None:
+        try:
+            raw = build_tokenizer(d.tokenizer_type, d.vocab_file, d.merge_file).vocab_size
+            where = f"tokenizer {d.tokenizer_type}"
+        except (ValueError, OSError):
+            if d.tokenizer_type not in KNOWN_VOCAB:
+                raise
+            raw, where = KNOWN_VOCAB[d.tokenizer_type], f"{d.tokenizer_type} default (vocab file not read)"
+        vocab = padded_vocab_size(raw, m.make_vocab_size_divisible_by, cfg.parallel.model_parallel_size)
+    with torch.device("meta"):  # shapes only: nothing is allocated
+        model = GPTModel(m, vocab)
+    print(cfg.describe())
+    print(f"vocab: {vocab} (from {where})")
+    print(f"parameters: {count_parameters(model):,}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from megatron.config import ConfigError, load_config
+
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        cfg = load_config(config_paths(args), overrides=parse_overrides(args.override))
+    except ConfigError as e:
+        print(f"deepy.py: invalid configuration\n{e}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        return dry_run(cfg)
+    if not os.path.isfile(args.user_script):
+        print(f"deepy.py: script {args.user_script!r} not found (expected e.g. train.py)", file=sys.stderr)
+        return 2
+    world = (cfg.parallel.num_gpus or 1) * (cfg.parallel.num_nodes or 1)
+    if world > 1 or cfg.parallel.hostfile:
+        print("deepy.py: multi-process launch (num_gpus/num_nodes/hostfile) is not available yet; "
+              "run with num_gpus 1, or start train.py under `deepspeed`/`torchrun` yourself", file=sys.stderr)
+        return 2
+    os.makedirs(cfg.logging.run_dir, exist_ok=True)
+    resolved = os.path.join(cfg.logging.run_dir, "resolved_config.yml")
+    cfg.save(resolved)
+    # One process: run the script here (no launcher needed; see megatron/training/distributed.py).
+    sys.argv = [args.user_script, "--resolved-config", resolved]
+    runpy.run_path(args.user_script, run_name="__main__")
+    return 0

@@ -1,0 +1,1 @@
+from megatron.model.gpt import GPTModel, count_parameters  # noqa: F401

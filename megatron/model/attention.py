@@ -1,0 +1,54 @@
+"""Causal self-attention with a pluggable positional scheme and attention backend.
+
+The module never looks at the scheme's name: it calls `scheme.rotate_qk` and hands the scheme to
+the backend, which asks it for `score_bias` / `score_weight` (see megatron/positional/base.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass
+class AttentionContext:
+    """Per-forward state shared by all layers (built once by GPTModel.forward)."""
+
+    scheme: nn.Module  # the shared PositionalScheme instance
+    backend: object  # an AttentionBackend from megatron.attention
+    q_pos: torch.Tensor  # (Lq,) absolute positions of the queries
+    k_pos: torch.Tensor  # (Lk,) absolute positions of the keys
+    window: int | None = None  # attend to keys i-W < j <= i
+    softmax_in_fp32: bool = False
+    dropout_p: float = 0.0
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, mcfg, init_method, output_init_method):
+        super().__init__()
+        h, heads = mcfg.hidden_size, mcfg.num_attention_heads
+        self.num_heads = heads
+        self.head_dim = h // heads
+        # Rows are laid out per head as [q_h | k_h | v_h] (NeoX), so a contiguous split of the
+        # rows across tensor-parallel ranks gives each rank whole heads.
+        self.query_key_value = nn.Linear(h, 3 * h, bias=mcfg.use_bias_in_attn_linear)
+        self.dense = nn.Linear(h, h, bias=mcfg.use_bias_in_attn_linear)
+        init_method(self.query_key_value.weight)
+        output_init_method(self.dense.weight)
+        for lin in (self.query_key_value, self.dense):
+            if lin.bias is not None:
+                nn.init.zeros_(lin.bias)
+
+    def forward(self, x: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
+        B, L, _ = x.shape
+        qkv = self.query_key_value(x).view(B, L, self.num_heads, 3 * self.head_dim)
+        q, k, v = qkv.transpose(1, 2).chunk(3, dim=-1)  # each (B, H, L, D)
+        q, k = ctx.scheme.rotate_qk(q, k, ctx.q_pos, ctx.k_pos)
+        out = ctx.backend.forward(
+            q, k, v, ctx.scheme, ctx.q_pos, ctx.k_pos,
+            window=ctx.window,
+            softmax_in_fp32=ctx.softmax_in_fp32,
+            dropout_p=ctx.dropout_p if self.training else 0.0,
+        )  # (B, H, L, D)
+        return self.dense(out.transpose(1, 2).reshape(B, L, -1))

@@ -1,0 +1,133 @@
+"""The NeoX GPT: embedding (+ absolute positions) -> N pre-LN layers -> final norm -> output layer.
+
+One positional scheme instance (`self.position`) is shared by every layer, as in the KERPLE
+paper: its parameters exist once in the optimizer, and their gradient is the sum over layers.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from megatron.attention.resolve import resolve_backend
+from megatron.model.attention import AttentionContext
+from megatron.model.init import build_init
+from megatron.model.norms import build_norm
+from megatron.model.transformer import TransformerLayer
+from megatron.positional.base import PositionalSpec
+from megatron.positional.registry import build_scheme
+
+
+def positional_spec(mcfg, tp_rank: int = 0, tp_size: int = 1) -> PositionalSpec:
+    return PositionalSpec(
+        num_heads=mcfg.num_attention_heads,
+        head_dim=mcfg.hidden_size // mcfg.num_attention_heads,
+        hidden_size=mcfg.hidden_size,
+        max_position_embeddings=mcfg.max_position_embeddings or mcfg.seq_length,
+        rotary_pct=mcfg.rotary_pct,
+        rotary_emb_base=mcfg.rotary_emb_base,
+        rpe_num_buckets=mcfg.rpe_num_buckets,
+        rpe_max_distance=mcfg.rpe_max_distance,
+        tp_rank=tp_rank,
+        tp_size=tp_size,
+        init_method_std=mcfg.init_method_std,
+    )
+
+
+class GPTModel(nn.Module):
+    def __init__(self, mcfg, vocab_size: int, checkpoint_activations: bool = False):
+        super().__init__()
+        self.mcfg = mcfg
+        self.vocab_size = vocab_size
+        self.checkpoint_activations = checkpoint_activations
+        L, h = mcfg.num_layers, mcfg.hidden_size
+        init = build_init(mcfg.init_method, mcfg.init_method_std, L, h)
+        out_init = build_init(mcfg.output_layer_init_method, mcfg.init_method_std, L, h)
+
+        self.word_embeddings = nn.Embedding(vocab_size, h)
+        init(self.word_embeddings.weight)
+        self.position = build_scheme(mcfg.pos_emb, positional_spec(mcfg))
+        self.embedding_dropout = nn.Dropout(mcfg.hidden_dropout)
+        self.layers = nn.ModuleList(TransformerLayer(mcfg, init, out_init) for _ in range(L))
+        self.final_norm = build_norm(mcfg, h)
+        if mcfg.no_weight_tying:
+            self.output_layer = nn.Linear(h, vocab_size, bias=False)
+            init(self.output_layer.weight)
+        else:
+            self.output_layer = None  # logits use word_embeddings.weight
+        self._backends: dict = {}
+
+    # ---- pieces ------------------------------------------------------------------------------
+    def backend(self, device: torch.device, dtype: torch.dtype):
+        """The attention backend for this (device, dtype, mode), resolved once and cached."""
+        key = (device.type, dtype, self.training)
+        if key not in self._backends:
+            self._backends[key] = resolve_backend(
+                self.mcfg.attention_backend, self.position, device, dtype, self.training
+            )
+        return self._backends[key]
+
+    def output_weight(self) -> torch.Tensor:
+        return self.word_embeddings.weight if self.output_layer is None else self.output_layer.weight
+
+    def hidden_states(self, tokens: torch.Tensor, positions: torch.Tensor | None = None):
+        """tokens (B, L) -> final-normed hidden states (B, L, h)."""
+        B, L = tokens.shape
+        if positions is None:
+            positions = torch.arange(L, device=tokens.device)
+        x = self.word_embeddings(tokens)
+        absolute = self.position.embed(positions)
+        if absolute is not None:
+            x = x + absolute.to(x.dtype)
+        x = self.embedding_dropout(x)
+        ctx = AttentionContext(
+            scheme=self.position,
+            backend=self.backend(x.device, x.dtype),
+            q_pos=positions,
+            k_pos=positions,
+            window=self.mcfg.attention_window,
+            softmax_in_fp32=self.mcfg.attention_softmax_in_fp32,
+            dropout_p=self.mcfg.attention_dropout,
+        )
+        for layer in self.layers:
+            if self.checkpoint_activations and self.training and torch.is_grad_enabled():
+                x = checkpoint(layer, x, ctx, use_reentrant=False)
+            else:
+                x = layer(x, ctx)
+        return self.final_norm(x)
+
+    # ---- entry points ------------------------------------------------------------------------
+    def forward(self, tokens, labels=None, loss_mask=None, positions=None):
+        """Logits (B, L, V); or, when labels are given, the NeoX loss:
+        sum(CE(logits.float()) * loss_mask) / sum(loss_mask)."""
+        x = self.hidden_states(tokens, positions)
+        if labels is None:
+            return F.linear(x, self.output_weight())
+        losses = self._token_losses_from_hidden(x, labels)
+        if loss_mask is None:
+            return losses.mean()
+        loss_mask = loss_mask.to(losses.dtype)
+        return (losses * loss_mask).sum() / loss_mask.sum().clamp_min(1.0)
+
+    @torch.no_grad()
+    def token_losses(self, tokens, labels, positions=None, chunk: int = 2048):
+        """Per-token cross entropy (B, L) in float32, computing the logits `chunk` positions at a
+        time so evaluation at long lengths never holds (L, vocab) logits at once."""
+        return self._token_losses_from_hidden(self.hidden_states(tokens, positions), labels, chunk)
+
+    def _token_losses_from_hidden(self, x, labels, chunk: int | None = None):
+        B, L, _ = x.shape
+        step = chunk or L
+        w = self.output_weight()
+        out = []
+        for s in range(0, L, step):
+            logits = F.linear(x[:, s : s + step], w).float()  # (B, l, V)
+            ce = F.cross_entropy(logits.flatten(0, 1), labels[:, s : s + step].flatten(), reduction="none")
+            out.append(ce.view(B, -1))
+        return torch.cat(out, dim=1)
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Unique parameters (the shared positional scheme counted once); works on the meta device."""
+    return sum(p.numel() for p in model.parameters())

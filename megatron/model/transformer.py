@@ -1,0 +1,24 @@
+"""One pre-LN transformer layer (NeoX, gpt_j_residual=False):
+
+    x = x + drop(attn(LN1(x)))
+    x = x + drop(mlp(LN2(x)))
+"""
+from torch import nn
+
+from megatron.model.attention import AttentionContext, SelfAttention
+from megatron.model.mlp import MLP
+from megatron.model.norms import build_norm
+
+
+class TransformerLayer(nn.Module):
+    def __init__(self, mcfg, init_method, output_init_method):
+        super().__init__()
+        self.input_layernorm = build_norm(mcfg, mcfg.hidden_size)
+        self.attention = SelfAttention(mcfg, init_method, output_init_method)
+        self.post_attention_layernorm = build_norm(mcfg, mcfg.hidden_size)
+        self.mlp = MLP(mcfg, init_method, output_init_method)
+        self.dropout = nn.Dropout(mcfg.hidden_dropout)
+
+    def forward(self, x, ctx: AttentionContext):  # (B, L, h)
+        x = x + self.dropout(self.attention(self.input_layernorm(x), ctx))
+        return x + self.dropout(self.mlp(self.post_attention_layernorm(x)))

@@ -1,0 +1,10 @@
+"""No positional signal at all (a causal decoder still infers some order from the mask)."""
+from __future__ import annotations
+
+from megatron.positional.base import PositionalScheme
+from megatron.positional.registry import register
+
+
+@register("none")
+class NoPositions(PositionalScheme):
+    """Every hook is the base class's no-op."""

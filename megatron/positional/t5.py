@@ -1,0 +1,47 @@
+"""T5 relative position bias ("rpe"), as NeoX's ParallelRelativePositionBias with causal=True.
+
+Distance n = max(i - j, 0) goes to a bucket: n itself below max_exact = num_buckets // 2, then
+log-spaced buckets up to rpe_max_distance, everything further in the last bucket. Each bucket has
+one learned scalar per head; the bias is multiplied by sqrt(head_dim) as in NeoX (which adds it
+to scores that were divided by sqrt(head_dim))."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from megatron.positional.base import PositionalScheme, PositionalSpec
+from megatron.positional.registry import register
+
+
+def t5_causal_bucket(n: torch.Tensor, num_buckets: int, max_distance: int) -> torch.Tensor:
+    """n: int64 distances >= 0 -> int64 bucket ids in [0, num_buckets)."""
+    max_exact = num_buckets // 2
+    # clamp_min keeps log finite where the small branch is taken anyway
+    n_large = n.clamp_min(max_exact).to(torch.float32)
+    val_if_large = max_exact + (
+        torch.log(n_large / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact)
+    ).to(torch.long)  # truncation = floor for these non-negative values, as in NeoX
+    val_if_large = val_if_large.clamp_max(num_buckets - 1)
+    return torch.where(n < max_exact, n, val_if_large)
+
+
+@register("rpe")
+class T5RelativeBias(PositionalScheme):
+    has_score_bias = True
+
+    def __init__(self, spec: PositionalSpec):
+        super().__init__(spec)
+        # Init the full [buckets, H] table, then keep this rank's columns: TP=2 starts like TP=1.
+        full = torch.empty(spec.rpe_num_buckets, spec.num_heads)
+        nn.init.xavier_normal_(full)
+        self.weight = nn.Parameter(full[:, spec.head_slice].clone())  # (buckets, H_local)
+        self.scale = math.sqrt(spec.head_dim)
+
+    def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+        n = (q_pos[:, None] - k_pos[None, :]).clamp_min(0)  # (Lq, Lk) int64: exact at any length
+        buckets = t5_causal_bucket(n, self.spec.rpe_num_buckets, self.spec.rpe_max_distance)
+        values = F.embedding(buckets, self.weight.float())  # (Lq, Lk, H_local)
+        return values.permute(2, 0, 1) * self.scale  # (H_local, Lq, Lk)

@@ -1,0 +1,43 @@
+"""Tokenizers by their GPT-NeoX type names; `build_tokenizer` is the one entry point.
+
+    tok = build_tokenizer("HFTokenizer", vocab_file="data/stdlib/tokenizer.json")
+    ids = tok.tokenize("def f(): pass") + [tok.eod]
+"""
+from __future__ import annotations
+
+from megatron.tokenizer.base import AbstractTokenizer
+from megatron.tokenizer.char_level import CharLevelTokenizer
+from megatron.tokenizer.gpt2_bpe import GPT2BPETokenizer
+from megatron.tokenizer.hf import HFTokenizer
+from megatron.tokenizer.spm import SPMTokenizer
+from megatron.tokenizer.tiktoken_bpe import TiktokenTokenizer
+
+TOKENIZER_TYPES = ("GPT2BPETokenizer", "HFTokenizer", "TiktokenTokenizer", "SPMTokenizer", "CharLevelTokenizer")
+
+__all__ = ["AbstractTokenizer", "TOKENIZER_TYPES", "build_tokenizer", "padded_vocab_size", "CharLevelTokenizer",
+           "GPT2BPETokenizer", "HFTokenizer", "SPMTokenizer", "TiktokenTokenizer"]
+
+
+def build_tokenizer(tokenizer_type: str, vocab_file: str | None = None, merge_file: str | None = None) -> AbstractTokenizer:
+    if tokenizer_type == "GPT2BPETokenizer":
+        return GPT2BPETokenizer(vocab_file, merge_file)
+    if tokenizer_type == "HFTokenizer":
+        return HFTokenizer(vocab_file)
+    if tokenizer_type == "TiktokenTokenizer":
+        return TiktokenTokenizer(vocab_file)
+    if tokenizer_type == "SPMTokenizer":
+        return SPMTokenizer(vocab_file)
+    if tokenizer_type == "CharLevelTokenizer":
+        return CharLevelTokenizer(512)
+    if tokenizer_type == "HFGPT2Tokenizer":  # NeoX type that downloads "gpt2" from the HF hub
+        raise ValueError("tokenizer-type HFGPT2Tokenizer needs a download, which this stack never does; use "
+                         "GPT2BPETokenizer with vocab-file pointing at gpt2.tiktoken (or vocab.json + merge-file merges.txt)")
+    raise ValueError(f"unknown tokenizer-type {tokenizer_type!r}; choose one of {', '.join(TOKENIZER_TYPES)}")
+
+
+def padded_vocab_size(vocab_size: int, make_vocab_size_divisible_by: int = 128, model_parallel_size: int = 1) -> int:
+    """Round the vocab up so the embedding splits evenly over model-parallel ranks (NeoX)."""
+    multiple = make_vocab_size_divisible_by * model_parallel_size
+    if multiple <= 0:
+        raise ValueError(f"make-vocab-size-divisible-by x model-parallel-size must be positive, got {multiple}")
+    return -(-vocab_size // multiple) * multiple

@@ -1,0 +1,201 @@
+"""Checkpoints in the NeoX/DeepSpeed layout:
+
+    <dir>/latest                                  text: the tag of the newest COMPLETE checkpoint
+    <dir>/global_step<N>/mp_rank_00_model_states.pt  module + optimizer + lr_scheduler + client state
+    <dir>/global_step<N>/configs/<each yml>       the user's original config files (as NeoX)
+    <dir>/global_step<N>/resolved_config.yml      the validated, resolved config
+
+A save is atomic from the reader's side: DeepSpeed writes the tag directory, we add the configs,
+and only then replace `latest` (write a temp file, fsync, os.replace), so `latest` never names a
+partial directory.
+"""
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+
+import numpy as np
+import torch
+
+# Model-shape arguments NeoX asserts equal on load (check_checkpoint_args), plus the scheme.
+CHECKED_ARGS = ("num_layers", "hidden_size", "num_attention_heads", "pos_emb")
+
+
+class CheckpointError(ValueError):
+    pass
+
+
+def tag_for(iteration: int) -> str:
+    return f"global_step{iteration}"
+
+
+def read_latest(ckpt_dir: str) -> str | None:
+    path = os.path.join(ckpt_dir, "latest")
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        tag = f.read().strip()
+    if not tag or not os.path.isdir(os.path.join(ckpt_dir, tag)):
+        raise CheckpointError(
+            f"{path} names checkpoint {tag!r}, but {os.path.join(ckpt_dir, tag)} does not exist; "
+            "fix `latest` to name an existing global_step directory, or set `iteration:` to load one"
+        )
+    return tag
+
+
+def _write_atomic(path: str, text: str) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def model_args(cfg, padded_vocab_size: int) -> dict:
+    args = {k: getattr(cfg.model, k) for k in CHECKED_ARGS}
+    args["max_position_embeddings"] = cfg.model.max_position_embeddings
+    args["padded_vocab_size"] = padded_vocab_size
+    args["model_parallel_size"] = cfg.parallel.model_parallel_size
+    args["make_vocab_size_divisible_by"] = cfg.model.make_vocab_size_divisible_by
+    args["tokenizer_type"] = cfg.data.tokenizer_type
+    return args
+
+
+def rng_state() -> dict:
+    return {
+        "random_rng_state": random.getstate(),
+        "np_rng_state": np.random.get_state(),
+        "torch_rng_state": torch.get_rng_state(),
+    }
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["random_rng_state"])
+    np.random.set_state(state["np_rng_state"])
+    torch.set_rng_state(state["torch_rng_state"])
+
+
+class Checkpointer:
+    """Saves and restores a DeepSpeed engine plus our client state (iteration, RNG, config)."""
+
+    def __init__(self, cfg, padded_vocab_size: int, is_rank0: bool = True):
+        self.cfg = cfg
+        self.ccfg = cfg.checkpoint
+        self.args = model_args(cfg, padded_vocab_size)
+        self.is_rank0 = is_rank0
+
+    def should_save(self, iteration: int) -> bool:
+        c = self.ccfg
+        if not c.save:
+            return False
+        if c.extra_save_iters and iteration in c.extra_save_iters:
+            return True
+        if not c.interval:
+            return False
+        if c.checkpoint_scale == "log":  # powers of the interval: 1, f, f^2, ...
+            k = 1
+            while k < iteration:
+                k *= c.interval
+            return k == iteration
+        return iteration % c.interval == 0
+
+    def save(self, engine, iteration: int, extra_client_state: dict | None = None) -> str:
+        save_dir, tag = self.ccfg.save, tag_for(iteration)
+        client = {"iteration": iteration, "args": self.args, "config": self.cfg.to_flat_dict()}
+        if not self.ccfg.no_save_rng:
+            client.update(rng_state())
+        client.update(extra_client_state or {})
+        engine.save_checkpoint(save_dir, tag=tag, client_state=client, save_latest=False)
+        if self.is_rank0:
+            self._write_configs(os.path.join(save_dir, tag))
+            _write_atomic(os.path.join(save_dir, "latest"), tag)
+            self._prune(save_dir)
+        _barrier()
+        return os.path.join(save_dir, tag)
+
+    def _write_configs(self, tag_dir: str) -> None:
+        os.makedirs(os.path.join(tag_dir, "configs"), exist_ok=True)
+        for name, text in self.cfg.config_files.items():
+            with open(os.path.join(tag_dir, "configs", name), "w") as f:
+                f.write(text)
+        self.cfg.save(os.path.join(tag_dir, "resolved_config.yml"))
+
+    def _prune(self, save_dir: str) -> None:
+        keep = self.ccfg.keep_last_n_checkpoints
+        if not keep:
+            return
+        steps = sorted(
+            int(m.group(1)) for d in os.listdir(save_dir) if (m := re.fullmatch(r"global_step(\d+)", d))
+        )
+        latest = read_latest(save_dir)
+        for step in steps[:-keep]:
+            if tag_for(step) != latest:
+                shutil.rmtree(os.path.join(save_dir, tag_for(step)), ignore_errors=True)
+
+    def load(self, engine) -> dict | None:
+        """Restore the engine from `load`; returns the client state, or None for a fresh start."""
+        c = self.ccfg
+        if not c.load:
+            return None
+        tag = tag_for(c.iteration) if c.iteration is not None else read_latest(c.load)
+        if tag is None:
+            print(f"[checkpoint] no `latest` in {c.load!r}: starting from scratch", flush=True)
+            return None
+        if not os.path.isdir(os.path.join(c.load, tag)):
+            raise CheckpointError(f"checkpoint {os.path.join(c.load, tag)} does not exist (iteration: {c.iteration})")
+        load_optim = not (c.no_load_optim or c.finetune)
+        path, client = engine.load_checkpoint(
+            c.load, tag=tag,
+            load_optimizer_states=load_optim,
+            load_lr_scheduler_states=load_optim,
+            load_module_strict=True,
+        )
+        if path is None:
+            raise CheckpointError(f"DeepSpeed could not load {os.path.join(c.load, tag)}")
+        self._check_args(client.get("args", {}), os.path.join(c.load, tag))
+        if not (c.no_load_rng or c.finetune) and "torch_rng_state" in client:
+            set_rng_state(client)
+        print(f"[checkpoint] loaded {path} (iteration {client.get('iteration')})", flush=True)
+        if c.finetune:
+            client["iteration"] = 0
+        return client
+
+    def _check_args(self, saved: dict, where: str) -> None:
+        bad = [f"{k}: checkpoint {saved[k]!r} != config {self.args[k]!r}"
+               for k in CHECKED_ARGS + ("padded_vocab_size",) if k in saved and saved[k] != self.args[k]]
+        if bad:
+            raise CheckpointError(f"checkpoint {where} does not match the config: " + "; ".join(bad))
+
+
+def _barrier() -> None:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
+
+
+def load_model_state(ckpt_dir: str, tag: str | None = None) -> tuple[dict, dict, str]:
+    """Read the module weights and client state of one checkpoint without an engine (evaluate.py).
+
+    Returns (state_dict, client_state, tag_dir)."""
+    if not os.path.isdir(ckpt_dir):
+        raise CheckpointError(f"checkpoint directory {ckpt_dir!r} does not exist")
+    tag = tag or read_latest(ckpt_dir)
+    if tag is None:
+        raise CheckpointError(
+            f"{ckpt_dir!r} has no `latest` file; pass the checkpoint directory that holds `latest` "
+            "and global_step<N>/, or name a step with --iteration"
+        )
+    tag_dir = os.path.join(ckpt_dir, tag)
+    path = os.path.join(tag_dir, "mp_rank_00_model_states.pt")
+    if not os.path.isfile(path):
+        raise CheckpointError(f"{path} is missing: {tag_dir} is not a complete sequential checkpoint")
+    try:
+        # Our own checkpoints hold python/numpy objects (RNG state, DeepSpeed config) besides
+        # tensors, so this is the full unpickler; only load checkpoint directories you trust.
+        blob = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # truncated or corrupt file
+        raise CheckpointError(f"could not read {path}: {e}; the file is truncated or corrupt") from e
+    client = {k: v for k, v in blob.items() if k not in ("module", "optimizer")}
+    return blob["module"], client, tag_dir

@@ -1,0 +1,52 @@
+"""From the data section of the config to train/valid/test GPT datasets (NeoX sample counts)."""
+from __future__ import annotations
+
+import numpy as np
+
+from megatron.data.gpt_dataset import GPTDataset, build_train_valid_test_datasets
+from megatron.data.indexed import MMapIndexedDataset
+
+
+def sample_counts(cfg, train_batch_size: int) -> tuple[int, int, int]:
+    t = cfg.training
+    train = t.train_iters * train_batch_size
+    valid = (t.train_iters // t.eval_interval + 1) * t.eval_iters * train_batch_size
+    test = t.eval_iters * train_batch_size
+    return train, valid, test
+
+
+def _single(paths: list[str] | None, key: str) -> str | None:
+    if not paths:
+        return None
+    if len(paths) > 1:
+        raise ValueError(f"{key} lists {len(paths)} datasets; blending several datasets is not "
+                         "implemented yet: give one prefix per split (or use data-path with split)")
+    return paths[0]
+
+
+def build_datasets(cfg, train_batch_size: int):
+    """Returns (train, valid, test) datasets; an entry is None when its sample count is 0."""
+    d, t, m = cfg.data, cfg.training, cfg.model
+    counts = sample_counts(cfg, train_batch_size)
+    val_len = t.seq_length_val or m.seq_length
+    if d.data_path:
+        return build_train_valid_test_datasets(
+            d.data_path, d.split, m.seq_length, t.seed, num_samples=counts,
+            seq_length_val=t.seq_length_val, cache_dir=d.data_cache_dir,
+        )
+    prefixes = (_single(d.train_data_paths, "train-data-paths"),
+                _single(d.valid_data_paths, "valid-data-paths"),
+                _single(d.test_data_paths, "test-data-paths"))
+    if not any(prefixes):
+        raise ValueError("no training data configured: set `data-path` (one prefix, split by `split`) "
+                         "or `train-data-paths`/`valid-data-paths`/`test-data-paths`; "
+                         "`make quickstart` shows a working example (configs/quickstart.yml)")
+    out = []
+    for name, prefix, n, length in zip(("train", "valid", "test"), prefixes, counts, (m.seq_length, val_len, val_len)):
+        if prefix is None or n == 0:
+            out.append(None)
+            continue
+        indexed = MMapIndexedDataset(prefix)
+        docs = np.arange(len(indexed), dtype=np.int32)
+        out.append(GPTDataset(name, prefix, docs, indexed, n, length, t.seed, cache_dir=d.data_cache_dir))
+    return tuple(out)

@@ -1,0 +1,91 @@
+"""Metrics sinks owned by the trainer (rank 0 only): console, TensorBoard, Weights & Biases.
+
+W&B runs offline unless the user opts in with `wandb_mode: online` (this stack must work on
+machines with no network); `use_wandb: false` (the default) disables it entirely.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from collections import defaultdict
+
+from tqdm import tqdm
+
+
+class MetricsLogger:
+    def __init__(self, cfg, run_dir: str, enabled: bool = True, total_iters: int = 0, start_iter: int = 0):
+        self.cfg = cfg.logging
+        self.enabled = enabled
+        self.tb = None
+        self.wandb = None
+        self.sums: dict[str, float] = defaultdict(float)
+        self.count = 0
+        self.bar = None
+        if not enabled:
+            return
+        if self.cfg.progress_bar and total_iters > start_iter:
+            self.bar = tqdm(total=total_iters, initial=start_iter, desc="train", dynamic_ncols=True,
+                            file=sys.stdout, disable=None, mininterval=2.0)
+        if self.cfg.tensorboard_dir:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(log_dir=self.cfg.tensorboard_dir)
+        if self.cfg.use_wandb and self.cfg.wandb_mode != "disabled":
+            self._init_wandb(cfg, run_dir)
+
+    def _init_wandb(self, cfg, run_dir: str) -> None:
+        import wandb
+
+        os.environ.setdefault("WANDB_DIR", run_dir)
+        self.wandb = wandb.init(
+            project=self.cfg.wandb_project, group=self.cfg.wandb_group, entity=self.cfg.wandb_team,
+            name=self.cfg.wandb_run_name, mode=self.cfg.wandb_mode, dir=run_dir,
+            config=cfg.to_flat_dict(),
+        )
+
+    def log_step(self, iteration: int, metrics: dict[str, float]) -> None:
+        """Every step: TB/W&B get `train/<k>`; the console line averages over log_interval."""
+        if not self.enabled:
+            return
+        for k, v in metrics.items():
+            self.sums[k] += v
+            if self.tb:
+                self.tb.add_scalar(f"train/{k}", v, iteration)
+        if self.wandb:
+            self.wandb.log({f"train/{k}": v for k, v in metrics.items()}, step=iteration)
+        self.count += 1
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix(loss=f"{metrics.get('lm_loss', float('nan')):.3f}", refresh=False)
+        if iteration % self.cfg.log_interval == 0:
+            parts = [f"iteration {iteration}"] + [f"{k}: {v / self.count:.4E}" for k, v in self.sums.items()]
+            self.console(" | ".join(parts) + " |")
+            self.sums.clear()
+            self.count = 0
+
+    def log_eval(self, iteration: int, chart: str, metrics: dict[str, float], prefix: str) -> None:
+        if not self.enabled:
+            return
+        line = f" {chart} results at {prefix} | " + " | ".join(f"{k} value: {v:.6E}" for k, v in metrics.items()) + " |"
+        self.console("-" * len(line) + "\n" + line + "\n" + "-" * len(line))
+        for k, v in metrics.items():
+            if self.tb:
+                self.tb.add_scalar(f"{chart}/{k}", v, iteration)
+        if self.wandb:
+            self.wandb.log({f"{chart}/{k}": v for k, v in metrics.items()}, step=iteration)
+
+    def console(self, text: str) -> None:
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.write(text)
+        else:
+            print(text, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        if self.tb:
+            self.tb.close()
+        if self.wandb:
+            self.wandb.finish()

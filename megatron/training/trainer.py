@@ -1,0 +1,162 @@
+"""The training loop, torchtitan-style: train() -> train_step() -> forward_backward().
+
+Everything goes through the DeepSpeed engine (ZeRO, precision, gradient accumulation, clipping,
+checkpoint I/O); this file only decides what to feed it and when to evaluate, log and save.
+"""
+from __future__ import annotations
+
+import math
+import os
+import random
+import time
+
+import numpy as np
+import torch
+
+from megatron.data.loader import batch_loader, loss_mask_for
+from megatron.model import GPTModel, count_parameters
+from megatron.tokenizer import build_tokenizer, padded_vocab_size
+from megatron.training.checkpoint import Checkpointer
+from megatron.training.data_setup import build_datasets
+from megatron.training.distributed import init_distributed
+from megatron.training.logging import MetricsLogger
+from megatron.training.optim import build_optimizer
+from megatron.training.schedule import build_scheduler
+
+
+def set_seed(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def resolve_vocab(cfg):
+    """(tokenizer or None, padded vocab size). The tokenizer is only needed for its size/EOD."""
+    d, m = cfg.data, cfg.model
+    tok = None
+    if m.padded_vocab_size is None or cfg.data.eod_mask_loss:
+        tok = build_tokenizer(d.tokenizer_type, d.vocab_file, d.merge_file)
+    size = m.padded_vocab_size or padded_vocab_size(
+        tok.vocab_size, m.make_vocab_size_divisible_by, cfg.parallel.model_parallel_size)
+    return tok, size
+
+
+class Trainer:
+    def __init__(self, cfg):
+        import deepspeed
+
+        self.cfg = cfg
+        self.dist = init_distributed()
+        set_seed(cfg.training.seed)
+        self.tokenizer, self.vocab_size = resolve_vocab(cfg)
+        self.run_dir = cfg.logging.run_dir
+        self.batch, self.micro, self.gas = cfg.training.batch_sizes(self.dist.world_size)
+
+        model = GPTModel(cfg.model, self.vocab_size, cfg.training.checkpoint_activations)
+        optimizer = build_optimizer(cfg, model)
+        scheduler = build_scheduler(cfg, optimizer)
+        self.engine, _, _, _ = deepspeed.initialize(
+            model=model, optimizer=optimizer, lr_scheduler=scheduler,
+            config=cfg.deepspeed_config(self.dist.world_size), dist_init_required=False,
+        )
+        self.model = model
+        self.checkpointer = Checkpointer(cfg, self.vocab_size, self.dist.is_rank0)
+        client = self.checkpointer.load(self.engine)
+        self.iteration = client["iteration"] if client else 0
+        self.datasets = build_datasets(cfg, self.batch)
+        self.log = MetricsLogger(cfg, self.run_dir, self.dist.is_rank0, cfg.training.train_iters, self.iteration)
+        self.log.console(f"model: {count_parameters(model):,} parameters | pos-emb {cfg.model.pos_emb} | "
+                         f"attention backend {model.backend(self.dist.device, self._dtype()).name} | "
+                         f"batch {self.batch} = micro {self.micro} x gas {self.gas} x dp {self.dist.world_size}")
+
+    def _dtype(self) -> torch.dtype:
+        return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[self.cfg.precision.dtype]
+
+    # ---- the loop ----------------------------------------------------------------------------
+    def train(self) -> dict:
+        t = self.cfg.training
+        todo = t.train_iters - self.iteration
+        if todo > 0 and self.datasets[0] is None:
+            raise ValueError("train-iters > 0 but there is no training data")
+        loader = iter(batch_loader(self.datasets[0], self.micro, self.gas, self.dist.rank, self.dist.world_size,
+                                   self.iteration, max(todo, 0), t.num_workers)) if todo > 0 else None
+        last = {}
+        while self.iteration < t.train_iters:
+            start = time.perf_counter()
+            loss = self.train_step(loader)
+            self.iteration += 1
+            last = self._step_metrics(loss, time.perf_counter() - start)
+            self.log.log_step(self.iteration, last)
+            self._after_step()
+            if t.exit_interval and self.iteration % t.exit_interval == 0:
+                break
+        results = self.final_evaluation()
+        self.log.close()
+        return {"iteration": self.iteration, "last": last, **results}
+
+    def train_step(self, loader) -> float:
+        """One optimizer step = gas micro-batches; DeepSpeed accumulates and steps at the boundary."""
+        self.engine.train()
+        losses = [self.forward_backward(next(loader)) for _ in range(self.gas)]
+        return float(self._all_reduce_mean(torch.tensor(sum(losses) / len(losses))))
+
+    def forward_backward(self, batch) -> float:
+        tokens, labels = batch["tokens"].to(self.dist.device), batch["labels"].to(self.dist.device)
+        mask = loss_mask_for(tokens, getattr(self.tokenizer, "eod", None), self.cfg.data.eod_mask_loss)
+        loss = self.engine(tokens, labels=labels, loss_mask=mask.to(self.dist.device))
+        self.engine.backward(loss)
+        self.engine.step()
+        return loss.item()
+
+    def _step_metrics(self, loss: float, seconds: float) -> dict:
+        m = {"lm_loss": loss, "learning_rate": self.engine.get_lr()[0],
+             "elapsed_time_per_iteration_ms": seconds * 1000.0,
+             "samples_per_sec": self.batch / max(seconds, 1e-9)}
+        m.update(self.model.position.stats())  # KERPLE: bias_p_mean, bias_a_std, ... every step
+        return m
+
+    def _after_step(self) -> None:
+        t = self.cfg.training
+        if self.checkpointer.should_save(self.iteration):
+            path = self.checkpointer.save(self.engine, self.iteration)
+            self.log.console(f"[checkpoint] saved {path}")
+        if t.eval_interval and self.iteration % t.eval_interval == 0 and self.datasets[1] is not None:
+            self.evaluate("validation", self.datasets[1], f"iteration {self.iteration}",
+                          round_index=self.iteration // t.eval_interval)
+
+    def final_evaluation(self) -> dict:
+        out = {}
+        if self.cfg.checkpoint.save and self.iteration > 0 and not self._saved_at(self.iteration):
+            self.checkpointer.save(self.engine, self.iteration)
+        for chart, ds in (("validation", self.datasets[1]), ("test", self.datasets[2])):
+            if ds is not None:
+                out[chart] = self.evaluate(chart, ds, f"the end of training for {chart[:4] if chart == 'test' else 'val'} data",
+                                           round_index=0 if chart == "test" else self.iteration // max(self.cfg.training.eval_interval, 1))
+        return out
+
+    def _saved_at(self, iteration: int) -> bool:
+        return os.path.isdir(os.path.join(self.cfg.checkpoint.save, f"global_step{iteration}"))
+
+    @torch.no_grad()
+    def evaluate(self, chart: str, dataset, prefix: str, round_index: int = 0) -> dict:
+        """eval_iters x gas micro-batches; lm_loss = mean of per-batch token-mean losses."""
+        t = self.cfg.training
+        self.engine.eval()
+        loader = batch_loader(dataset, self.micro, self.gas, self.dist.rank, self.dist.world_size,
+                              round_index * t.eval_iters, t.eval_iters, 0)
+        losses = []
+        for batch in loader:
+            tokens, labels = batch["tokens"].to(self.dist.device), batch["labels"].to(self.dist.device)
+            mask = loss_mask_for(tokens, getattr(self.tokenizer, "eod", None), self.cfg.data.eod_mask_loss)
+            losses.append(self.engine(tokens, labels=labels, loss_mask=mask.to(self.dist.device)).float().item())
+        self.engine.train()
+        loss = float(self._all_reduce_mean(torch.tensor(sum(losses) / max(len(losses), 1))))
+        metrics = {"lm_loss": loss, "lm_loss_ppl": math.exp(min(loss, 700.0))}
+        self.log.log_eval(self.iteration, chart, metrics, prefix)
+        return metrics
+
+    def _all_reduce_mean(self, x: torch.Tensor) -> torch.Tensor:
+        if self.dist.world_size > 1:
+            torch.distributed.all_reduce(x)
+            x = x / self.dist.world_size
+        return x

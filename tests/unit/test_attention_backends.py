@@ -1,0 +1,133 @@
+"""Every attention backend against the reference backend, forward and backward (q, k, v and the
+scheme's own parameters), and the reference backend against a naive loop."""
+import logging
+import math
+
+import pytest
+import torch
+
+from megatron.attention import backend_names, resolve_backend
+from megatron.positional.base import PositionalSpec
+from megatron.positional.registry import build_scheme, scheme_names
+
+CPU, F32 = torch.device("cpu"), torch.float32
+B, H, D = 2, 4, 8
+SPEC = PositionalSpec(num_heads=H, head_dim=D, hidden_size=H * D, max_position_embeddings=64)
+# (Lq, Lk, offset, window): full rows, kv-cache rows, positions far from 0, sliding windows
+CASES = [(9, 9, 0, None), (3, 9, 0, None), (9, 9, 1000, None), (9, 9, 0, 4), (3, 9, 50, 4)]
+
+
+def scheme_for(name, seed=0):
+    torch.manual_seed(seed)
+    return build_scheme(name, SPEC)
+
+
+def accepted_pairs():
+    pairs = []
+    for backend in backend_names():
+        if backend == "reference":
+            continue
+        for name in scheme_names():
+            try:
+                resolve_backend(backend, scheme_for(name), CPU, F32, True)
+            except ValueError:
+                continue
+            pairs.append((backend, name))
+    return pairs
+
+
+def run(backend, scheme, q, k, v, q_pos, k_pos, window, grad_out):
+    """Forward like the model (rotate, then attend) and return out plus grads of q, k, v, params."""
+    q, k, v = (x.detach().clone().requires_grad_(True) for x in (q, k, v))
+    qr, kr = scheme.rotate_qk(q, k, q_pos, k_pos)
+    out = backend.forward(qr, kr, v, scheme, q_pos, k_pos, window=window)
+    params = [p for p in scheme.parameters() if p.requires_grad]
+    grads = torch.autograd.grad((out * grad_out).sum(), [q, k, v] + params, allow_unused=True)
+    return out.detach(), grads
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"Lq{c[0]}-Lk{c[1]}-off{c[2]}-W{c[3]}")
+@pytest.mark.parametrize("backend_name,scheme_name", accepted_pairs())
+def test_backend_matches_reference(backend_name, scheme_name, case):
+    lq, lk, offset, window = case
+    scheme = scheme_for(scheme_name)
+    with torch.no_grad():  # trained-looking parameters, not only the init draw
+        for p in scheme.parameters():
+            p.mul_(1.3)
+    backend = resolve_backend(backend_name, scheme, CPU, F32, True)
+    reference = resolve_backend("reference", scheme, CPU, F32, True)
+    torch.manual_seed(hash(case) % 1000)
+    q, k, v = torch.randn(B, H, lq, D), torch.randn(B, H, lk, D), torch.randn(B, H, lk, D)
+    grad_out = torch.randn(B, H, lq, D)
+    k_pos = torch.arange(lk) + offset
+    q_pos = k_pos[lk - lq:]
+    out, grads = run(backend, scheme, q, k, v, q_pos, k_pos, window, grad_out)
+    ref_out, ref_grads = run(reference, scheme, q, k, v, q_pos, k_pos, window, grad_out)
+    torch.testing.assert_close(out, ref_out, rtol=1e-4, atol=1e-5)
+    names = ["dq", "dk", "dv"] + [n for n, p in scheme.named_parameters() if p.requires_grad]
+    for name, g, ref_g in zip(names, grads, ref_grads):
+        assert (g is None) == (ref_g is None), name
+        if ref_g is not None:
+            torch.testing.assert_close(g, ref_g, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_score_bias_schemes_reach_a_fast_backend():
+    # Guard against accepted_pairs() silently shrinking to nothing.
+    assert ("sdpa", "kerple_log") in accepted_pairs()
+    assert ("sdpa", "kerple_power_ap_") in accepted_pairs()
+
+
+@pytest.mark.parametrize("name", ["kerple_power_ap_ap", "kerple_power__ap"])
+def test_sdpa_refuses_score_weight(name):
+    with pytest.raises(ValueError) as err:
+        resolve_backend("sdpa", scheme_for(name), CPU, F32, True)
+    msg = str(err.value)
+    assert "'sdpa'" in msg and "multiplies the scores" in msg and "reference" in msg
+
+
+def test_unknown_backend():
+    with pytest.raises(ValueError, match="unknown attention backend 'flashy'.*reference"):
+        resolve_backend("flashy", scheme_for("kerple_log"), CPU, F32, True)
+
+
+def test_auto_prefers_sdpa_and_logs(caplog):
+    with caplog.at_level(logging.INFO, logger="megatron.attention"):
+        assert resolve_backend("auto", scheme_for("kerple_log"), CPU, F32, True).name == "sdpa"
+    assert "sdpa" in caplog.text and "kerple_log" in caplog.text
+    assert resolve_backend("auto", scheme_for("kerple_power_ap_ap"), CPU, F32, True).name == "reference"
+    assert backend_names()[-1] == "reference"
+
+
+def naive_kerple_log_attention(q, k, v, p, a):
+    """Plain loops in float64: causal softmax(q.k/sqrt(D) - p log(1 + a (i-j))) @ v."""
+    Bn, Hn, L, Dn = q.shape
+    out = [[[[0.0] * Dn for _ in range(L)] for _ in range(Hn)] for _ in range(Bn)]
+    for b in range(Bn):
+        for h in range(Hn):
+            for i in range(L):
+                logits = [sum(float(q[b, h, i, c]) * float(k[b, h, j, c]) for c in range(Dn))
+                          / math.sqrt(Dn) - p[h] * math.log(1 + a[h] * (i - j)) for j in range(i + 1)]
+                m = max(logits)
+                w = [math.exp(x - m) for x in logits]
+                total = sum(w)
+                for c in range(Dn):
+                    out[b][h][i][c] = sum(w[j] * float(v[b, h, j, c]) for j in range(i + 1)) / total
+    return torch.tensor(out, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("dtype,softmax_in_fp32,tol", [
+    (torch.float32, False, 1e-5), (torch.float32, True, 1e-5), (torch.bfloat16, True, 3e-2)])
+def test_reference_against_naive_loop(dtype, softmax_in_fp32, tol):
+    scheme = scheme_for("kerple_log")
+    torch.manual_seed(3)
+    q, k, v = (torch.randn(1, H, 6, D) for _ in range(3))
+    pos = torch.arange(6)
+    p = [max(float(x), 0.01) for x in scheme.bias_p.detach().flatten()]
+    a = [max(float(x), 0.01) for x in scheme.bias_a.detach().flatten()]
+    expected = naive_kerple_log_attention(q, k, v, p, a)
+    backend = resolve_backend("reference", scheme, CPU, dtype, False)
+    with torch.no_grad():
+        got = backend.forward(q.to(dtype), k.to(dtype), v.to(dtype), scheme, pos, pos,
+                              softmax_in_fp32=softmax_in_fp32)
+    assert got.dtype == dtype
+    torch.testing.assert_close(got.double(), expected, rtol=tol, atol=tol)

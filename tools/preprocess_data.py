@@ -1,0 +1,58 @@
+"""Tokenize a corpus into GPT-NeoX's mmap indexed format (same CLI as NeoX's preprocess_data.py).
+
+    python tools/preprocess_data.py --input data/stdlib/stdlib.jsonl.zst \
+        --tokenizer-type HFTokenizer --vocab-file data/stdlib/tokenizer.json \
+        --append-eod --output-prefix data/stdlib/stdlib
+    # -> data/stdlib/stdlib_text_document.{bin,idx}
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from anywhere
+
+from megatron.data.preprocess import preprocess  # noqa: E402
+from megatron.tokenizer import TOKENIZER_TYPES, build_tokenizer  # noqa: E402
+
+
+def get_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = p.add_argument_group("input data")
+    g.add_argument("--input", required=True, help="comma-separated files or directories (.jsonl, .jsonl.zst, .txt, ... as lm_dataformat reads)")
+    g.add_argument("--jsonl-keys", nargs="+", default=["text"], help="names the output files; text is read from 'text' (as in NeoX)")
+    g.add_argument("--num-docs", type=int, default=None, help="stop after this many documents")
+    g = p.add_argument_group("tokenizer")
+    g.add_argument("--tokenizer-type", required=True, choices=TOKENIZER_TYPES + ("HFGPT2Tokenizer",))
+    g.add_argument("--vocab-file", default=None)
+    g.add_argument("--merge-file", default=None)
+    g.add_argument("--append-eod", action="store_true", help="append the end-of-document token to every document")
+    g.add_argument("--ftfy", action="store_true", help="fix unicode with ftfy first (needs ftfy installed)")
+    g = p.add_argument_group("output data")
+    g.add_argument("--output-prefix", required=True)
+    g.add_argument("--dataset-impl", default="mmap", choices=["lazy", "cached", "mmap"])
+    g = p.add_argument_group("runtime")
+    g.add_argument("--workers", type=int, default=1)
+    g.add_argument("--log-interval", type=int, default=100)
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = get_args(argv)
+    try:
+        if args.dataset_impl != "mmap":
+            raise ValueError(f"--dataset-impl {args.dataset_impl} is not supported (legacy format); use --dataset-impl mmap")
+        tokenizer = build_tokenizer(args.tokenizer_type, args.vocab_file, args.merge_file)
+        for key in args.jsonl_keys:
+            stats = preprocess(args.input, tokenizer, args.output_prefix, key=key, append_eod=args.append_eod,
+                               num_docs=args.num_docs, workers=args.workers, log_interval=args.log_interval,
+                               ftfy=args.ftfy)
+            print(f"wrote {stats['prefix']}.{{bin,idx}}: {stats['documents']} documents, {stats['tokens']} tokens "
+                  f"({stats['dtype']}) in {stats['seconds']:.1f}s = {stats['docs_per_s']:.1f} docs/s")
+    except ValueError as e:
+        sys.exit(f"error: {e}")
+
+
+if __name__ == "__main__":
+    main()
