@@ -15,8 +15,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from anywhere
 
-from megatron.data.corpora import CORPORA  # noqa: E402
-from megatron.data.corpora.prepare import prepare_corpus  # noqa: E402
+from megatron.data.corpora import CORPORA
+from megatron.data.corpora.prepare import prepare_corpus
 
 
 def main(argv=None) -> None:

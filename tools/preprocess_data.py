@@ -13,8 +13,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from anywhere
 
-from megatron.data.preprocess import preprocess  # noqa: E402
-from megatron.tokenizer import TOKENIZER_TYPES, build_tokenizer  # noqa: E402
+from megatron.data.preprocess import preprocess
+from megatron.tokenizer import TOKENIZER_TYPES, build_tokenizer
 
 
 def get_args(argv=None) -> argparse.Namespace:

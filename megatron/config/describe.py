@@ -34,8 +34,8 @@ def _lines(cfg) -> list[tuple[str, str]]:
                      f"{o.warmup}, min lr {o.min_lr}"),
         ("eval", f"every {t.eval_interval} iters x {t.eval_iters} batches"),
         ("data", f"{data}; split {d.split}; tokenizer {d.tokenizer_type}"),
-        ("save", f"{_or(c.save, 'never')} every {_or(c.interval, '-')} iters, keep "
-                 f"{_or(c.keep_last_n_checkpoints, 'all')}"),
+        ("save", "never" if c.save is None else f"{c.save} every {c.interval} iters, keep "
+                 f"{_or(c.keep_last_n_checkpoints, 'all')} ({c.checkpoint_scale} scale)"),
         ("load", _or(c.load, "nothing") + (f" (iteration {c.iteration})" if c.iteration is not None else "")),
         ("run dir", _or(cfg.logging.run_dir, "-")),
     ]

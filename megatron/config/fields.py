@@ -6,7 +6,8 @@ import copy
 import dataclasses
 import types
 import typing
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 _NO_DEFAULT = object()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+from functools import partial
 
 from megatron.config.errors import ConfigError, Problem
 from megatron.config.schema import ALIASES, KEYS, SECTIONS, canonical, hyphen
@@ -61,22 +62,23 @@ def build(entries: list[Entry], texts: dict[str, str], run_name: str):
             clean = False
             continue
         sections[sec] = cls(**kwargs)
-        problems += _located(sections[sec].check(), sections[sec], origins)
+        problems += _located(sections[sec].check(), partial(getattr, sections[sec]), origins)
     if clean:
         cfg = NeoXConfig(**sections, config_files=dict(texts), _sources=tuple(entries))
-        problems += _located(cross_section_problems(cfg), cfg, origins)
+        problems += _located(cross_section_problems(cfg), partial(_flat_value, cfg), origins)
     if problems:
         raise ConfigError(problems)
     return _derive(cfg, run_name)
 
 
-def _located(issues: list[tuple[str, str]], obj, origins: dict) -> list[Problem]:
-    """Attach value and origin to a section's (key, what) issues."""
-    out = []
-    for name, what in issues:
-        holder = getattr(obj, KEYS[name].section) if hasattr(obj, "model") else obj
-        out.append(value_problem(name, getattr(holder, name), origins.get(name, "default"), what))
-    return out
+def _flat_value(cfg, name: str):
+    return getattr(getattr(cfg, KEYS[name].section), name)
+
+
+def _located(issues: list[tuple[str, str]], value_of, origins: dict) -> list[Problem]:
+    """Attach the current value and its origin to (key, what is wrong) issues."""
+    return [value_problem(name, value_of(name), origins.get(name, "default"), what)
+            for name, what in issues]
 
 
 def _derive(cfg, run_name: str):

@@ -20,8 +20,8 @@ from megatron.config.parallel import ParallelConfig
 from megatron.config.passthrough import DeepSpeedConfig
 from megatron.config.precision import PrecisionConfig
 from megatron.config.schema import KEYS
-from megatron.config.training import TrainingConfig
 from megatron.config.sources import Entry
+from megatron.config.training import TrainingConfig
 
 _HEADER = ("# Resolved configuration (NeoX flat keys, every key explicit), written by megatron.config.\n"
            "# Load it with NeoXConfig.from_file(path), or pass it to deepy.py as the only config file.\n")
@@ -44,7 +44,7 @@ class NeoXConfig:
     _sources: tuple = dataclasses.field(default=(), repr=False, compare=False)
 
     @classmethod
-    def from_file(cls, path) -> "NeoXConfig":
+    def from_file(cls, path) -> NeoXConfig:
         from megatron.config.loader import load_config
         return load_config([path])
 
@@ -66,7 +66,7 @@ class NeoXConfig:
             f.write(text)
         os.replace(tmp, path)
 
-    def replace(self, **flat_overrides) -> "NeoXConfig":
+    def replace(self, **flat_overrides) -> NeoXConfig:
         """A validated copy with some flat keys changed; derived defaults are derived again."""
         from megatron.config.loader import build
 

@@ -14,8 +14,17 @@ from megatron.tokenizer.tiktoken_bpe import TiktokenTokenizer
 
 TOKENIZER_TYPES = ("GPT2BPETokenizer", "HFTokenizer", "TiktokenTokenizer", "SPMTokenizer", "CharLevelTokenizer")
 
-__all__ = ["AbstractTokenizer", "TOKENIZER_TYPES", "build_tokenizer", "padded_vocab_size", "CharLevelTokenizer",
-           "GPT2BPETokenizer", "HFTokenizer", "SPMTokenizer", "TiktokenTokenizer"]
+__all__ = [
+    "TOKENIZER_TYPES",
+    "AbstractTokenizer",
+    "CharLevelTokenizer",
+    "GPT2BPETokenizer",
+    "HFTokenizer",
+    "SPMTokenizer",
+    "TiktokenTokenizer",
+    "build_tokenizer",
+    "padded_vocab_size",
+]
 
 
 def build_tokenizer(tokenizer_type: str, vocab_file: str | None = None, merge_file: str | None = None) -> AbstractTokenizer:

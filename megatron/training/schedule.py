@@ -1,6 +1,6 @@
 """NeoX's AnnealingLR (megatron/learning_rates.py semantics), stepped once per optimizer step.
 
-    warmup (t <= W):  lr * t / W
+    warmup (t <= W):  lr * max(t, 1) / W   (not floored at min_lr, as NeoX)
     constant:         lr
     linear:           lr * (T - t) / (T - W)
     cosine:           min + (lr - min) / 2 * (1 + cos(pi * (t - W) / (T - W)))
@@ -30,7 +30,7 @@ class AnnealingLR:
     def get_lr(self) -> float:
         t = self.num_iters
         if self.warmup_iter > 0 and t <= self.warmup_iter:
-            return self.start_lr * t / self.warmup_iter
+            return self.start_lr * max(t, 1) / self.warmup_iter
         t_dec = min(t - self.warmup_iter, self.end_iter - self.warmup_iter)
         span = max(self.end_iter - self.warmup_iter, 1)
         if self.decay_style == "linear":

@@ -1,0 +1,77 @@
+"""Shared fixtures: tiny configs and tiny real-format datasets, all on CPU."""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(ROOT, ".venv", "torch_extensions"))
+os.environ.setdefault("WANDB_MODE", "disabled")
+
+TINY_MODEL = {
+    "num-layers": 2, "hidden-size": 32, "num-attention-heads": 4, "seq-length": 32,
+    "max-position-embeddings": 32, "pos-emb": "kerple_log", "no-weight-tying": True,
+    "padded-vocab-size": 128, "train-iters": 0, "train_micro_batch_size_per_gpu": 2,
+}
+
+
+def write_yaml(path, data: dict) -> str:
+    with open(path, "w") as f:
+        yaml.safe_dump(data, f)
+    return str(path)
+
+
+@pytest.fixture
+def tiny_config(tmp_path):
+    """Factory: tiny_config(**flat_overrides) -> NeoXConfig (model only, no data)."""
+    from megatron.config import load_config
+
+    def make(**over):
+        data = dict(TINY_MODEL)
+        data.update({k.replace("_", "-"): v for k, v in over.items()})
+        return load_config([write_yaml(tmp_path / "tiny.yml", data)])
+
+    return make
+
+
+def write_token_dataset(prefix: str, num_docs: int = 200, vocab: int = 120, seed: int = 0,
+                        eod: int = 0) -> str:
+    """A learnable synthetic corpus in the real .bin/.idx format: each document counts up mod
+    the vocab with its own stride (1-3), so even a bigram model drops from ln(vocab) to ~ln(3)."""
+    from megatron.data.indexed import MMapIndexedDatasetBuilder
+
+    rng = np.random.RandomState(seed)
+    builder = MMapIndexedDatasetBuilder(prefix + ".bin", np.uint16)
+    for _ in range(num_docs):
+        start, stride, n = rng.randint(1, vocab), rng.randint(1, 4), rng.randint(30, 120)
+        doc = np.concatenate([1 + (start + stride * np.arange(n)) % (vocab - 1), [eod]])
+        builder.add_item(doc.astype(np.int64))
+        builder.end_document()
+    builder.finalize(prefix + ".idx")
+    return prefix
+
+
+@pytest.fixture
+def token_dataset(tmp_path):
+    return write_token_dataset(str(tmp_path / "tiny_text_document"))
+
+
+def train_config_dict(tmp_path, data_prefix: str, **over) -> dict:
+    data = dict(TINY_MODEL)
+    data.update({
+        "data-path": data_prefix, "split": "80,10,10", "data-impl": "mmap",
+        "tokenizer-type": "CharLevelTokenizer",
+        "optimizer": {"type": "Adam", "params": {"lr": 0.003, "betas": [0.9, 0.99], "eps": 1e-8}},
+        "train-iters": 6, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
+        "eval-interval": 1000, "eval-iters": 2, "lr-decay-style": "cosine", "warmup": 0.1,
+        "log-interval": 1, "num-workers": 0, "progress-bar": False,
+        "run-dir": str(tmp_path / "run"), "seed": 1234,
+    })
+    data.update({k.replace("_", "-"): v for k, v in over.items()})
+    return data

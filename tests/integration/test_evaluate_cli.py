@@ -1,0 +1,41 @@
+"""evaluate.py on a freshly trained tiny checkpoint: one process, every length, JSON schema."""
+import json
+import os
+import subprocess
+import sys
+
+from megatron.config import load_config
+from tests.conftest import ROOT, train_config_dict, write_yaml
+
+
+def test_evaluate_cli_writes_schema(tmp_path, token_dataset):
+    from megatron.training.trainer import Trainer
+
+    ck = str(tmp_path / "ck")
+    data = train_config_dict(tmp_path, token_dataset, train_iters=4, save=ck, save_interval=4)
+    Trainer(load_config([write_yaml(tmp_path / "t.yml", data)])).train()
+    out = tmp_path / "eval"
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "evaluate.py"), "--checkpoint", ck, "--lengths", "32,64,128",
+         "--max-tokens", "512", "--out", str(out), "--quiet"],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    rec = json.loads((out / "eval.json").read_text())
+    assert rec["schema"] == "kerple-eval/1"
+    assert rec["lengths"] == [32, 64, 128] and rec["train_length"] == 32 and rec["iteration"] == 4
+    assert set(rec["perplexity"]) == {"32", "64", "128"}
+    for r in rec["results"]:
+        assert set(r) == {"length", "loss", "ppl", "windows", "tokens", "seconds"}
+        assert r["windows"] >= 1 and r["tokens"] == r["windows"] * r["length"] and r["ppl"] > 1
+    curve = rec["positionwise"]["128"]
+    assert curve["bin_size"] == 1 and len(curve["loss"]) == 128
+    for name in ("eval.csv", "eval.md", "positionwise.csv"):
+        assert (out / name).stat().st_size > 0
+    assert "| 128 | 4 |" in (out / "eval.md").read_text()
+
+
+def test_evaluate_cli_errors(tmp_path):
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "evaluate.py"), "--checkpoint", str(tmp_path)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 2 and "no `latest` file" in proc.stderr

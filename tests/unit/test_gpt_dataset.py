@@ -1,0 +1,147 @@
+"""GPT2Dataset index building: NeoX split/epoch/sample semantics, caching and eval windows."""
+import os
+
+import numpy as np
+import pytest
+
+from megatron.data.gpt_dataset import (
+    GPTDataset,
+    build_doc_idx,
+    build_eval_windows,
+    build_sample_idx,
+    build_train_valid_test_datasets,
+    num_epochs_needed,
+    split_ranges,
+)
+from megatron.data.indexed import MMapIndexedDataset, MMapIndexedDatasetBuilder
+
+
+def loop_sample_idx(sizes, doc_idx, seq_length, num_epochs, tokens_per_epoch):
+    """Straight transcription of NeoX's python/C++ loop, the reference for the vectorised version."""
+    num_samples = (num_epochs * tokens_per_epoch - 1) // seq_length
+    out = np.zeros([num_samples + 1, 2], dtype=np.int64)
+    doc_pos, offset = 0, 0
+    for k in range(1, num_samples + 1):
+        remaining = seq_length + 1
+        while remaining != 0:
+            length = sizes[doc_idx[doc_pos]] - offset
+            remaining -= length
+            if remaining <= 0:
+                offset += remaining + length - 1
+                remaining = 0
+            else:
+                doc_pos, offset = doc_pos + 1, 0
+        out[k] = (doc_pos, offset)
+    return out
+
+
+def make_dataset(tmp_path, sizes, seed=0, name="ds"):
+    rng = np.random.RandomState(seed)
+    prefix = str(tmp_path / name)
+    b = MMapIndexedDatasetBuilder(prefix + ".bin", dtype=np.uint16)
+    for n in sizes:
+        b.add_item(rng.randint(0, 60000, size=n))
+        b.end_document()
+    b.finalize(prefix + ".idx")
+    return prefix
+
+
+@pytest.mark.parametrize("n,split,expected", [
+    (1000, "949,50,1", [(0, 949), (949, 999), (999, 1000)]),
+    (100, "969, 30, 1", [(0, 97), (97, 100), (100, 100)]),
+    (10, "1", [(0, 10), (10, 10), (10, 10)]),
+    (10, "8/1/1", [(0, 8), (8, 9), (9, 10)]),
+    (7, "1,1,1", [(0, 3), (3, 5), (5, 7)]),  # 2+2+2 = 6: NeoX shifts EVERY boundary by +1
+])
+def test_split_ranges(n, split, expected):
+    assert split_ranges(n, split) == expected
+
+
+@pytest.mark.parametrize("bad", ["", "a,b", "1,2,3,4", "0,0,0", "-1,2"])
+def test_split_ranges_bad(bad):
+    with pytest.raises(ValueError, match="bad split"):
+        split_ranges(10, bad)
+
+
+def test_num_epochs():
+    assert num_epochs_needed(100, 10, 9) == 1
+    assert num_epochs_needed(100, 10, 10) == 2  # (100-1)//10 = 9 < 10
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_vectorised_sample_idx_equals_loop(seed):
+    rng = np.random.RandomState(seed)
+    sizes = rng.randint(0 if seed % 2 else 1, 30, size=40).astype(np.int32)  # odd seeds include empty docs
+    sizes[0] = max(sizes[0], 1)
+    documents = np.arange(3, 37, dtype=np.int32)
+    tokens = int(sizes[documents].sum())
+    for seq_length in (1, 2, 7, 16, 64):
+        epochs = num_epochs_needed(tokens, seq_length, 50)
+        doc_idx = build_doc_idx(documents, epochs, np.random.RandomState(seed))
+        got = build_sample_idx(sizes, doc_idx, seq_length, epochs, tokens)
+        want = loop_sample_idx(sizes, doc_idx, seq_length, epochs, tokens)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_samples_have_shared_boundary_tokens(tmp_path):
+    prefix = make_dataset(tmp_path, [5, 17, 3, 40, 1, 9, 22])
+    indexed = MMapIndexedDataset(prefix)
+    ds = GPTDataset("train", prefix, np.arange(7, dtype=np.int32), indexed, 30, 8, seed=1, shuffle=False)
+    stream = np.concatenate([indexed[int(d)] for d in ds.doc_idx])
+    assert len(ds) >= 30
+    for k in range(len(ds)):
+        x = ds[k]["text"]
+        assert x.dtype == np.int64 and x.shape == (9,)
+        np.testing.assert_array_equal(x, stream[8 * k: 8 * k + 9])  # consecutive samples share x[-1]
+
+
+@pytest.mark.parametrize("seq_length", [4, 16, 50])
+def test_eval_windows_cover_one_epoch_without_overlap(tmp_path, seq_length):
+    prefix = make_dataset(tmp_path, [30, 3, 55, 12, 80, 7, 41, 2, 19, 33])
+    ds = build_eval_windows(prefix, "1,1,0", "valid", seq_length, seed=3, cache_dir=str(tmp_path / "c"))
+    indexed = MMapIndexedDataset(prefix)
+    documents = np.arange(*split_ranges(10, "1,1,0")[1])
+    tokens = int(indexed.sizes[documents].sum())
+    assert ds.num_epochs == 1 and len(ds) == (tokens - 1) // seq_length
+    assert sorted(int(d) for d in ds.doc_idx) == documents.tolist()  # one epoch, shuffled
+    stream = np.concatenate([indexed[int(d)] for d in ds.doc_idx])
+    starts = sorted(int(ds.shuffle_idx[i]) * seq_length for i in range(len(ds)))
+    assert starts == list(range(0, len(ds) * seq_length, seq_length))  # targets tile the stream exactly once
+    for i in range(len(ds)):
+        start = int(ds.shuffle_idx[i]) * seq_length
+        np.testing.assert_array_equal(ds[i]["text"], stream[start: start + seq_length + 1])
+    short = build_eval_windows(prefix, "1,1,0", "valid", seq_length, seed=3, max_windows=2, cache_dir=str(tmp_path / "c"))
+    assert len(short) == 2 and np.array_equal(short[1]["text"], ds[1]["text"])
+
+
+def test_cache_files_written_then_loaded(tmp_path, capsys):
+    prefix = make_dataset(tmp_path, [50] * 20)
+    train, valid, test = build_train_valid_test_datasets(prefix, "8,2,0", 16, 1234, (100, 10, 0), seq_length_val=32)
+    assert test is None and train.seq_length == 16 and valid.seq_length == 32
+    names = sorted(os.listdir(tmp_path))
+    for kind in ("doc", "sample", "shuffle"):
+        assert f"ds_train_indexmap_100ns_16sl_1234s_{kind}_idx.npy" in names
+        assert f"ds_valid_indexmap_10ns_32sl_1234s_{kind}_idx.npy" in names
+    assert capsys.readouterr().out.count("built") == 2
+    train2, _, _ = build_train_valid_test_datasets(prefix, "8,2,0", 16, 1234, (100, 10, 0), seq_length_val=32)
+    assert "built" not in capsys.readouterr().out  # second build loads the cached maps
+    assert isinstance(train2.sample_idx, np.memmap)
+    np.testing.assert_array_equal(train2[5]["text"], train[5]["text"])
+    assert len(train) >= 100 and train.num_epochs == num_epochs_needed(800, 16, 100)
+
+
+def test_read_only_data_dir_falls_back_to_cwd_cache(tmp_path, monkeypatch):
+    prefix = make_dataset(tmp_path, [50] * 4)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(os, "access", lambda *a, **k: False)
+    indexed = MMapIndexedDataset(prefix)
+    GPTDataset("train", prefix, np.arange(4), indexed, 5, 8, seed=0)
+    assert len(list((tmp_path / "cache" / "index_maps").glob("*.npy"))) == 3
+
+
+def test_too_short_split(tmp_path):
+    prefix = make_dataset(tmp_path, [10] * 10)
+    with pytest.raises(ValueError, match=r"valid split .* 1 documents and 10 tokens.*seq_length\+1 = 33"):
+        build_eval_windows(prefix, "9,1,0", "valid", 32, seed=0, cache_dir=str(tmp_path))
+    with pytest.raises(ValueError, match=r"test split .* 0 documents and 0 tokens"):
+        build_train_valid_test_datasets(prefix, "9,1,0", 4, 0, (10, 10, 10), cache_dir=str(tmp_path))

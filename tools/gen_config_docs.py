@@ -1,0 +1,41 @@
+"""Write docs/config.md from the config key declarations; --check exits 1 if it is stale."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from megatron.config.docs import render
+
+DOC_PATH = os.path.join(ROOT, "docs", "config.md")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--check", action="store_true", help="exit 1 if docs/config.md is out of date")
+    parser.add_argument("--output", default=DOC_PATH)
+    args = parser.parse_args(argv)
+    text = render()
+    if args.check:
+        try:
+            with open(args.output, encoding="utf-8") as f:
+                current = f.read()
+        except FileNotFoundError:
+            current = None
+        if current != text:
+            print(f"{args.output} is stale; run: python tools/gen_config_docs.py", file=sys.stderr)
+            return 1
+        print(f"{args.output} is up to date")
+        return 0
+    os.makedirs(os.path.dirname(args.output), exist_ok=True)
+    with open(args.output, "w", encoding="utf-8") as f:
+        f.write(text)
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
