@@ -22,8 +22,10 @@ def parse_args(argv=None):
     p.add_argument("--lengths", default=None, help="comma-separated lengths (default: 1x..--max-factor x train length)")
     p.add_argument("--max-factor", type=int, default=32, help="largest multiple of the train length (default 32)")
     p.add_argument("--split", choices=("test", "valid"), default="test")
-    p.add_argument("--max-windows", type=int, default=320, help="windows per length (paper: 320)")
-    p.add_argument("--max-tokens", type=int, default=None, help="token budget per length (caps windows)")
+    p.add_argument("--max-windows", type=int, default=None,
+                   help="windows per length (default: the paper's 320 unless --max-tokens is given)")
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="token budget per length: every length then covers the same leading tokens of the split")
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--window", type=int, default=None, help="sliding-window attention W at eval time")
     p.add_argument("--attention-backend", default=None, help="override the attention backend")
@@ -86,10 +88,11 @@ def main(argv=None) -> int:
                   f"(max {model.position.max_length()}); drop them from --lengths", file=sys.stderr)
             return 2
     prefix, split = data_source(cfg, args.split)
+    max_windows = args.max_windows if (args.max_windows or args.max_tokens) else 320
     results, start = [], time.perf_counter()
     for L in lengths:
         try:
-            r = evaluate_length(model, prefix, split, args.split, L, cfg.training.seed, args.max_windows,
+            r = evaluate_length(model, prefix, split, args.split, L, cfg.training.seed, max_windows,
                                 args.max_tokens, args.batch_size, args.device, cfg.data.data_cache_dir,
                                 progress=not args.quiet)
         except ValueError as e:

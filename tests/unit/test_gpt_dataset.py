@@ -145,3 +145,11 @@ def test_too_short_split(tmp_path):
         build_eval_windows(prefix, "9,1,0", "valid", 32, seed=0, cache_dir=str(tmp_path))
     with pytest.raises(ValueError, match=r"test split .* 0 documents and 0 tokens"):
         build_train_valid_test_datasets(prefix, "9,1,0", 4, 0, (10, 10, 10), cache_dir=str(tmp_path))
+
+
+def test_stale_cache_is_reported(tmp_path):
+    prefix = make_dataset(tmp_path, [50] * 4)
+    GPTDataset("train", prefix, np.arange(4), MMapIndexedDataset(prefix), 5, 8, seed=0)
+    prefix = make_dataset(tmp_path, [60] * 4)  # same prefix, new contents
+    with pytest.raises(ValueError, match="do not match.*delete the three files"):
+        GPTDataset("train", prefix, np.arange(4), MMapIndexedDataset(prefix), 5, 8, seed=0)
