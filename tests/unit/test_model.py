@@ -71,3 +71,13 @@ def test_window_changes_output(tiny_config):
     a, b = full(tokens), windowed(tokens)
     assert torch.allclose(a[:, :4], b[:, :4], atol=1e-5)  # first W positions see the same keys
     assert not torch.allclose(a[:, 8:], b[:, 8:], atol=1e-4)
+
+
+def test_bf16_forward_close_to_fp32(tiny_config):
+    torch.manual_seed(0)
+    model = GPTModel(tiny_config().model, 128)
+    tokens = torch.randint(0, 128, (2, 16))
+    ref = model(tokens, labels=tokens)
+    low = model.to(torch.bfloat16)(tokens, labels=tokens)
+    assert low.dtype == torch.float32  # the loss is always computed from float32 logits
+    assert abs(low.item() - ref.item()) < 5e-2

@@ -1,0 +1,45 @@
+"""deepy.py: --dry-run on the paper's 2022 configs (meta device, no data), and clear errors."""
+import os
+import subprocess
+import sys
+
+from tests.conftest import ROOT, write_yaml
+
+PAPER = os.path.join(ROOT, "configs", "paper")
+
+
+def deepy(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "deepy.py"), *args],
+                          capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+def test_dry_run_paper_162m():
+    proc = deepy("--dry-run", "train.py", os.path.join(PAPER, "local_setup.yml"), os.path.join(PAPER, "train.yml"))
+    assert proc.returncode == 0, proc.stderr
+    count = int(proc.stdout.split("parameters:")[1].split()[0].replace(",", ""))
+    assert abs(count - 162_000_000) <= 1_000_000
+    assert "kerple_log" in proc.stdout and "bf16" in proc.stdout
+    assert "50304" in proc.stdout  # GPT-2 vocab 50257 padded to a multiple of 128
+
+
+def test_dry_run_with_length_file_and_override():
+    proc = deepy("--dry-run", "train.py", os.path.join(PAPER, "local_setup.yml"), os.path.join(PAPER, "ex_eval.yml"),
+                 os.path.join(PAPER, "lengths", "length_4096.yml"), "-o", "pos-emb=rotary")
+    assert proc.returncode == 0, proc.stderr
+    assert "rotary" in proc.stdout and "4096" in proc.stdout
+
+
+def test_unknown_and_bad_keys_fail_once_with_all_problems(tmp_path):
+    bad = write_yaml(tmp_path / "bad.yml", {"num-layer": 2, "hiden-size": 8, "num-attention-heads": "x",
+                                           "seq-length": 16, "train-iters": 1})
+    proc = deepy("--dry-run", "train.py", bad)
+    assert proc.returncode == 2
+    err = proc.stderr
+    assert "num-layer" in err and "num-layers" in err and "hiden-size" in err and "hidden-size" in err
+
+
+def test_missing_file_and_bad_override(tmp_path):
+    proc = deepy("--dry-run", "train.py", str(tmp_path / "nope.yml"))
+    assert proc.returncode == 2 and "nope.yml" in proc.stderr
+    proc = deepy("--dry-run", "train.py", os.path.join(PAPER, "train.yml"), "-o", "pos-emb")
+    assert proc.returncode != 0 and "KEY=VALUE" in proc.stderr
