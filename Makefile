@@ -22,6 +22,8 @@ $(STAMP): requirements.txt constraints.txt
 	touch $(STAMP)
 
 test: setup
+	$(VENV)/bin/ruff check .
+	$(PY) tools/gen_config_docs.py --check
 	$(PY) -m pytest -q tests
 
 test-fast: setup

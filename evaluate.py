@@ -41,7 +41,7 @@ def parse_lengths(text: str) -> list[int]:
     try:
         lengths = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise SystemExit(f"evaluate.py: --lengths {text!r} must be comma-separated integers, e.g. 512,1024")
+        raise SystemExit(f"evaluate.py: --lengths {text!r} must be comma-separated integers, e.g. 512,1024") from None
     if not lengths or min(lengths) < 1:
         raise SystemExit(f"evaluate.py: --lengths {text!r} must list positive integers")
     return lengths

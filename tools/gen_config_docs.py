@@ -8,7 +8,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from megatron.config.docs import render
+from megatron.config.docs import render  # noqa: E402
 
 DOC_PATH = os.path.join(ROOT, "docs", "config.md")
 

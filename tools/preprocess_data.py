@@ -20,8 +20,10 @@ from megatron.tokenizer import TOKENIZER_TYPES, build_tokenizer
 def get_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("input data")
-    g.add_argument("--input", required=True, help="comma-separated files or directories (.jsonl, .jsonl.zst, .txt, ... as lm_dataformat reads)")
-    g.add_argument("--jsonl-keys", nargs="+", default=["text"], help="names the output files; text is read from 'text' (as in NeoX)")
+    g.add_argument("--input", required=True,
+                   help="comma-separated files or directories (.jsonl, .jsonl.zst, .txt, ... as lm_dataformat reads)")
+    g.add_argument("--jsonl-keys", nargs="+", default=["text"],
+                   help="names the output files; text is read from 'text' (as in NeoX)")
     g.add_argument("--num-docs", type=int, default=None, help="stop after this many documents")
     g = p.add_argument_group("tokenizer")
     g.add_argument("--tokenizer-type", required=True, choices=TOKENIZER_TYPES + ("HFGPT2Tokenizer",))

@@ -36,7 +36,7 @@ def build_record(meta: dict, results) -> dict:
 
 def markdown_table(rec: dict) -> str:
     train = rec.get("train_length")
-    lines = [f"| length | x train | loss | ppl | windows | tokens |", "|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| length | x train | loss | ppl | windows | tokens |", "|---:|---:|---:|---:|---:|---:|"]
     for r in rec["results"]:
         ratio = f"{r['length'] / train:g}" if train else "-"
         lines.append(f"| {r['length']} | {ratio} | {r['loss']:.4f} | {r['ppl']:.3f} | {r['windows']} | {r['tokens']} |")

@@ -9,8 +9,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from megatron.positional.base import (PositionalScheme, PositionalSpec, causal_distance,
-                                      clamp_straight_through, summary_stats)
+from megatron.positional.base import (
+    PositionalScheme,
+    PositionalSpec,
+    causal_distance,
+    clamp_straight_through,
+    summary_stats,
+)
 from megatron.positional.registry import register
 
 EPS = 1e-2

@@ -12,8 +12,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from megatron.positional.base import (PositionalScheme, PositionalSpec, causal_distance,
-                                      clamp_straight_through, pow_distance, summary_stats)
+from megatron.positional.base import (
+    PositionalScheme,
+    PositionalSpec,
+    causal_distance,
+    clamp_straight_through,
+    pow_distance,
+    summary_stats,
+)
 from megatron.positional.kerple_log import EPS, uniform_heads
 from megatron.positional.registry import register
 

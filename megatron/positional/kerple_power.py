@@ -18,8 +18,14 @@ import torch
 from torch import nn
 
 from megatron.positional.alibi import alibi_slopes
-from megatron.positional.base import (PositionalScheme, PositionalSpec, causal_distance,
-                                      clamp_straight_through, pow_distance, summary_stats)
+from megatron.positional.base import (
+    PositionalScheme,
+    PositionalSpec,
+    causal_distance,
+    clamp_straight_through,
+    pow_distance,
+    summary_stats,
+)
 from megatron.positional.kerple_log import EPS, uniform_heads
 from megatron.positional.registry import register
 

@@ -125,13 +125,16 @@ class Trainer:
                           round_index=self.iteration // t.eval_interval)
 
     def final_evaluation(self) -> dict:
+        """NeoX's end of training: save if this step was not saved yet, then validation and test."""
         out = {}
         if self.cfg.checkpoint.save and self.iteration > 0 and not self._saved_at(self.iteration):
             self.checkpointer.save(self.engine, self.iteration)
-        for chart, ds in (("validation", self.datasets[1]), ("test", self.datasets[2])):
-            if ds is not None:
-                out[chart] = self.evaluate(chart, ds, f"the end of training for {chart[:4] if chart == 'test' else 'val'} data",
-                                           round_index=0 if chart == "test" else self.iteration // max(self.cfg.training.eval_interval, 1))
+        eval_round = self.iteration // max(self.cfg.training.eval_interval, 1)
+        if self.datasets[1] is not None:
+            out["validation"] = self.evaluate("validation", self.datasets[1],
+                                              "the end of training for val data", eval_round)
+        if self.datasets[2] is not None:
+            out["test"] = self.evaluate("test", self.datasets[2], "the end of training for test data", 0)
         return out
 
     def _saved_at(self, iteration: int) -> bool:

@@ -1,5 +1,4 @@
 """Training through the DeepSpeed engine on CPU: loss falls, and a resumed run continues exactly."""
-import json
 import os
 
 import pytest
