@@ -1,0 +1,1 @@
+"""Data pipeline: MMIDIDX indexed datasets, GPT sample indexing, preprocessing and bundled corpora."""

@@ -1,0 +1,277 @@
+"""The NeoX/Megatron "mmap" indexed dataset: token ids in `<prefix>.bin`, an index in `<prefix>.idx`.
+
+Byte-compatible with GPT-NeoX, so files written here train there and vice versa.
+
+`.idx` layout (all little-endian):
+
+    offset 0   magic  b"MMIDIDX\\x00\\x00"            9 bytes
+    offset 9   version = 1                           <Q
+    offset 17  dtype code (see DTYPE_CODES)          <B
+    offset 18  n = number of items (sequences)       <Q
+    offset 26  doc_count = len(doc_idx)              <Q
+    offset 34  sizes     int32[n]    tokens per item
+               pointers  int64[n]    BYTE offsets of each item in .bin
+               doc_idx   int64[doc_count]   item index where each document starts (+ final n)
+
+`.bin` is the items' token ids concatenated, in the dtype named by the code.
+We also read the older "TNTIDX" (cached/lazy) index for 1-D items, since it is cheap.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+
+import numpy as np
+
+_MAGIC = b"MMIDIDX\x00\x00"
+_LEGACY_MAGIC = b"TNTIDX\x00\x00"
+_VERSION = 1
+_HEADER_BYTES = 34  # 9 magic + 8 version + 1 dtype + 8 len + 8 doc_count
+
+DTYPE_CODES = {
+    1: np.dtype(np.uint8),
+    2: np.dtype(np.int8),
+    3: np.dtype(np.int16),
+    4: np.dtype(np.int32),
+    5: np.dtype(np.int64),
+    6: np.dtype(np.float32),
+    7: np.dtype(np.float64),
+    8: np.dtype(np.uint16),
+}
+_CODE_OF = {dtype: code for code, dtype in DTYPE_CODES.items()}
+
+_HOW_TO_BUILD = "build it with tools/preprocess_data.py (or tools/prepare_data.py for a bundled corpus)"
+
+
+class IndexedDatasetError(ValueError):
+    """A .bin/.idx pair is missing, corrupt or inconsistent."""
+
+
+def best_dtype(vocab_size: int) -> np.dtype:
+    """Smallest token dtype NeoX would pick: uint16 below 65500 ids, else int32."""
+    return np.dtype(np.uint16) if vocab_size is not None and vocab_size < 65500 else np.dtype(np.int32)
+
+
+def idx_path(prefix: str) -> str:
+    return prefix + ".idx"
+
+
+def bin_path(prefix: str) -> str:
+    return prefix + ".bin"
+
+
+def dataset_exists(prefix: str) -> bool:
+    return os.path.isfile(idx_path(prefix)) and os.path.isfile(bin_path(prefix))
+
+
+# ----------------------------------------------------------------------------- writing
+
+
+def _to_numpy_1d(ids) -> np.ndarray:
+    if hasattr(ids, "detach"):  # torch tensor, without importing torch here
+        ids = ids.detach().cpu().numpy()
+    arr = np.asarray(ids)
+    if arr.ndim != 1:
+        raise ValueError(f"add_item expects a 1-D sequence of token ids, got shape {arr.shape}; flatten it first")
+    return arr
+
+
+class MMapIndexedDatasetBuilder:
+    """Streams items into `<bin_path>.tmp`; `finalize(idx_path)` publishes the .bin and then the .idx.
+
+    Publishing order (drop old .idx, rename .bin, write .idx via a temp file) means a crash at any
+    point leaves either no .idx or a complete matching pair, never a valid-looking .idx over a
+    partial .bin.
+    """
+
+    def __init__(self, bin_path: str, dtype=np.int64):
+        self._dtype = np.dtype(dtype)
+        if self._dtype not in _CODE_OF:
+            raise ValueError(f"unsupported token dtype {self._dtype}; use one of {sorted(map(str, _CODE_OF))}")
+        self._bin_path = bin_path
+        self._tmp_bin_path = bin_path + ".tmp"
+        self._data_file = open(self._tmp_bin_path, "wb")  # noqa: SIM115 (stays open until finalize)
+        self._sizes: list[int] = []
+        self._doc_idx: list[int] = [0]
+
+    def add_item(self, ids) -> None:
+        arr = _to_numpy_1d(ids)
+        if arr.size and self._dtype.kind in "iu" and arr.dtype.kind in "iu":
+            info = np.iinfo(self._dtype)
+            if arr.min() < info.min or arr.max() > info.max:
+                raise ValueError(
+                    f"token id range [{arr.min()}, {arr.max()}] does not fit {self._dtype}; "
+                    "build the dataset with a wider dtype (best_dtype(vocab_size))"
+                )
+        self._data_file.write(arr.astype(self._dtype, copy=False).tobytes(order="C"))
+        self._sizes.append(int(arr.size))
+
+    def end_document(self) -> None:
+        self._doc_idx.append(len(self._sizes))
+
+    def merge_file_(self, prefix: str) -> None:
+        """Append another dataset's items. Like NeoX, its doc_idx is NOT merged into ours."""
+        other = MMapIndexedDataset(prefix)
+        if other.dtype != self._dtype:
+            raise ValueError(f"cannot merge {prefix}: its dtype is {other.dtype}, this builder writes {self._dtype}")
+        self._sizes.extend(int(s) for s in other.sizes)
+        with open(bin_path(prefix), "rb") as f:
+            shutil.copyfileobj(f, self._data_file)
+
+    def finalize(self, idx_path: str) -> None:
+        self._data_file.close()
+        if os.path.exists(idx_path):
+            os.remove(idx_path)  # a stale .idx must not survive next to the new .bin
+        os.replace(self._tmp_bin_path, self._bin_path)
+        write_index(idx_path, self._dtype, self._sizes, self._doc_idx)
+
+
+def write_index(path: str, dtype, sizes, doc_idx) -> None:
+    """Write an MMIDIDX index atomically (temp file + os.replace)."""
+    dtype = np.dtype(dtype)
+    sizes = np.asarray(sizes, dtype=np.int32)
+    pointers = np.zeros(len(sizes), dtype=np.int64)
+    if len(sizes) > 1:  # byte offset of item i = itemsize * tokens before it
+        np.cumsum(sizes[:-1].astype(np.int64) * dtype.itemsize, out=pointers[1:])
+    doc_idx = np.asarray(doc_idx, dtype=np.int64)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(_MAGIC)
+        f.write(struct.pack("<Q", _VERSION))
+        f.write(struct.pack("<B", _CODE_OF[dtype]))
+        f.write(struct.pack("<Q", len(sizes)))
+        f.write(struct.pack("<Q", len(doc_idx)))
+        f.write(sizes.tobytes(order="C"))
+        f.write(pointers.tobytes(order="C"))
+        f.write(doc_idx.tobytes(order="C"))
+    os.replace(tmp, path)
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def _dtype_from_code(code: int, path: str) -> np.dtype:
+    if code not in DTYPE_CODES:
+        raise IndexedDatasetError(f"{path}: unknown dtype code {code} (valid: {sorted(DTYPE_CODES)}); the file is corrupt, rebuild it")
+    return DTYPE_CODES[code]
+
+
+def _require_length(path: str, buf_len: int, expected: int) -> None:
+    if buf_len < expected:
+        raise IndexedDatasetError(
+            f"{path} is truncated: its header implies at least {expected} bytes but the file has {buf_len}; "
+            f"delete it and {_HOW_TO_BUILD}"
+        )
+
+
+def _read_mmidx(path: str, buf: np.ndarray):
+    """Parse an MMIDIDX index from a uint8 buffer -> (dtype, sizes, pointers, doc_idx)."""
+    _require_length(path, len(buf), _HEADER_BYTES)
+    (version,) = struct.unpack_from("<Q", buf, 9)
+    if version != _VERSION:
+        raise IndexedDatasetError(f"{path}: unsupported index version {version} (only {_VERSION}); rebuild it")
+    (code,) = struct.unpack_from("<B", buf, 17)
+    dtype = _dtype_from_code(code, path)
+    n, doc_count = struct.unpack_from("<QQ", buf, 18)
+    _require_length(path, len(buf), _HEADER_BYTES + 12 * n + 8 * doc_count)
+    sizes = np.frombuffer(buf, dtype=np.int32, count=n, offset=_HEADER_BYTES)
+    pointers = np.frombuffer(buf, dtype=np.int64, count=n, offset=_HEADER_BYTES + 4 * n)
+    doc_idx = np.frombuffer(buf, dtype=np.int64, count=doc_count, offset=_HEADER_BYTES + 12 * n)
+    return dtype, sizes, pointers, doc_idx
+
+
+def _read_legacy_idx(path: str, buf: np.ndarray):
+    """Parse a legacy TNTIDX (cached/lazy) index; only 1-D items (one size per item) are supported."""
+    header = 8 + 8 + 16 + 16 + 8
+    _require_length(path, len(buf), header)
+    (version,) = struct.unpack_from("<Q", buf, 8)
+    if version != _VERSION:
+        raise IndexedDatasetError(f"{path}: unsupported legacy index version {version}; rebuild it as mmap")
+    code, _element_size = struct.unpack_from("<QQ", buf, 16)
+    dtype = _dtype_from_code(code, path)
+    n, s = struct.unpack_from("<QQ", buf, 32)
+    (doc_count,) = struct.unpack_from("<Q", buf, 48)
+    _require_length(path, len(buf), header + 8 * (2 * (n + 1) + s + doc_count))
+    if s != n:
+        raise IndexedDatasetError(f"{path}: legacy index with multi-dimensional items is not supported; rebuild it as mmap")
+    arrays = np.frombuffer(buf, dtype=np.int64, count=2 * (n + 1) + s + doc_count, offset=header)
+    data_offsets = arrays[n + 1 : 2 * (n + 1)]  # in elements, not bytes
+    sizes = arrays[2 * (n + 1) : 2 * (n + 1) + s].astype(np.int32)
+    doc_idx = arrays[2 * (n + 1) + s :]
+    return dtype, sizes, data_offsets[:-1] * dtype.itemsize, doc_idx
+
+
+def _memmap_or_empty(path: str) -> np.ndarray:
+    # np.memmap refuses zero-length files; an empty dataset is still a valid dataset.
+    if os.path.getsize(path) == 0:
+        return np.zeros(0, dtype=np.uint8)
+    return np.memmap(path, dtype=np.uint8, mode="r", order="C")
+
+
+class MMapIndexedDataset:
+    """Read-only view of `<prefix>.bin` + `<prefix>.idx`; items come back as numpy arrays."""
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+        for path in (idx_path(prefix), bin_path(prefix)):
+            if not os.path.isfile(path):
+                raise IndexedDatasetError(f"data file {path} does not exist; check data-path, or {_HOW_TO_BUILD}")
+        ipath = idx_path(prefix)
+        self._index_buf = _memmap_or_empty(ipath)
+        magic = bytes(self._index_buf[:9])
+        if magic == _MAGIC:
+            parsed = _read_mmidx(ipath, self._index_buf)
+        elif magic[:8] == _LEGACY_MAGIC:
+            parsed = _read_legacy_idx(ipath, self._index_buf)
+        else:
+            raise IndexedDatasetError(f"{ipath}: bad magic {magic!r}, this is not a Megatron/NeoX index file; {_HOW_TO_BUILD}")
+        self._dtype, self._sizes, self._pointers, self._doc_idx = parsed
+        self._bin_buf = _memmap_or_empty(bin_path(prefix))
+        self._check_bin_length()
+
+    def _check_bin_length(self) -> None:
+        if len(self._sizes) == 0:
+            return
+        needed = int(self._pointers[-1]) + int(self._sizes[-1]) * self._dtype.itemsize
+        if len(self._bin_buf) < needed:
+            raise IndexedDatasetError(
+                f"{bin_path(self.prefix)} is truncated: the index needs {needed} bytes but the file has "
+                f"{len(self._bin_buf)}; delete both files and {_HOW_TO_BUILD}"
+            )
+
+    def __len__(self) -> int:
+        return len(self._sizes)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self.get(j) for j in range(*i.indices(len(self)))]
+        return self.get(i)
+
+    def get(self, i: int, offset: int = 0, length: int | None = None) -> np.ndarray:
+        """Tokens [offset, offset+length) of item i (offset/length in tokens, not bytes)."""
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"item {i} out of range for dataset of {n} items")
+        size = int(self._sizes[i])
+        if length is None:
+            length = size - offset
+        assert 0 <= offset and offset + length <= size, (i, offset, length, size)
+        start = int(self._pointers[i]) + offset * self._dtype.itemsize
+        return np.frombuffer(self._bin_buf, dtype=self._dtype, count=length, offset=start)
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return self._sizes
+
+    @property
+    def pointers(self) -> np.ndarray:
+        return self._pointers
+
+    @property
+    def doc_idx(self) -> np.ndarray:
+        return self._doc_idx
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._dtype
