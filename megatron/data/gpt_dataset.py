@@ -67,7 +67,8 @@ def build_doc_idx(documents: np.ndarray, num_epochs: int, np_rng: np.random.Rand
     return doc_idx
 
 
-def build_sample_idx(sizes: np.ndarray, doc_idx: np.ndarray, seq_length: int, num_epochs: int, tokens_per_epoch: int) -> np.ndarray:
+def build_sample_idx(sizes: np.ndarray, doc_idx: np.ndarray, seq_length: int, num_epochs: int,
+                     tokens_per_epoch: int) -> np.ndarray:
     """Start of every sample as (position in doc_idx, token offset); see the module docstring.
 
     Sample k starts at stream token k*seq_length. A start that falls on the last token of a
@@ -131,7 +132,7 @@ class GPTDataset(torch.utils.data.Dataset):
     """
 
     def __init__(self, name, data_prefix, documents: np.ndarray, indexed_dataset, num_samples, seq_length, seed,
-                 cache_dir=None, shuffle=True, max_samples=None):
+                 cache_dir=None, shuffle=True, max_samples=None, stream_order=False):
         self.name, self.indexed_dataset, self.seq_length = name, indexed_dataset, seq_length
         documents = np.asarray(documents)
         assert documents.size == 0 or (documents.min() >= 0 and documents.max() < len(indexed_dataset))
@@ -155,6 +156,9 @@ class GPTDataset(torch.utils.data.Dataset):
                              "which must have changed since they were built; delete the three files to rebuild them")
         self.num_samples, self.num_epochs, self.tokens_per_epoch = num_samples, num_epochs, tokens_per_epoch
         self._len = self.sample_idx.shape[0] - 1
+        # stream_order serves windows in document-stream order (ignoring shuffle_idx), so that a
+        # truncated evaluation at any length covers the same leading tokens of the split.
+        self.stream_order = stream_order
         if max_samples is not None:
             self._len = min(self._len, int(max_samples))
 
@@ -184,7 +188,7 @@ class GPTDataset(torch.utils.data.Dataset):
     def __getitem__(self, i: int) -> dict:
         if not 0 <= i < self._len:
             raise IndexError(f"sample {i} out of range for {self.name} dataset of {self._len} samples")
-        j = int(self.shuffle_idx[i])
+        j = i if self.stream_order else int(self.shuffle_idx[i])
         doc_f, off_f = (int(x) for x in self.sample_idx[j])
         doc_l, off_l = (int(x) for x in self.sample_idx[j + 1])
         get = self.indexed_dataset.get
@@ -222,13 +226,20 @@ def build_train_valid_test_datasets(data_prefix, split, seq_length, seed, num_sa
     return tuple(datasets)
 
 
-def build_eval_windows(data_prefix, split, split_name, seq_length, seed, max_windows=None, cache_dir=None) -> GPTDataset:
+def build_eval_windows(data_prefix, split, split_name, seq_length, seed, max_windows=None, cache_dir=None,
+                       stream_order=True) -> GPTDataset:
     """One epoch of the split's shuffled document stream cut into windows of seq_length+1 tokens
-    (neighbours share one boundary token, so targets never overlap), in shuffled window order,
-    truncated to the first max_windows. This is the KERPLE paper's evaluation at any length."""
+    (neighbours share one boundary token, so targets never overlap), truncated to the first
+    max_windows. This is the KERPLE paper's evaluation at any length.
+
+    The document order is the seeded NeoX shuffle (the same at every length). By default the
+    windows are served in stream order, so N windows of length L cover the same leading N*L
+    tokens at every L and a truncated sweep compares lengths on the same text; with
+    stream_order=False they come in NeoX's shuffled sample order, as the paper's runs did
+    (identical when the whole epoch is evaluated)."""
     if split_name not in ("valid", "test"):
         raise ValueError(f"split_name must be 'valid' or 'test', got {split_name!r}")
     indexed = MMapIndexedDataset(data_prefix)
     documents = _split_documents(indexed, split, split_name)
     return GPTDataset(split_name, data_prefix, documents, indexed, None, seq_length, seed,
-                      cache_dir=cache_dir, max_samples=max_windows)
+                      cache_dir=cache_dir, max_samples=max_windows, stream_order=stream_order)

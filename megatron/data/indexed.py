@@ -153,7 +153,8 @@ def write_index(path: str, dtype, sizes, doc_idx) -> None:
 
 def _dtype_from_code(code: int, path: str) -> np.dtype:
     if code not in DTYPE_CODES:
-        raise IndexedDatasetError(f"{path}: unknown dtype code {code} (valid: {sorted(DTYPE_CODES)}); the file is corrupt, rebuild it")
+        raise IndexedDatasetError(f"{path}: unknown dtype code {code} (valid: {sorted(DTYPE_CODES)}); "
+                                  "the file is corrupt, rebuild it")
     return DTYPE_CODES[code]
 
 

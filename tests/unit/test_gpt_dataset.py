@@ -105,13 +105,28 @@ def test_eval_windows_cover_one_epoch_without_overlap(tmp_path, seq_length):
     assert ds.num_epochs == 1 and len(ds) == (tokens - 1) // seq_length
     assert sorted(int(d) for d in ds.doc_idx) == documents.tolist()  # one epoch, shuffled
     stream = np.concatenate([indexed[int(d)] for d in ds.doc_idx])
-    starts = sorted(int(ds.shuffle_idx[i]) * seq_length for i in range(len(ds)))
-    assert starts == list(range(0, len(ds) * seq_length, seq_length))  # targets tile the stream exactly once
+    # default: windows in stream order, so window i starts at i * seq_length
     for i in range(len(ds)):
-        start = int(ds.shuffle_idx[i]) * seq_length
-        np.testing.assert_array_equal(ds[i]["text"], stream[start: start + seq_length + 1])
+        np.testing.assert_array_equal(ds[i]["text"], stream[i * seq_length: i * seq_length + seq_length + 1])
+    # NeoX's shuffled sample order serves the same windows, permuted: targets tile the stream once
+    shuffled = build_eval_windows(prefix, "1,1,0", "valid", seq_length, seed=3, cache_dir=str(tmp_path / "c"),
+                                  stream_order=False)
+    starts = sorted(int(shuffled.shuffle_idx[i]) * seq_length for i in range(len(shuffled)))
+    assert starts == list(range(0, len(shuffled) * seq_length, seq_length))
+    for i in range(len(shuffled)):
+        start = int(shuffled.shuffle_idx[i]) * seq_length
+        np.testing.assert_array_equal(shuffled[i]["text"], stream[start: start + seq_length + 1])
     short = build_eval_windows(prefix, "1,1,0", "valid", seq_length, seed=3, max_windows=2, cache_dir=str(tmp_path / "c"))
     assert len(short) == 2 and np.array_equal(short[1]["text"], ds[1]["text"])
+
+
+def test_eval_windows_at_two_lengths_cover_the_same_leading_tokens(tmp_path):
+    prefix = make_dataset(tmp_path, [30, 3, 55, 12, 80, 7, 41, 2, 19, 33])
+    a = build_eval_windows(prefix, "1,1,0", "valid", 8, seed=3, max_windows=4, cache_dir=str(tmp_path / "c"))
+    b = build_eval_windows(prefix, "1,1,0", "valid", 16, seed=3, max_windows=2, cache_dir=str(tmp_path / "c"))
+    targets_a = np.concatenate([a[i]["text"][1:] for i in range(4)])
+    targets_b = np.concatenate([b[i]["text"][1:] for i in range(2)])
+    np.testing.assert_array_equal(targets_a, targets_b)
 
 
 def test_cache_files_written_then_loaded(tmp_path, capsys):

@@ -103,7 +103,8 @@ def prepare_corpus(name: str, data_dir: str = "data", vocab_size: int = 8192, ma
         stats = preprocess([archive], HFTokenizer(tok_path), out_prefix, append_eod=True, workers=workers)
         return {"documents": stats["documents"], "tokens": stats["tokens"], "dtype": stats["dtype"]}
 
-    rebuilt = _step(state, "corpus", {"max_mb": max_mb, "max_files": max_files, "order": getattr(corpus, "order", None)}, lambda: os.path.isfile(archive),
+    corpus_params = {"max_mb": max_mb, "max_files": max_files, "order": corpus.order}
+    rebuilt = _step(state, "corpus", corpus_params, lambda: os.path.isfile(archive),
                     force, build_archive, log)
     rebuilt = _step(state, "tokenizer", {"vocab_size": vocab_size}, lambda: _tokenizer_ok(tok_path),
                     force or rebuilt, build_tokenizer, log)
