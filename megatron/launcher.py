@@ -89,15 +89,62 @@ def main(argv: list[str] | None = None) -> int:
     if not os.path.isfile(args.user_script):
         print(f"deepy.py: script {args.user_script!r} not found (expected e.g. train.py)", file=sys.stderr)
         return 2
-    world = (cfg.parallel.num_gpus or 1) * (cfg.parallel.num_nodes or 1)
-    if world > 1 or cfg.parallel.hostfile:
-        print("deepy.py: multi-process launch (num_gpus/num_nodes/hostfile) is not available yet; "
-              "run with num_gpus 1, or start train.py under `deepspeed`/`torchrun` yourself", file=sys.stderr)
-        return 2
     os.makedirs(cfg.logging.run_dir, exist_ok=True)
     resolved = os.path.join(cfg.logging.run_dir, "resolved_config.yml")
     cfg.save(resolved)
+    if processes_per_node(cfg) > 1 or cfg.parallel.hostfile or (cfg.parallel.num_nodes or 1) > 1:
+        return launch_with_deepspeed(cfg, args.user_script, resolved)
     # One process: run the script here (no launcher needed; see megatron/training/distributed.py).
     sys.argv = [args.user_script, "--resolved-config", resolved]
     runpy.run_path(args.user_script, run_name="__main__")
     return 0
+
+
+def processes_per_node(cfg) -> int:
+    """num_gpus, else every visible GPU (NeoX), else one process on a CPU-only machine."""
+    import torch
+
+    if cfg.parallel.num_gpus:
+        return cfg.parallel.num_gpus
+    return torch.cuda.device_count() if torch.cuda.is_available() else 1
+
+
+def runner_args(cfg, user_script: str, resolved: str) -> list[str]:
+    """The DeepSpeed runner's command line for this config (only the options that are set)."""
+    p = cfg.parallel
+    out = []
+    if p.hostfile:
+        if not os.path.isfile(p.hostfile):
+            raise SystemExit(f"deepy.py: hostfile {p.hostfile!r} does not exist; fix `hostfile:` or remove it")
+        out += ["--hostfile", p.hostfile]
+    if p.include:
+        out += ["--include", p.include]
+    if p.exclude:
+        out += ["--exclude", p.exclude]
+    if p.num_nodes and not (p.include or p.exclude):
+        out += ["--num_nodes", str(p.num_nodes)]
+    if p.num_gpus and not (p.include or p.exclude):
+        out += ["--num_gpus", str(p.num_gpus)]
+    if p.master_addr:
+        out += ["--master_addr", p.master_addr]
+    out += ["--master_port", str(p.master_port), "--launcher", p.launcher]
+    return out + [user_script, "--resolved-config", resolved]
+
+
+def launch_with_deepspeed(cfg, user_script: str, resolved: str) -> int:
+    """N processes through DeepSpeed's runner (pdsh/openmpi/slurm across nodes, local otherwise).
+
+    The workers read the resolved config file, so on several nodes `run-dir` must be on a shared
+    filesystem (as NeoX's `use_shared_fs`)."""
+    from megatron.training.distributed import set_cpu_defaults
+
+    set_cpu_defaults()  # workers inherit DS_ACCELERATOR=cpu and the op cache on CPU machines
+    from deepspeed.launcher import runner
+
+    argv = runner_args(cfg, user_script, resolved)
+    print("deepy.py: deepspeed " + " ".join(argv), flush=True)
+    try:
+        rc = runner.main(argv)
+    except SystemExit as e:  # the runner exits with the workers' status
+        rc = e.code
+    return int(rc or 0)

@@ -74,4 +74,12 @@ def train_config_dict(tmp_path, data_prefix: str, **over) -> dict:
         "run-dir": str(tmp_path / "run"), "seed": 1234,
     })
     data.update({k.replace("_", "-"): v for k, v in over.items()})
-    return data
+    return hyphenate(data)
+
+
+def hyphenate(data: dict) -> dict:
+    """One spelling per key (a key given twice in one file would be ambiguous)."""
+    out = {}
+    for k, v in data.items():
+        out[k.replace("_", "-")] = v
+    return out

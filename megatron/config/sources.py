@@ -46,6 +46,13 @@ def read_file(path) -> tuple[str | None, dict | None, Problem | None]:
     bad = [k for k in data if not isinstance(k, str)]
     if bad:
         return text, None, Problem(FILE, f"config file {path}: keys must be strings, got {bad!r}")
+    spellings: dict[str, list[str]] = {}
+    for k in data:
+        spellings.setdefault(k.replace("-", "_"), []).append(k)
+    twice = [" and ".join(v) for v in spellings.values() if len(v) > 1]
+    if twice:  # within one file neither spelling can "win": ask the user to keep one
+        return text, None, Problem(FILE, f"config file {path} sets the same key twice with different spellings: "
+                                   f"{'; '.join(twice)}; keep one of each")
     return text, data, None
 
 

@@ -5,9 +5,10 @@
     <dir>/global_step<N>/configs/<each yml>       the user's original config files (as NeoX)
     <dir>/global_step<N>/resolved_config.yml      the validated, resolved config
 
-A save is atomic from the reader's side: DeepSpeed writes the tag directory, we add the configs,
-and only then replace `latest` (write a temp file, fsync, os.replace), so `latest` never names a
-partial directory.
+A save is atomic from the reader's side: DeepSpeed writes `global_step<N>.incomplete/`, we add
+the configs, rename it to `global_step<N>/` (an atomic rename), and only then replace `latest`
+(temp file, fsync, os.replace). A crash at any point leaves `latest` naming the previous complete
+checkpoint; leftover `*.incomplete` directories are removed by the next save.
 """
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ import torch
 
 # Model-shape arguments NeoX asserts equal on load (check_checkpoint_args), plus the scheme.
 CHECKED_ARGS = ("num_layers", "hidden_size", "num_attention_heads", "pos_emb")
+
+
+INCOMPLETE = ".incomplete"  # suffix of a tag directory that is still being written
 
 
 class CheckpointError(ValueError):
@@ -52,6 +56,14 @@ def _write_atomic(path: str, text: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def model_args(cfg, padded_vocab_size: int) -> dict:
@@ -104,13 +116,23 @@ class Checkpointer:
 
     def save(self, engine, iteration: int, extra_client_state: dict | None = None) -> str:
         save_dir, tag = self.ccfg.save, tag_for(iteration)
+        staging = tag + INCOMPLETE
         client = {"iteration": iteration, "args": self.args, "config": self.cfg.to_flat_dict()}
         if not self.ccfg.no_save_rng:
             client.update(rng_state())
         client.update(extra_client_state or {})
-        engine.save_checkpoint(save_dir, tag=tag, client_state=client, save_latest=False)
         if self.is_rank0:
-            self._write_configs(os.path.join(save_dir, tag))
+            shutil.rmtree(os.path.join(save_dir, staging), ignore_errors=True)
+        _barrier()
+        engine.save_checkpoint(save_dir, tag=staging, client_state=client, save_latest=False)
+        _barrier()  # every rank's files are written before the directory is published
+        if self.is_rank0:
+            self._write_configs(os.path.join(save_dir, staging))
+            final = os.path.join(save_dir, tag)
+            if os.path.isdir(final):  # re-saving a step (never the one `latest` would lose)
+                shutil.rmtree(final)
+            os.replace(os.path.join(save_dir, staging), final)
+            _fsync_dir(save_dir)
             _write_atomic(os.path.join(save_dir, "latest"), tag)
             self._prune(save_dir)
         _barrier()
@@ -124,13 +146,17 @@ class Checkpointer:
         self.cfg.save(os.path.join(tag_dir, "resolved_config.yml"))
 
     def _prune(self, save_dir: str) -> None:
+        """Drop leftovers of interrupted saves, then all but the newest keep_last_n checkpoints."""
+        latest = read_latest(save_dir)
+        for d in os.listdir(save_dir):
+            if d.endswith(INCOMPLETE):
+                shutil.rmtree(os.path.join(save_dir, d), ignore_errors=True)
         keep = self.ccfg.keep_last_n_checkpoints
         if not keep:
             return
         steps = sorted(
             int(m.group(1)) for d in os.listdir(save_dir) if (m := re.fullmatch(r"global_step(\d+)", d))
         )
-        latest = read_latest(save_dir)
         for step in steps[:-keep]:
             if tag_for(step) != latest:
                 shutil.rmtree(os.path.join(save_dir, tag_for(step)), ignore_errors=True)

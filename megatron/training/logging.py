@@ -1,10 +1,12 @@
-"""Metrics sinks owned by the trainer (rank 0 only): console, TensorBoard, Weights & Biases.
+"""Metrics sinks owned by the trainer (rank 0 only): console, a JSON-lines file with full
+precision (`<run_dir>/metrics.jsonl`, one row per step or evaluation), TensorBoard, W&B.
 
 W&B runs offline unless the user opts in with `wandb_mode: online` (this stack must work on
 machines with no network); `use_wandb: false` (the default) disables it entirely.
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections import defaultdict
@@ -21,8 +23,13 @@ class MetricsLogger:
         self.sums: dict[str, float] = defaultdict(float)
         self.count = 0
         self.bar = None
+        self.jsonl = None
         if not enabled:
             return
+        os.makedirs(run_dir, exist_ok=True)
+        # Appends, so a resumed run continues the same file (rows may repeat after a crash: the
+        # last row for an iteration is the one that counts).
+        self.jsonl = open(os.path.join(run_dir, "metrics.jsonl"), "a")
         if self.cfg.progress_bar and total_iters > start_iter:
             self.bar = tqdm(total=total_iters, initial=start_iter, desc="train", dynamic_ncols=True,
                             file=sys.stdout, disable=None, mininterval=2.0)
@@ -47,6 +54,7 @@ class MetricsLogger:
         """Every step: TB/W&B get `train/<k>`; the console line averages over log_interval."""
         if not self.enabled:
             return
+        self._row({"iteration": iteration, "kind": "train", **metrics})
         for k, v in metrics.items():
             self.sums[k] += v
             if self.tb:
@@ -66,6 +74,7 @@ class MetricsLogger:
     def log_eval(self, iteration: int, chart: str, metrics: dict[str, float], prefix: str) -> None:
         if not self.enabled:
             return
+        self._row({"iteration": iteration, "kind": chart, **metrics})
         line = f" {chart} results at {prefix} | " + " | ".join(f"{k} value: {v:.6E}" for k, v in metrics.items()) + " |"
         self.console("-" * len(line) + "\n" + line + "\n" + "-" * len(line))
         for k, v in metrics.items():
@@ -73,6 +82,10 @@ class MetricsLogger:
                 self.tb.add_scalar(f"{chart}/{k}", v, iteration)
         if self.wandb:
             self.wandb.log({f"{chart}/{k}": v for k, v in metrics.items()}, step=iteration)
+
+    def _row(self, row: dict) -> None:
+        self.jsonl.write(json.dumps(row) + "\n")
+        self.jsonl.flush()
 
     def console(self, text: str) -> None:
         if not self.enabled:
@@ -83,6 +96,9 @@ class MetricsLogger:
             print(text, flush=True)
 
     def close(self) -> None:
+        if self.jsonl:
+            self.jsonl.close()
+            self.jsonl = None
         if self.bar is not None:
             self.bar.close()
         if self.tb:

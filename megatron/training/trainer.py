@@ -22,6 +22,7 @@ from megatron.training.distributed import init_distributed
 from megatron.training.logging import MetricsLogger
 from megatron.training.optim import build_optimizer
 from megatron.training.schedule import build_scheduler
+from megatron.training.signals import PreemptionHandler
 
 
 def set_seed(seed: int) -> None:
@@ -81,18 +82,36 @@ class Trainer:
         loader = iter(batch_loader(self.datasets[0], self.micro, self.gas, self.dist.rank, self.dist.world_size,
                                    self.iteration, max(todo, 0), t.num_workers)) if todo > 0 else None
         last = {}
-        while self.iteration < t.train_iters:
-            start = time.perf_counter()
-            loss = self.train_step(loader)
-            self.iteration += 1
-            last = self._step_metrics(loss, time.perf_counter() - start)
-            self.log.log_step(self.iteration, last)
-            self._after_step()
-            if t.exit_interval and self.iteration % t.exit_interval == 0:
-                break
+        preemption = PreemptionHandler().install()
+        try:
+            while self.iteration < t.train_iters:
+                start = time.perf_counter()
+                loss = self.train_step(loader)
+                self.iteration += 1
+                last = self._step_metrics(loss, time.perf_counter() - start)
+                self.log.log_step(self.iteration, last)
+                self._after_step()
+                if preemption.requested():
+                    return self._exit_on_signal(preemption.received, last)
+                if t.exit_interval and self.iteration % t.exit_interval == 0:
+                    break
+        finally:
+            preemption.uninstall()
         results = self.final_evaluation()
         self.log.close()
         return {"iteration": self.iteration, "last": last, **results}
+
+    def _exit_on_signal(self, signum, last: dict) -> dict:
+        """Save this step (if saving is configured and it is not saved yet) and stop cleanly."""
+        if self.cfg.checkpoint.save and not self._saved_at(self.iteration):
+            path = self.checkpointer.save(self.engine, self.iteration)
+            self.log.console(f"[signal] received signal {signum}: saved {path}, exiting")
+        elif not self.cfg.checkpoint.save:
+            self.log.console(f"[signal] received signal {signum}: no `save` directory set, exiting without a checkpoint")
+        else:
+            self.log.console(f"[signal] received signal {signum}: step {self.iteration} already saved, exiting")
+        self.log.close()
+        return {"iteration": self.iteration, "last": last, "preempted": True}
 
     def train_step(self, loader) -> float:
         """One optimizer step = gas micro-batches; DeepSpeed accumulates and steps at the boundary."""

@@ -145,7 +145,7 @@ def test_hyphen_and_underscore_spellings_are_one_key(tmp_path):
 
 
 def test_later_file_wins_including_nested_dicts(tmp_path):
-    first = write(tmp_path, "first.yml", {**TINY, "seq_length": 32, "zero_optimization": {"stage": 1, "overlap_comm": True}})
+    first = write(tmp_path, "first.yml", {**TINY, "seq-length": 32, "zero_optimization": {"stage": 1, "overlap_comm": True}})
     second = write(tmp_path, "second.yml", {"seq-length": 128, "zero_optimization": {"stage": 0}})
     cfg = load_config([first, second])
     assert cfg.model.seq_length == 128
@@ -367,3 +367,11 @@ def test_all_keys_and_docs_up_to_date():
     from megatron.config.docs import render
     with open(os.path.join(ROOT, "docs", "config.md")) as f:
         assert f.read() == render(), "docs/config.md is stale: run python tools/gen_config_docs.py"
+
+
+def test_same_key_twice_in_one_file_is_an_error(tmp_path):
+    path = tmp_path / "twice.yml"
+    path.write_text("num-layers: 2\nnum_layers: 4\nhidden-size: 8\n")
+    with pytest.raises(ConfigError) as e:
+        load_config([str(path)])
+    assert "num-layers and num_layers" in str(e.value) and "keep one" in str(e.value)

@@ -1,0 +1,56 @@
+"""Run training in a child process and read its per-step losses back (metrics.jsonl)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from megatron.training.distributed import free_port
+from tests.conftest import ROOT, write_yaml
+
+
+def child_env() -> dict:
+    env = dict(os.environ)
+    env.update(DS_ACCELERATOR="cpu", WANDB_MODE="disabled", PYTHONPATH=ROOT,
+               TORCH_EXTENSIONS_DIR=env.get("TORCH_EXTENSIONS_DIR", os.path.join(ROOT, ".venv", "torch_extensions")))
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)  # the child sets up its own process group
+    return env
+
+
+def write_config(tmp_path, name: str, data: dict) -> str:
+    return write_yaml(tmp_path / f"{name}.yml", data)
+
+
+def start_deepy(config: str, *overrides: str, cwd=ROOT) -> subprocess.Popen:
+    args = [sys.executable, os.path.join(ROOT, "deepy.py"), "train.py", config,
+            "-o", f"master-port={free_port()}", *[x for o in overrides for x in ("-o", o)]]
+    return subprocess.Popen(args, cwd=cwd, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+
+
+def run_deepy(config: str, *overrides: str, timeout: int = 300) -> str:
+    proc = start_deepy(config, *overrides)
+    out, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, out[-4000:]
+    return out
+
+
+def train_losses(run_dir) -> dict[int, float]:
+    """iteration -> lm_loss; when a crashed run repeated iterations, the last row wins."""
+    losses = {}
+    path = os.path.join(str(run_dir), "metrics.jsonl")
+    with open(path) as f:
+        for line in f:
+            row = json.loads(line)
+            if row["kind"] == "train":
+                losses[row["iteration"]] = row["lm_loss"]
+    return losses
+
+
+def last_iteration(run_dir) -> int:
+    try:
+        return max(train_losses(run_dir), default=0)
+    except (FileNotFoundError, json.JSONDecodeError):
+        return 0

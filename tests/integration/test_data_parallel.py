@@ -1,0 +1,22 @@
+"""DP=2 (two processes through deepy.py's DeepSpeed launch, gloo) equals DP=1 at the same global
+batch: the same samples per step, gradients averaged instead of accumulated."""
+import pytest
+
+from tests.conftest import train_config_dict
+from tests.integration.fault_helpers import run_deepy, train_losses, write_config
+
+
+@pytest.mark.parametrize("zero_stage", [0, 2])
+def test_dp2_equals_dp1(tmp_path, token_dataset, zero_stage):
+    base = train_config_dict(tmp_path, token_dataset, train_iters=5, train_micro_batch_size_per_gpu=4,
+                             zero_optimization={"stage": zero_stage}, eval_iters=1)
+    one = write_config(tmp_path, "dp1", {**base, "gradient-accumulation-steps": 2, "run-dir": str(tmp_path / "dp1")})
+    two = write_config(tmp_path, "dp2", {**base, "gradient-accumulation-steps": 1, "num-gpus": 2,
+                                         "run-dir": str(tmp_path / "dp2")})
+    run_deepy(one)
+    out = run_deepy(two)
+    assert "world_size=2" in out or "dp 2" in out, out[-2000:]
+    a, b = train_losses(tmp_path / "dp1"), train_losses(tmp_path / "dp2")
+    assert sorted(a) == sorted(b) == [1, 2, 3, 4, 5]
+    for it in a:
+        assert b[it] == pytest.approx(a[it], abs=1e-5), (it, a[it], b[it])
