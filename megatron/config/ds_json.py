@@ -37,6 +37,9 @@ def deepspeed_config(cfg, dp_world_size: int) -> dict:
         ds["bf16"] = {"enabled": True}
     elif dtype == "fp16":
         ds["fp16"] = _fp16_section(cfg.precision.fp16)
+    if cfg.precision.fp32_allreduce and dtype != "fp32":
+        # NeoX/DeeperSpeed's fp32_allreduce: reduce 16-bit gradients in fp32 across ranks.
+        ds["communication_data_type"] = "fp32"
     passthrough = cfg.deepspeed
     for name in ("flops_profiler", "activation_checkpointing", "comms_logger", "autotuning"):
         if getattr(passthrough, name) is not None:

@@ -42,11 +42,18 @@ def resolve_vocab(cfg):
     return tok, size
 
 
+def check_precision_supported(cfg) -> None:
+    if cfg.precision.dtype == "fp16" and not torch.cuda.is_available():
+        raise ValueError("fp16 training needs a GPU: DeepSpeed's CPU accelerator has no fp16 support; "
+                         "on CPU use bf16 (`fp16: {enabled: true, type: bfloat16}` or `precision: bfloat16`) or fp32")
+
+
 class Trainer:
     def __init__(self, cfg):
         import deepspeed
 
         self.cfg = cfg
+        check_precision_supported(cfg)
         self.dist = init_distributed()
         set_seed(cfg.training.seed)
         self.tokenizer, self.vocab_size = resolve_vocab(cfg)

@@ -81,3 +81,16 @@ def test_bf16_forward_close_to_fp32(tiny_config):
     low = model.to(torch.bfloat16)(tokens, labels=tokens)
     assert low.dtype == torch.float32  # the loss is always computed from float32 logits
     assert abs(low.item() - ref.item()) < 5e-2
+
+
+def test_activation_checkpointing_gives_the_same_gradients(tiny_config):
+    torch.manual_seed(0)
+    plain = GPTModel(tiny_config().model, 128)
+    ckpt = GPTModel(tiny_config().model, 128, checkpoint_activations=True)
+    ckpt.load_state_dict(plain.state_dict())
+    tokens = torch.randint(0, 128, (2, 16))
+    for m in (plain, ckpt):
+        m.train()
+        m(tokens, labels=tokens).backward()
+    for (name, a), (_, b) in zip(plain.named_parameters(), ckpt.named_parameters()):
+        assert torch.allclose(a.grad, b.grad, atol=1e-6), name

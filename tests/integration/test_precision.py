@@ -1,0 +1,34 @@
+"""Precision through DeepSpeed on CPU: bf16 trains (the paper's setting), fp16 is refused clearly,
+fp32_allreduce reaches the DeepSpeed config."""
+import math
+
+import pytest
+
+from megatron.config import load_config
+from tests.conftest import train_config_dict, write_yaml
+
+
+def make(tmp_path, prefix, **over):
+    return load_config([write_yaml(tmp_path / "p.yml", train_config_dict(tmp_path, prefix, **over))])
+
+
+def test_bf16_trains_through_deepspeed(tmp_path, token_dataset):
+    from megatron.training.trainer import Trainer
+
+    cfg = make(tmp_path, token_dataset, train_iters=3, fp16={"enabled": True, "type": "bfloat16"},
+               fp32_allreduce=True)
+    ds = cfg.deepspeed_config(1)
+    assert ds["bf16"] == {"enabled": True} and "fp16" not in ds and ds["communication_data_type"] == "fp32"
+    trainer = Trainer(cfg)
+    result = trainer.train()
+    assert next(trainer.model.parameters()).dtype.is_floating_point
+    assert math.isfinite(result["last"]["lm_loss"]) and math.isfinite(result["validation"]["lm_loss"])
+
+
+def test_fp16_on_cpu_is_refused_with_the_fix(tmp_path, token_dataset):
+    from megatron.training.trainer import Trainer
+
+    cfg = make(tmp_path, token_dataset, fp16={"enabled": True})
+    assert cfg.deepspeed_config(1)["fp16"]["loss_scale"] == 0  # dynamic loss scaling
+    with pytest.raises(ValueError, match="fp16 training needs a GPU.*use bf16"):
+        Trainer(cfg)
