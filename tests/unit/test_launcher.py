@@ -1,0 +1,37 @@
+"""deepy.py's launch decision and the DeepSpeed runner command line it builds."""
+import os
+
+import pytest
+
+from megatron.launcher import processes_per_node, runner_args
+from tests.conftest import ROOT
+
+
+def test_runner_args_for_a_hostfile_cluster(tiny_config):
+    cfg = tiny_config(hostfile=os.path.join(ROOT, "configs/cluster/hostfile.example"), num_nodes=2, num_gpus=8,
+                      master_addr="node001", master_port=29600, launcher="slurm")
+    args = runner_args(cfg, "train.py", "runs/x/resolved_config.yml")
+    assert args == ["--hostfile", os.path.join(ROOT, "configs/cluster/hostfile.example"), "--num_nodes", "2",
+                    "--num_gpus", "8", "--master_addr", "node001", "--master_port", "29600", "--launcher", "slurm",
+                    "train.py", "--resolved-config", "runs/x/resolved_config.yml"]
+
+
+def test_include_replaces_num_gpus(tiny_config):
+    cfg = tiny_config(include="localhost:0,1", num_gpus=2)
+    args = runner_args(cfg, "train.py", "r.yml")
+    assert "--include" in args and "--num_gpus" not in args
+
+
+def test_missing_hostfile_is_a_clear_error(tiny_config):
+    cfg = tiny_config(hostfile="/nonexistent/hostfile")
+    with pytest.raises(SystemExit, match="hostfile '/nonexistent/hostfile' does not exist"):
+        runner_args(cfg, "train.py", "r.yml")
+
+
+def test_one_process_on_cpu_by_default(tiny_config):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA machine launches one process per visible GPU")
+    assert processes_per_node(tiny_config()) == 1
+    assert processes_per_node(tiny_config(num_gpus=2)) == 2
