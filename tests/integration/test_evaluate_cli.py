@@ -33,6 +33,20 @@ def test_evaluate_cli_writes_schema(tmp_path, token_dataset):
     for name in ("eval.csv", "eval.md", "positionwise.csv"):
         assert (out / name).stat().st_size > 0
     assert "| 128 | 4 |" in (out / "eval.md").read_text()
+    assert rec["seed"] == 1234 and rec["dataset"] == "tiny" and rec["mode"] == "non-overlapping"
+    assert rec["train_speed"]["sec_per_step"] > 0
+
+    # strided mode, two checkpoints in one call: one output directory each
+    multi = tmp_path / "multi"
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "evaluate.py"), "--checkpoint", ck, ck, "--lengths", "32,64",
+         "--stride", "16", "--max-tokens", "256", "--out", str(multi), "--quiet"],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    strided = json.loads((multi / "ck" / "eval.json").read_text())
+    assert strided["mode"] == "strided" and strided["stride"] == 16
+    assert [r["tokens"] for r in strided["results"]] == [256, 256]
 
 
 def test_evaluate_cli_errors(tmp_path):

@@ -1,0 +1,60 @@
+"""Sliding-window (strided) evaluation: every target is predicted once, with up to L-1 tokens of
+context, by windows of L tokens that advance S tokens at a time and score only their last S
+targets (the first window scores all of its targets). S = L is the non-overlapping evaluation.
+
+This measures how well a model USES a context of length L at every position, whereas the paper's
+non-overlapping windows mix short and long contexts (position 0 of each window has none).
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from megatron.data.gpt_dataset import build_eval_windows
+from megatron.evaluation.lengths import LengthResult
+
+
+def stream_tokens(data_prefix, split, split_name, seed, num_targets, cache_dir=None) -> np.ndarray:
+    """The first num_targets+1 tokens of the split's (seeded, shuffled) document stream."""
+    chunk = min(num_targets, 4096)
+    ds = build_eval_windows(data_prefix, split, split_name, chunk, seed,
+                            max_windows=-(-num_targets // chunk), cache_dir=cache_dir)
+    pieces = [ds[0]["text"]] + [ds[i]["text"][1:] for i in range(1, len(ds))]  # windows share one token
+    tokens = np.concatenate(pieces)
+    return tokens[: num_targets + 1]
+
+
+def strided_windows(num_targets: int, length: int, stride: int) -> list[tuple[int, int, int]]:
+    """(start, end, first_scored) per window over targets [0, num_targets): the window feeds
+    tokens[start:end] and scores targets [first_scored, end)."""
+    if not 1 <= stride <= length:
+        raise ValueError(f"stride {stride} must be between 1 and the window length {length}")
+    out, scored = [], 0
+    while scored < num_targets:
+        end = min(scored + stride, num_targets) if scored else min(length, num_targets)
+        out.append((max(0, end - length), end, scored))
+        scored = end
+    return out
+
+
+@torch.no_grad()
+def evaluate_strided(model, data_prefix, split, split_name, length: int, stride: int, seed: int,
+                     max_tokens: int, device="cpu", cache_dir=None, progress=True) -> LengthResult:
+    tokens = torch.from_numpy(stream_tokens(data_prefix, split, split_name, seed, max_tokens, cache_dir).astype(np.int64))
+    n = tokens.numel() - 1
+    start_time, total, count = time.perf_counter(), 0.0, 0
+    windows = strided_windows(n, length, stride)
+    for start, end, first in tqdm(windows, desc=f"strided L={length} S={stride}", leave=False,
+                                  disable=not progress or None):
+        inp = tokens[start:end].unsqueeze(0).to(device)
+        lab = tokens[start + 1 : end + 1].unsqueeze(0).to(device)
+        losses = model.token_losses(inp, lab)[0, first - start :]  # only the new targets
+        total += float(losses.double().sum())
+        count += losses.numel()
+    loss = total / max(count, 1)
+    return LengthResult(length, loss, math.exp(min(loss, 700.0)), len(windows), count,
+                        time.perf_counter() - start_time, np.array([loss]))
