@@ -1,0 +1,51 @@
+#!/usr/bin/env python
+"""Write the experiment matrix (schemes x datasets x seeds) as YAML files plus matrix.json.
+
+    # the paper's Table 3 matrix (30 runs of the 162M model; run on GPUs / a cluster)
+    python tools/make_experiments.py --out configs/experiments/paper \\
+        --base configs/paper/local_setup.yml configs/paper/train.yml \\
+        --schemes kerple_log,kerple_power_ap_,alibi,rpe,rotary,sinusoidal \\
+        --data openwebtext2=data/openwebtext2/openwebtext2_text_document \\
+               github=data/github/github_text_document arxiv=data/arxiv/arxiv_text_document \\
+        --seeds 1235-1239
+
+Then run it locally with tools/run_matrix.py, or on slurm with tools/slurm/matrix.sbatch.
+"""
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from megatron.experiments import parse_data, write_matrix  # noqa: E402
+
+
+def parse_seeds(text: str) -> list[int]:
+    if "-" in text:
+        lo, hi = text.split("-", 1)
+        return list(range(int(lo), int(hi) + 1))
+    return [int(x) for x in text.split(",")]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True, help="directory for the experiment YAMLs and matrix.json")
+    p.add_argument("--base", nargs="+", required=True, help="shared config files, before each experiment's YAML")
+    p.add_argument("--schemes", required=True, help="comma-separated pos-emb names")
+    p.add_argument("--data", nargs="+", required=True, metavar="NAME=PREFIX", help="datasets")
+    p.add_argument("--seeds", default="1235-1239", help="e.g. 1235-1239 or 1,2,3")
+    p.add_argument("--runs-root", default="runs/matrix", help="where each run's directory goes")
+    args = p.parse_args()
+    missing = [b for b in args.base if not os.path.isfile(b)]
+    if missing:
+        sys.exit(f"error: base config files not found: {missing}")
+    try:
+        runs = write_matrix(args.schemes.split(","), parse_data(args.data), parse_seeds(args.seeds), args.out,
+                            args.runs_root, args.base)
+    except ValueError as e:
+        sys.exit(f"error: {e}")
+    print(f"wrote {len(runs)} experiment configs and {os.path.join(args.out, 'matrix.json')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+#!/usr/bin/env python
+"""Run an experiment matrix (from tools/make_experiments.py) locally, one run after another.
+
+Resumable: a run whose evaluation file exists is skipped, and an interrupted training resumes
+from its checkpoint (each experiment sets load = save). Run it in parts or in the background:
+
+    python tools/run_matrix.py configs/experiments/repro_cpu/matrix.json \\
+        --eval-args "--max-factor 32 --max-tokens 65536 --batch-size 4" --windowed 128
+    python tools/run_matrix.py MATRIX --index 3          # one run (what the slurm array job does)
+"""
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from megatron.experiments import read_matrix  # noqa: E402
+
+
+def run(cmd: list[str], log_path: str) -> None:
+    with open(log_path, "a") as log:
+        log.write(f"$ {' '.join(cmd)}\n")
+        log.flush()
+        rc = subprocess.call(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    if rc != 0:
+        raise SystemExit(f"command failed ({rc}): {' '.join(cmd)}; see {log_path}")
+
+
+def run_one(base: list[str], r, eval_args: list[str], windowed: int | None) -> str:
+    final = os.path.join(r.run_dir, "eval_window" if windowed else "eval", "eval.json")
+    if os.path.isfile(final):
+        return "skipped (done)"
+    os.makedirs(r.run_dir, exist_ok=True)
+    log = os.path.join(r.run_dir, "matrix.log")
+    start = time.time()
+    run([sys.executable, "deepy.py", "train.py", *base, r.config], log)
+    evaluate = [sys.executable, "evaluate.py", "--checkpoint", r.checkpoints, "--dataset", r.dataset, "--quiet"]
+    run(evaluate + eval_args + ["--out", os.path.join(r.run_dir, "eval")], log)
+    if windowed:
+        run(evaluate + eval_args + ["--window", str(windowed), "--out", os.path.join(r.run_dir, "eval_window")], log)
+    return f"done in {time.time() - start:.0f}s"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("matrix", help="matrix.json written by tools/make_experiments.py")
+    p.add_argument("--eval-args", default="", help="extra evaluate.py arguments, quoted")
+    p.add_argument("--windowed", type=int, default=None, help="also evaluate with attention window W")
+    p.add_argument("--index", type=int, default=None, help="run only this entry (0-based)")
+    p.add_argument("--only", default=None, help="run only entries whose name contains this text")
+    args = p.parse_args()
+    try:
+        base, runs = read_matrix(args.matrix)
+    except ValueError as e:
+        sys.exit(f"error: {e}")
+    if args.index is not None:
+        if not 0 <= args.index < len(runs):
+            sys.exit(f"error: --index {args.index} out of range: the matrix has {len(runs)} runs")
+        runs = [runs[args.index]]
+    if args.only:
+        runs = [r for r in runs if args.only in r.name]
+    for i, r in enumerate(runs):
+        print(f"[{i + 1}/{len(runs)}] {r.name}: ", end="", flush=True)
+        print(run_one(base, r, shlex.split(args.eval_args), args.windowed), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
