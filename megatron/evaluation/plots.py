@@ -1,0 +1,122 @@
+"""PNG figures for the report (matplotlib, Agg backend so it runs headless in CI).
+
+- plot_ppl_vs_length: perplexity against evaluation length, one line per scheme (mean over seeds,
+  ±1 std band), log-scale y, log2 x: the paper's main extrapolation picture.
+- plot_positionwise: Fig. 5, per-position perplexity exp(loss) at one length, plus the windowed
+  baseline (a run evaluated with --window) drawn dashed when given.
+- plot_kernels: Figs. 2-4, the learned bias f_h(d) of every head against distance d.
+Figures are small (dpi 100) so result folders stay light in git.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
+
+DPI = 100
+PLAIN = FuncFormatter(lambda v, _: f"{v:g}")  # 1024 and 12.5 rather than 2^10 and 1.25x10^1
+
+
+def _save(fig, path: str) -> str:
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def _by_scheme(records) -> dict[str, list]:
+    groups = defaultdict(list)
+    for r in records:
+        groups[r.scheme].append(r)
+    return dict(sorted(groups.items()))
+
+
+def plot_ppl_vs_length(records, path: str, title: str | None = None) -> str:
+    """One line per scheme: mean perplexity over seeds at each length, shaded ±1 sample std."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for scheme, runs in _by_scheme(records).items():
+        lengths = sorted({L for r in runs for L in r.ppl})
+        vals = [[r.ppl[L] for r in runs if L in r.ppl] for L in lengths]
+        mean = np.array([np.mean(v) for v in vals])
+        std = np.array([np.std(v, ddof=1) if len(v) > 1 else 0.0 for v in vals])
+        (line,) = ax.plot(lengths, mean, marker="o", ms=3, label=scheme)
+        ax.fill_between(lengths, np.maximum(mean - std, 1e-9), mean + std, color=line.get_color(), alpha=0.2)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.xaxis.set_major_formatter(PLAIN)
+    ax.yaxis.set_major_formatter(PLAIN)
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("evaluation length (tokens)")
+    ax.set_ylabel("perplexity")
+    ax.set_title(title or "perplexity vs length")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def _positionwise_curve(runs, length: int):
+    """(positions, mean per-position perplexity over seeds) of runs that have this length."""
+    curves = [r.positionwise[length] for r in runs if length in r.positionwise]
+    if not curves:
+        return None
+    size = curves[0][0]
+    n = min(len(c[1]) for c in curves)
+    loss = np.mean([c[1][:n] for c in curves], axis=0)
+    return np.arange(n) * size + size / 2, np.exp(loss)
+
+
+def plot_positionwise(records, path: str, windowed=None, length: int | None = None, title: str | None = None) -> str:
+    """Fig. 5 at `length` (default: the longest length every scheme has a curve for)."""
+    if length is None:
+        curves = [set(r.positionwise) for r in records if r.positionwise]
+        common = set.intersection(*curves) if curves else set()
+        if not common:
+            raise ValueError("plot_positionwise: the records share no length with a position-wise curve; pass length=")
+        length = max(common)
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for scheme, runs in _by_scheme(records).items():
+        curve = _positionwise_curve(runs, length)
+        if curve is not None:
+            ax.plot(*curve, lw=1, label=scheme)
+    for scheme, runs in _by_scheme(windowed or []).items():
+        curve = _positionwise_curve(runs, length)
+        if curve is not None:
+            ax.plot(*curve, lw=1.2, ls="--", color="black", label=f"{scheme} (baseline)")
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(PLAIN)
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("position in the window")
+    ax.set_ylabel("perplexity exp(loss)")
+    ax.set_title(f"{title + ': ' if title else ''}position-wise perplexity at length {length}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def plot_kernels(kernels: dict, path: str) -> str:
+    """kernels: {label: array [heads, max_d + 1]} of f_h(d); one subplot per label, one line per head."""
+    if not kernels:
+        raise ValueError("plot_kernels: no kernels to plot (every checkpoint lacked a score bias)")
+    n = len(kernels)
+    cols = min(3, n)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+    for ax, (label, f) in zip(axes.flat, kernels.items()):
+        f = np.asarray(f)
+        d = np.arange(f.shape[1])
+        for h in range(f.shape[0]):
+            ax.plot(d, f[h], lw=1, label=f"head {h}")
+        ax.set_title(label, fontsize=9)
+        ax.set_xlabel("distance d = i - j")
+        ax.set_ylabel("f_h(d)")
+        ax.grid(True, alpha=0.3)
+        if f.shape[0] <= 12:
+            ax.legend(fontsize=6, ncol=2)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    return _save(fig, path)

@@ -1,0 +1,118 @@
+"""Load many eval.json files (schema kerple-eval/1) into RunResult records keyed by (scheme, dataset, seed).
+
+Where the three keys come from, first match wins:
+- scheme: `pos_emb` in the JSON, with " (window W)" appended when the run used a window (the
+  windowed baseline of Fig. 5 is a different model of the same weights, so it is its own row);
+- dataset: the JSON's `dataset`, else the `--meta-from-path` regex group `dataset`, else the
+  basename of `data_path` without `_text_document`;
+- seed: the JSON's `seed`, else the regex group `seed`, else None (a single run).
+The regex may also give `scheme`, used only when the JSON lacks pos_emb.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+from dataclasses import dataclass, field
+
+from megatron.evaluation.report import SCHEMA
+
+
+@dataclass
+class RunResult:
+    path: str
+    scheme: str
+    dataset: str
+    seed: int | str | None
+    window: int | None
+    train_length: int | None
+    ppl: dict[int, float]  # length -> perplexity
+    positionwise: dict[int, tuple[int, list[float]]] = field(default_factory=dict)  # length -> (bin_size, loss[])
+    sec_per_step: float | None = None
+
+    @property
+    def key(self) -> tuple:
+        return self.scheme, self.dataset, self.seed
+
+
+def expand_inputs(patterns) -> list[str]:
+    """Files matched by glob patterns (`**` recursive) or, for a directory, every eval.json under it."""
+    files = []
+    for pat in patterns:
+        if os.path.isdir(pat):
+            files += glob.glob(os.path.join(glob.escape(pat), "**", "eval.json"), recursive=True)
+        else:
+            files += [f for f in glob.glob(pat, recursive=True) if os.path.isfile(f)]
+    unique = sorted({os.path.realpath(f): f for f in files}.values())
+    if not unique:
+        raise ValueError(f"no result files matched {list(patterns)}; pass eval.json files, directories holding them, "
+                         "or quoted glob patterns such as 'runs/**/eval.json'")
+    return unique
+
+
+def _normalise_seed(seed):
+    if seed is None:
+        return None
+    try:
+        return int(seed)
+    except (TypeError, ValueError):
+        return str(seed)
+
+
+def _read_json(path: str) -> dict:
+    try:
+        with open(path) as f:
+            rec = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: not a readable JSON file ({e}); pass only evaluate.py's eval.json files") from e
+    if not isinstance(rec, dict) or rec.get("schema") != SCHEMA:
+        found = rec.get("schema") if isinstance(rec, dict) else type(rec).__name__
+        raise ValueError(f"{path}: not a {SCHEMA} result (schema {found!r}); pass only evaluate.py's eval.json files")
+    return rec
+
+
+def parse_result(path: str, meta_regex: re.Pattern | None = None) -> RunResult:
+    rec = _read_json(path)
+    groups = {}
+    if meta_regex is not None:
+        m = meta_regex.search(path)
+        groups = {k: v for k, v in (m.groupdict() if m else {}).items() if v is not None}
+    scheme = rec.get("pos_emb") or groups.get("scheme")
+    if not scheme:
+        raise ValueError(f"{path}: no pos_emb in the JSON and no `scheme` group from --meta-from-path")
+    window = rec.get("window")
+    if window is not None:
+        scheme = f"{scheme} (window {window})"
+    dataset = rec.get("dataset") or groups.get("dataset")
+    if not dataset:
+        dataset = os.path.basename(str(rec.get("data_path") or "unknown")).removesuffix("_text_document")
+    seed = _normalise_seed(rec["seed"] if rec.get("seed") is not None else groups.get("seed"))
+    try:
+        ppl = {int(r["length"]): float(r["ppl"]) for r in rec["results"]}
+        pw = {int(k): (int(v["bin_size"]), [float(x) for x in v["loss"]]) for k, v in rec.get("positionwise", {}).items()}
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{path}: malformed results/positionwise entries ({e!r}); regenerate it with evaluate.py") from e
+    speed = (rec.get("train_speed") or {}).get("sec_per_step")
+    return RunResult(path, scheme, dataset, seed, window, rec.get("train_length"), ppl, pw,
+                     float(speed) if speed is not None else None)
+
+
+def load_results(patterns, meta_from_path: str | None = None) -> list[RunResult]:
+    """Every matched file as a RunResult; ValueError on a bad file or a repeated (scheme, dataset, seed)."""
+    regex = None
+    if meta_from_path:
+        try:
+            regex = re.compile(meta_from_path)
+        except re.error as e:
+            raise ValueError(f"--meta-from-path {meta_from_path!r} is not a valid regex ({e})") from e
+    runs, seen = [], {}
+    for path in expand_inputs(patterns):
+        run = parse_result(path, regex)
+        if run.key in seen:
+            raise ValueError(f"two result files for scheme={run.scheme!r} dataset={run.dataset!r} seed={run.seed!r}: "
+                             f"{seen[run.key]} and {path}; add distinct `seed`/`dataset` keys to the JSON or use "
+                             "--meta-from-path with (?P<seed>...) / (?P<dataset>...) groups")
+        seen[run.key] = path
+        runs.append(run)
+    return runs
