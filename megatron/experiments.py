@@ -47,9 +47,10 @@ def write_matrix(schemes, data: dict[str, str], seeds, out_dir: str, runs_root: 
         raise ValueError(f"unknown schemes {unknown}; choose from {', '.join(scheme_names())}")
     os.makedirs(out_dir, exist_ok=True)
     runs = []
-    for scheme in schemes:
+    # Seed-major order: a matrix run in parts covers every scheme before repeating seeds.
+    for seed in seeds:
         for dataset, prefix in data.items():
-            for seed in seeds:
+            for scheme in schemes:
                 name = f"{scheme}_{dataset}_{seed}"
                 run_dir = os.path.join(runs_root, name)
                 exp = {"pos-emb": scheme, "seed": seed, "data-path": prefix, "run-dir": run_dir,

@@ -30,17 +30,22 @@ def run(cmd: list[str], log_path: str) -> None:
 
 
 def run_one(base: list[str], r, eval_args: list[str], windowed: int | None) -> str:
-    final = os.path.join(r.run_dir, "eval_window" if windowed else "eval", "eval.json")
-    if os.path.isfile(final):
+    """Train (resuming), evaluate, and optionally evaluate windowed; each step skipped when done."""
+    full = os.path.join(r.run_dir, "eval")
+    window = os.path.join(r.run_dir, "eval_window")
+    todo_full = not os.path.isfile(os.path.join(full, "eval.json"))
+    todo_window = bool(windowed) and not os.path.isfile(os.path.join(window, "eval.json"))
+    if not (todo_full or todo_window):
         return "skipped (done)"
     os.makedirs(r.run_dir, exist_ok=True)
     log = os.path.join(r.run_dir, "matrix.log")
     start = time.time()
-    run([sys.executable, "deepy.py", "train.py", *base, r.config], log)
     evaluate = [sys.executable, "evaluate.py", "--checkpoint", r.checkpoints, "--dataset", r.dataset, "--quiet"]
-    run(evaluate + eval_args + ["--out", os.path.join(r.run_dir, "eval")], log)
-    if windowed:
-        run(evaluate + eval_args + ["--window", str(windowed), "--out", os.path.join(r.run_dir, "eval_window")], log)
+    if todo_full:
+        run([sys.executable, "deepy.py", "train.py", *base, r.config], log)
+        run(evaluate + eval_args + ["--out", full], log)
+    if todo_window:
+        run(evaluate + eval_args + ["--window", str(windowed), "--out", window], log)
     return f"done in {time.time() - start:.0f}s"
 
 
@@ -49,6 +54,8 @@ def main() -> int:
     p.add_argument("matrix", help="matrix.json written by tools/make_experiments.py")
     p.add_argument("--eval-args", default="", help="extra evaluate.py arguments, quoted")
     p.add_argument("--windowed", type=int, default=None, help="also evaluate with attention window W")
+    p.add_argument("--windowed-only", default=None,
+                   help="with --windowed: only for runs whose scheme is this (e.g. kerple_log, the paper's Fig. 5)")
     p.add_argument("--index", type=int, default=None, help="run only this entry (0-based)")
     p.add_argument("--only", default=None, help="run only entries whose name contains this text")
     args = p.parse_args()
@@ -64,7 +71,8 @@ def main() -> int:
         runs = [r for r in runs if args.only in r.name]
     for i, r in enumerate(runs):
         print(f"[{i + 1}/{len(runs)}] {r.name}: ", end="", flush=True)
-        print(run_one(base, r, shlex.split(args.eval_args), args.windowed), flush=True)
+        windowed = args.windowed if (not args.windowed_only or r.scheme == args.windowed_only) else None
+        print(run_one(base, r, shlex.split(args.eval_args), windowed), flush=True)
     return 0
 
 

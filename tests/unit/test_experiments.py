@@ -14,9 +14,9 @@ PAPER = [os.path.join(ROOT, "configs", "paper", f) for f in ("local_setup.yml", 
 def test_matrix_files_load_on_top_of_the_paper_configs(tmp_path):
     runs = write_matrix(["kerple_log", "alibi"], parse_data(["github=data/github/github_text_document"]),
                         [1235, 1236], str(tmp_path / "exp"), "runs/m", PAPER)
-    assert [r.name for r in runs] == ["kerple_log_github_1235", "kerple_log_github_1236",
-                                      "alibi_github_1235", "alibi_github_1236"]
-    cfg = load_config(PAPER + [runs[2].config])
+    assert [r.name for r in runs] == ["kerple_log_github_1235", "alibi_github_1235",
+                                      "kerple_log_github_1236", "alibi_github_1236"]
+    cfg = load_config(PAPER + [runs[1].config])
     assert cfg.model.pos_emb == "alibi" and cfg.training.seed == 1235
     assert cfg.checkpoint.save == cfg.checkpoint.load == "runs/m/alibi_github_1235/checkpoints"
     assert cfg.data.data_path == "data/github/github_text_document"
