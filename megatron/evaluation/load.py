@@ -18,6 +18,8 @@ def load_checkpoint_model(ckpt_dir: str, tag: str | None = None, overrides: dict
     if not os.path.isfile(resolved):
         raise CheckpointError(f"{resolved} is missing: {tag_dir} was not written by this stack's train.py")
     cfg = NeoXConfig.from_file(resolved)
+    if cfg.parallel.model_parallel_size != 1:  # the shards were merged to TP=1 by load_model_state
+        overrides = {"model_parallel_size": 1, **(overrides or {})}
     if overrides:
         cfg = cfg.replace(**overrides)
     vocab = client.get("args", {}).get("padded_vocab_size")

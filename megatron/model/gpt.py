@@ -2,17 +2,28 @@
 
 One positional scheme instance (`self.position`) is shared by every layer, as in the KERPLE
 paper: its parameters exist once in the optimizer, and their gradient is the sum over layers.
+
+Tensor parallelism (`parallel` with tp_size > 1): heads, MLP features and the vocabulary are
+split contiguously over TP ranks (megatron/model/linear.py); the positional scheme holds only
+this rank's heads; the loss is megatron-core's vocab-parallel cross entropy. Every TP layout built
+from the same seed starts from the same full weights, and tp_size 1 is the plain model.
 """
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from megatron.attention.resolve import resolve_backend
 from megatron.model.attention import AttentionContext
 from megatron.model.init import build_init
+from megatron.model.linear import (
+    column_parallel,
+    gather_logits,
+    parallel_logits,
+    token_cross_entropy,
+    vocab_parallel_embedding,
+)
 from megatron.model.norms import build_norm
 from megatron.model.transformer import TransformerLayer
 from megatron.positional.base import PositionalSpec
@@ -36,26 +47,32 @@ def positional_spec(mcfg, tp_rank: int = 0, tp_size: int = 1) -> PositionalSpec:
 
 
 class GPTModel(nn.Module):
-    def __init__(self, mcfg, vocab_size: int, checkpoint_activations: bool = False):
+    def __init__(self, mcfg, vocab_size: int, checkpoint_activations: bool = False, parallel=None):
         super().__init__()
         self.mcfg = mcfg
         self.vocab_size = vocab_size
         self.checkpoint_activations = checkpoint_activations
+        self.parallel = parallel  # a megatron.parallel.ParallelContext, or None (one rank)
+        tp_rank, tp_size = (parallel.tp_rank, parallel.tp_size) if parallel is not None else (0, 1)
         L, h = mcfg.num_layers, mcfg.hidden_size
         init = build_init(mcfg.init_method, mcfg.init_method_std, L, h)
         out_init = build_init(mcfg.output_layer_init_method, mcfg.init_method_std, L, h)
 
-        self.word_embeddings = nn.Embedding(vocab_size, h)
-        init(self.word_embeddings.weight)
-        self.position = build_scheme(mcfg.pos_emb, positional_spec(mcfg))
+        emb = nn.Embedding(vocab_size, h)
+        init(emb.weight)
+        self.word_embeddings = vocab_parallel_embedding(emb, parallel)
+        self.position = build_scheme(mcfg.pos_emb, positional_spec(mcfg, tp_rank, tp_size))
         self.embedding_dropout = nn.Dropout(mcfg.hidden_dropout)
-        self.layers = nn.ModuleList(TransformerLayer(mcfg, init, out_init) for _ in range(L))
+        self.layers = nn.ModuleList(TransformerLayer(mcfg, init, out_init, parallel) for _ in range(L))
         self.final_norm = build_norm(mcfg, h)
         if mcfg.no_weight_tying:
-            self.output_layer = nn.Linear(h, vocab_size, bias=False)
-            init(self.output_layer.weight)
+            out = nn.Linear(h, vocab_size, bias=False)
+            init(out.weight)
+            self.output_layer = column_parallel(out, parallel)  # vocab split, like the embedding
         else:
             self.output_layer = None  # logits use word_embeddings.weight
+        if tp_size > 1:
+            mark_positional_parallel(self.position, mcfg.pos_emb)
         self._backends: dict = {}
 
     # ---- pieces ------------------------------------------------------------------------------
@@ -67,6 +84,15 @@ class GPTModel(nn.Module):
                 self.mcfg.attention_backend, self.position, device, dtype, self.training
             )
         return self._backends[key]
+
+    def position_stats(self) -> dict[str, float]:
+        """The scheme's logged statistics over ALL heads (under TP a rank holds only its own
+        heads, so they are gathered first: a collective, call it on every rank)."""
+        if self.parallel is None or not self.parallel.is_tensor_parallel:
+            return self.position.stats()
+        from megatron.parallel.merge import gather_full_scheme
+
+        return gather_full_scheme(self.position, positional_spec(self.mcfg), self.mcfg.pos_emb, self.parallel).stats()
 
     def output_weight(self) -> torch.Tensor:
         return self.word_embeddings.weight if self.output_layer is None else self.output_layer.weight
@@ -90,20 +116,24 @@ class GPTModel(nn.Module):
             softmax_in_fp32=self.mcfg.attention_softmax_in_fp32,
             dropout_p=self.mcfg.attention_dropout,
         )
+        extra = {}
+        if self.parallel is not None and self.parallel.is_tensor_parallel:
+            ctx.dropout_rng = self.parallel.rng.fork
+            extra["context_fn"] = self.parallel.rng.checkpoint_context_fn  # replay TP dropout
         for layer in self.layers:
             if self.checkpoint_activations and self.training and torch.is_grad_enabled():
-                x = checkpoint(layer, x, ctx, use_reentrant=False)
+                x = checkpoint(layer, x, ctx, use_reentrant=False, **extra)
             else:
                 x = layer(x, ctx)
         return self.final_norm(x)
 
     # ---- entry points ------------------------------------------------------------------------
     def forward(self, tokens, labels=None, loss_mask=None, positions=None):
-        """Logits (B, L, V); or, when labels are given, the NeoX loss:
+        """Logits (B, L, V) (gathered over TP ranks); or, when labels are given, the NeoX loss:
         sum(CE(logits.float()) * loss_mask) / sum(loss_mask)."""
         x = self.hidden_states(tokens, positions)
         if labels is None:
-            return F.linear(x, self.output_weight())
+            return gather_logits(parallel_logits(x, self.output_weight(), self.parallel), self.parallel)
         losses = self._token_losses_from_hidden(x, labels)
         if loss_mask is None:
             return losses.mean()
@@ -122,10 +152,21 @@ class GPTModel(nn.Module):
         w = self.output_weight()
         out = []
         for s in range(0, L, step):
-            logits = F.linear(x[:, s : s + step], w).float()  # (B, l, V)
-            ce = F.cross_entropy(logits.flatten(0, 1), labels[:, s : s + step].flatten(), reduction="none")
+            logits = parallel_logits(x[:, s : s + step], w, self.parallel).float()  # (B, l, V/tp)
+            ce = token_cross_entropy(logits.flatten(0, 1), labels[:, s : s + step].flatten(), self.parallel)
             out.append(ce.view(B, -1))
         return torch.cat(out, dim=1)
+
+
+def mark_positional_parallel(scheme: nn.Module, pos_emb: str) -> None:
+    """Tag the scheme's per-head parameters as split over TP ranks (for the grad norm)."""
+    from megatron.parallel.layers import mark_tensor_parallel
+    from megatron.parallel.merge import positional_shard_dims
+
+    dims = positional_shard_dims(pos_emb)
+    for name, p in scheme.named_parameters():
+        if dims.get(name) is not None:
+            mark_tensor_parallel(p, dims[name])
 
 
 def count_parameters(model: nn.Module) -> int:

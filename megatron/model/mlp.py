@@ -2,19 +2,25 @@
 import torch.nn.functional as F
 from torch import nn
 
+from megatron.model.linear import column_parallel, row_parallel
+
 
 class MLP(nn.Module):
-    def __init__(self, mcfg, init_method, output_init_method):
+    def __init__(self, mcfg, init_method, output_init_method, par=None):
         super().__init__()
         h = mcfg.hidden_size
         ffn = mcfg.intermediate_size or 4 * h
-        self.dense_h_to_4h = nn.Linear(h, ffn, bias=mcfg.use_bias_in_mlp)
-        self.dense_4h_to_h = nn.Linear(ffn, h, bias=mcfg.use_bias_in_mlp)
-        init_method(self.dense_h_to_4h.weight)
-        output_init_method(self.dense_4h_to_h.weight)
-        for lin in (self.dense_h_to_4h, self.dense_4h_to_h):
+        up = nn.Linear(h, ffn, bias=mcfg.use_bias_in_mlp)
+        down = nn.Linear(ffn, h, bias=mcfg.use_bias_in_mlp)
+        init_method(up.weight)
+        output_init_method(down.weight)
+        for lin in (up, down):
             if lin.bias is not None:
                 nn.init.zeros_(lin.bias)
+        # Built full on every rank (same draws as TP=1), then sharded: h->4h by output
+        # features, 4h->h by input features, so GELU runs on this rank's slice with no comms.
+        self.dense_h_to_4h = column_parallel(up, par)
+        self.dense_4h_to_h = row_parallel(down, par)
 
     def forward(self, x):  # (B, L, h)
         return self.dense_4h_to_h(F.gelu(self.dense_h_to_4h(x)))

@@ -11,12 +11,12 @@ from megatron.model.norms import build_norm
 
 
 class TransformerLayer(nn.Module):
-    def __init__(self, mcfg, init_method, output_init_method):
+    def __init__(self, mcfg, init_method, output_init_method, par=None):
         super().__init__()
         self.input_layernorm = build_norm(mcfg, mcfg.hidden_size)
-        self.attention = SelfAttention(mcfg, init_method, output_init_method)
+        self.attention = SelfAttention(mcfg, init_method, output_init_method, par)
         self.post_attention_layernorm = build_norm(mcfg, mcfg.hidden_size)
-        self.mlp = MLP(mcfg, init_method, output_init_method)
+        self.mlp = MLP(mcfg, init_method, output_init_method, par)
         self.dropout = nn.Dropout(mcfg.hidden_dropout)
 
     def forward(self, x, ctx: AttentionContext):  # (B, L, h)

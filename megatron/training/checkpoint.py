@@ -12,6 +12,7 @@ checkpoint; leftover `*.incomplete` directories are removed by the next save.
 """
 from __future__ import annotations
 
+import glob
 import os
 import random
 import re
@@ -217,11 +218,27 @@ def load_model_state(ckpt_dir: str, tag: str | None = None) -> tuple[dict, dict,
     path = os.path.join(tag_dir, "mp_rank_00_model_states.pt")
     if not os.path.isfile(path):
         raise CheckpointError(f"{path} is missing: {tag_dir} is not a complete sequential checkpoint")
+    from megatron.parallel.merge_checkpoint import load_merged, shard_files
+    from megatron.parallel.pipeline_merge import merge_pipeline_to_sequential
+
+    if glob.glob(os.path.join(tag_dir, "layer_*-model_states.pt")):  # pipeline engine: weights in layer files
+        blob = _read_checkpoint_file(path)
+        client = {k: v for k, v in blob.items() if k not in ("module", "optimizer")}
+        print(f"[checkpoint] read pipeline layer files of {tag_dir} into the sequential model", flush=True)
+        return merge_pipeline_to_sequential(tag_dir), client, tag_dir
+    shards = shard_files(tag_dir)
+    if len(shards) > 1:  # saved with tensor parallelism: merge to TP=1 in memory
+        module, client = load_merged(shards, _read_checkpoint_file)
+        return module, client, tag_dir
+    blob = _read_checkpoint_file(path)
+    client = {k: v for k, v in blob.items() if k not in ("module", "optimizer")}
+    return blob["module"], client, tag_dir
+
+
+def _read_checkpoint_file(path: str) -> dict:
     try:
         # Our own checkpoints hold python/numpy objects (RNG state, DeepSpeed config) besides
         # tensors, so this is the full unpickler; only load checkpoint directories you trust.
-        blob = torch.load(path, map_location="cpu", weights_only=False)
+        return torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:  # truncated or corrupt file
         raise CheckpointError(f"could not read {path}: {e}; the file is truncated or corrupt") from e
-    client = {k: v for k, v in blob.items() if k not in ("module", "optimizer")}
-    return blob["module"], client, tag_dir

@@ -5,6 +5,7 @@ checkpoint I/O); this file only decides what to feed it and when to evaluate, lo
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import random
@@ -15,12 +16,21 @@ import torch
 
 from megatron.data.loader import batch_loader, loss_mask_for
 from megatron.model import GPTModel, count_parameters
+from megatron.parallel import context_for
 from megatron.tokenizer import build_tokenizer, padded_vocab_size
 from megatron.training.checkpoint import Checkpointer
 from megatron.training.data_setup import build_datasets
 from megatron.training.distributed import init_distributed
 from megatron.training.logging import MetricsLogger
 from megatron.training.optim import build_optimizer
+from megatron.training.pipeline_step import (
+    build_pipeline_engine,
+    data_parallel_info,
+    pipe_batches,
+    pipeline_eval_step,
+    pipeline_train_step,
+    uses_pipeline,
+)
 from megatron.training.schedule import build_scheduler
 from megatron.training.signals import PreemptionHandler
 
@@ -56,17 +66,11 @@ class Trainer:
         check_precision_supported(cfg)
         self.dist = init_distributed()
         set_seed(cfg.training.seed)
+        self.par = context_for(cfg, self.dist)  # tensor-parallel groups; data-parallel rank/size
         self.tokenizer, self.vocab_size = resolve_vocab(cfg)
         self.run_dir = cfg.logging.run_dir
-        self.batch, self.micro, self.gas = cfg.training.batch_sizes(self.dist.world_size)
-
-        model = GPTModel(cfg.model, self.vocab_size, cfg.training.checkpoint_activations)
-        optimizer = build_optimizer(cfg, model)
-        scheduler = build_scheduler(cfg, optimizer)
-        self.engine, _, _, _ = deepspeed.initialize(
-            model=model, optimizer=optimizer, lr_scheduler=scheduler,
-            config=cfg.deepspeed_config(self.dist.world_size), dist_init_required=False,
-        )
+        self.pipe = uses_pipeline(cfg)  # NeoX: pipe-parallel-size >= 1 -> DeepSpeed's pipeline engine
+        model = self._build_engine(deepspeed)
         self.model = model
         self.checkpointer = Checkpointer(cfg, self.vocab_size, self.dist.is_rank0)
         client = self.checkpointer.load(self.engine)
@@ -75,7 +79,32 @@ class Trainer:
         self.log = MetricsLogger(cfg, self.run_dir, self.dist.is_rank0, cfg.training.train_iters, self.iteration)
         self.log.console(f"model: {count_parameters(model):,} parameters | pos-emb {cfg.model.pos_emb} | "
                          f"attention backend {model.backend(self.dist.device, self._dtype()).name} | "
-                         f"batch {self.batch} = micro {self.micro} x gas {self.gas} x dp {self.dist.world_size}")
+                         f"batch {self.batch} = micro {self.micro} x gas {self.gas} x dp {self.par.dp_size}"
+                         + (f" | tp {self.par.tp_size}" if self.par.tp_size > 1 else ""))
+
+    def _build_engine(self, deepspeed):
+        """The DeepSpeed engine around our model (sequential) or around GPTPipe (pipeline)."""
+        cfg = self.cfg
+        if self.pipe:
+            self.engine, model = build_pipeline_engine(
+                cfg, self.vocab_size, lambda m: build_optimizer(cfg, m), lambda o: build_scheduler(cfg, o))
+            dp_rank, dp_size = data_parallel_info(self.engine)  # dp = world / pp
+            self.par = dataclasses.replace(self.par, dp_rank=dp_rank, dp_size=dp_size)
+            self.batch, self.micro, self.gas = cfg.training.batch_sizes(self.par.dp_size)
+            return model
+        self.batch, self.micro, self.gas = cfg.training.batch_sizes(self.par.dp_size)
+        model = GPTModel(cfg.model, self.vocab_size, cfg.training.checkpoint_activations, parallel=self.par)
+        optimizer = build_optimizer(cfg, model)
+        scheduler = build_scheduler(cfg, optimizer)
+        self.engine, _, _, _ = deepspeed.initialize(
+            model=model, optimizer=optimizer, lr_scheduler=scheduler,
+            config=cfg.deepspeed_config(self.par.dp_size), dist_init_required=False,
+            mpu=self.par.deepspeed_mpu(),
+        )
+        return model
+
+    def _eod(self):
+        return getattr(self.tokenizer, "eod", None)
 
     def _dtype(self) -> torch.dtype:
         return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[self.cfg.precision.dtype]
@@ -86,8 +115,10 @@ class Trainer:
         todo = t.train_iters - self.iteration
         if todo > 0 and self.datasets[0] is None:
             raise ValueError("train-iters > 0 but there is no training data")
-        loader = iter(batch_loader(self.datasets[0], self.micro, self.gas, self.dist.rank, self.dist.world_size,
+        loader = iter(batch_loader(self.datasets[0], self.micro, self.gas, self.par.dp_rank, self.par.dp_size,
                                    self.iteration, max(todo, 0), t.num_workers)) if todo > 0 else None
+        if self.pipe and loader is not None:
+            loader = pipe_batches(loader, self._eod(), self.cfg.data.eod_mask_loss)
         last = {}
         preemption = PreemptionHandler().install()
         try:
@@ -123,12 +154,14 @@ class Trainer:
     def train_step(self, loader) -> float:
         """One optimizer step = gas micro-batches; DeepSpeed accumulates and steps at the boundary."""
         self.engine.train()
+        if self.pipe:  # the pipe engine runs all gas micro-batches; its loss is already the DP mean
+            return pipeline_train_step(self.engine, loader)
         losses = [self.forward_backward(next(loader)) for _ in range(self.gas)]
         return float(self._all_reduce_mean(torch.tensor(sum(losses) / len(losses))))
 
     def forward_backward(self, batch) -> float:
         tokens, labels = batch["tokens"].to(self.dist.device), batch["labels"].to(self.dist.device)
-        mask = loss_mask_for(tokens, getattr(self.tokenizer, "eod", None), self.cfg.data.eod_mask_loss)
+        mask = loss_mask_for(tokens, self._eod(), self.cfg.data.eod_mask_loss)
         loss = self.engine(tokens, labels=labels, loss_mask=mask.to(self.dist.device))
         self.engine.backward(loss)
         self.engine.step()
@@ -138,7 +171,7 @@ class Trainer:
         m = {"lm_loss": loss, "learning_rate": self.engine.get_lr()[0],
              "elapsed_time_per_iteration_ms": seconds * 1000.0,
              "samples_per_sec": self.batch / max(seconds, 1e-9)}
-        m.update(self.model.position.stats())  # KERPLE: bias_p_mean, bias_a_std, ... every step
+        m.update(self.model.position_stats())  # KERPLE: bias_p_mean, bias_a_std, ... every step
         return m
 
     def _after_step(self) -> None:
@@ -171,15 +204,19 @@ class Trainer:
         """eval_iters x gas micro-batches; lm_loss = mean of per-batch token-mean losses."""
         t = self.cfg.training
         self.engine.eval()
-        loader = batch_loader(dataset, self.micro, self.gas, self.dist.rank, self.dist.world_size,
+        loader = batch_loader(dataset, self.micro, self.gas, self.par.dp_rank, self.par.dp_size,
                               round_index * t.eval_iters, t.eval_iters, 0)
-        losses = []
-        for batch in loader:
-            tokens, labels = batch["tokens"].to(self.dist.device), batch["labels"].to(self.dist.device)
-            mask = loss_mask_for(tokens, getattr(self.tokenizer, "eod", None), self.cfg.data.eod_mask_loss)
-            losses.append(self.engine(tokens, labels=labels, loss_mask=mask.to(self.dist.device)).float().item())
+        if self.pipe:  # one eval_batch = gas micro-batches, already averaged over DP ranks
+            batches = pipe_batches(iter(loader), self._eod(), self.cfg.data.eod_mask_loss)
+            loss = sum(pipeline_eval_step(self.engine, batches) for _ in range(t.eval_iters)) / max(t.eval_iters, 1)
+        else:
+            losses = []
+            for batch in loader:
+                tokens, labels = batch["tokens"].to(self.dist.device), batch["labels"].to(self.dist.device)
+                mask = loss_mask_for(tokens, self._eod(), self.cfg.data.eod_mask_loss)
+                losses.append(self.engine(tokens, labels=labels, loss_mask=mask.to(self.dist.device)).float().item())
+            loss = float(self._all_reduce_mean(torch.tensor(sum(losses) / max(len(losses), 1))))
         self.engine.train()
-        loss = float(self._all_reduce_mean(torch.tensor(sum(losses) / max(len(losses), 1))))
         metrics = {"lm_loss": loss, "lm_loss_ppl": math.exp(min(loss, 700.0))}
         self.log.log_eval(self.iteration, chart, metrics, prefix)
         return metrics

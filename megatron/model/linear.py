@@ -1,0 +1,97 @@
+"""Layer factories: the single-rank layer, or its tensor-parallel shard.
+
+Every factory takes the layer exactly as the single-rank model builds it (an nn.Linear /
+nn.Embedding already initialised by our init functions) and returns it unchanged when tp_size is
+1, so single-rank models keep their modules, parameter names and random draws. With tp_size > 1
+it returns the megatron-core layer holding this rank's slice of the SAME full weight: every rank
+builds the full weight from the same seed (megatron-core's use_cpu_initialization does the same:
+master weight, then split), so a TP=2 model starts equal to the TP=1 model built from that seed.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def _tp(par) -> bool:
+    return par is not None and par.is_tensor_parallel
+
+
+def _copy_of(full: torch.Tensor):
+    """An init_method writing `full` into megatron-core's master weight (which it then splits)."""
+    def init(master: torch.Tensor) -> None:
+        with torch.no_grad():
+            master.copy_(full)
+    return init
+
+
+def column_parallel(full: nn.Linear, par) -> nn.Module:
+    """Output features split contiguously over TP ranks (QKV: whole heads, rows are per head)."""
+    if not _tp(par):
+        return full
+    from megatron.parallel.layers import ColumnLinear
+
+    layer = ColumnLinear(full.in_features, full.out_features, config=par.megatron_config(full.weight.dtype),
+                         init_method=_copy_of(full.weight), bias=full.bias is not None,
+                         gather_output=False, tp_group=par.tp_group)
+    if full.bias is not None:
+        with torch.no_grad():
+            layer.bias.copy_(full.bias.chunk(par.tp_size, dim=0)[par.tp_rank])
+    return layer
+
+
+def row_parallel(full: nn.Linear, par) -> nn.Module:
+    """Input features split over TP ranks; the full bias is added once, after the all-reduce."""
+    if not _tp(par):
+        return full
+    from megatron.parallel.layers import RowLinear
+
+    layer = RowLinear(full.in_features, full.out_features, config=par.megatron_config(full.weight.dtype),
+                      init_method=_copy_of(full.weight), bias=full.bias is not None,
+                      input_is_parallel=True, skip_bias_add=False, tp_group=par.tp_group)
+    if full.bias is not None:
+        with torch.no_grad():
+            layer.bias.copy_(full.bias)
+    return layer
+
+
+def vocab_parallel_embedding(full: nn.Embedding, par) -> nn.Module:
+    """Vocabulary rows split contiguously over TP ranks; the lookup is all-reduced."""
+    if not _tp(par):
+        return full
+    if full.num_embeddings % par.tp_size:
+        raise ValueError(f"padded vocab size {full.num_embeddings} is not divisible by model-parallel-size "
+                         f"{par.tp_size}; set padded-vocab-size to a multiple of it")
+    from megatron.parallel.layers import VocabParallelEmbedding
+
+    return VocabParallelEmbedding(full.num_embeddings, full.embedding_dim, init_method=_copy_of(full.weight),
+                                  config=par.megatron_config(full.weight.dtype), tp_group=par.tp_group)
+
+
+def parallel_logits(x: torch.Tensor, weight: torch.Tensor, par) -> torch.Tensor:
+    """x (B, L, h), replicated -> this rank's vocabulary slice of the logits (B, L, V/tp).
+    Under TP the gradient of x is all-reduced over ranks, as in a column-parallel layer."""
+    if _tp(par):
+        from megatron.parallel.layers import copy_to_tp
+
+        x = copy_to_tp(x, par.tp_group)
+    return F.linear(x, weight)
+
+
+def gather_logits(logits: torch.Tensor, par) -> torch.Tensor:
+    """(..., V/tp) on each rank -> (..., V) on every rank."""
+    if not _tp(par):
+        return logits
+    from megatron.parallel.layers import gather_last_dim
+
+    return gather_last_dim(logits, par.tp_group)
+
+
+def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, par) -> torch.Tensor:
+    """logits (N, V or V/tp) float32, labels (N,) -> per-token loss (N,)."""
+    if not _tp(par):
+        return F.cross_entropy(logits, labels, reduction="none")
+    from megatron.parallel.layers import vocab_parallel_cross_entropy
+
+    return vocab_parallel_cross_entropy(logits, labels)

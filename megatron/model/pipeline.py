@@ -1,0 +1,231 @@
+"""The GPT as a DeepSpeed PipelineModule, with GPT-NeoX's layer numbering (GPT2ModelPipe):
+
+    0        EmbeddingPipe       word embeddings (+ absolute positions) + dropout -> layer_00
+    1        _pre_transformer_block   (a function: no parameters, no file)
+    2..L+1   TransformerLayerPipe     -> layer_02 .. layer_{L+1}
+    L+2      _post_transformer_block  (a function)
+    L+3      NormPipe            `norm.*`                     -> layer_{L+3}
+    L+4      OutputPipe          `final_linear.weight` (untied) -> layer_{L+4}
+
+Built from the same blocks as GPTModel. Activations between stages are tensors only: hidden
+states (B, L, h); every layer rebuilds positions (arange(L)) and its AttentionContext.
+
+The positional scheme is ONE instance per stage, shared by that stage's layers (and the
+embedding, for absolute schemes). Each stage thus holds a replica: the replicas start equal (the
+initial values come from one GPTModel built with the caller's seed), their gradients are summed
+over the pipe group before the optimizer step (the sequential model's gradient is the sum over
+layers too), and gradient clipping counts them once (`ds_pipe_replicated`).
+"""
+from __future__ import annotations
+
+from functools import partial
+
+import torch
+import torch.nn.functional as F
+from deepspeed.pipe import LayerSpec, PipelineModule, TiedLayerSpec
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from megatron.attention.resolve import resolve_backend
+from megatron.model.attention import AttentionContext
+from megatron.model.gpt import GPTModel, build_init, build_norm, positional_spec
+from megatron.model.transformer import TransformerLayer
+from megatron.positional.registry import build_scheme
+
+
+def attention_context(mcfg, scheme, x: torch.Tensor, backends: dict, training: bool) -> AttentionContext:
+    """The context GPTModel.hidden_states builds, rebuilt from the activation's shape."""
+    positions = torch.arange(x.shape[1], device=x.device)
+    key = (x.device.type, x.dtype, training)
+    if key not in backends:
+        backends[key] = resolve_backend(mcfg.attention_backend, scheme, x.device, x.dtype, training)
+    return AttentionContext(
+        scheme=scheme, backend=backends[key], q_pos=positions, k_pos=positions,
+        window=mcfg.attention_window, softmax_in_fp32=mcfg.attention_softmax_in_fp32,
+        dropout_p=mcfg.attention_dropout,
+    )
+
+
+class EmbeddingPipe(nn.Module):
+    """tokens (B, L) or (tokens,) -> hidden (B, L, h). Holds the stage's scheme for `embed`."""
+
+    def __init__(self, mcfg, vocab_size: int, init, scheme: nn.Module):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(vocab_size, mcfg.hidden_size)
+        init(self.word_embeddings.weight)
+        self.position = scheme
+        self.embedding_dropout = nn.Dropout(mcfg.hidden_dropout)
+
+    def forward(self, inputs):
+        tokens = inputs[0] if isinstance(inputs, (tuple, list)) else inputs
+        x = self.word_embeddings(tokens)
+        absolute = self.position.embed(torch.arange(tokens.shape[1], device=tokens.device))
+        if absolute is not None:
+            x = x + absolute.to(x.dtype)
+        return self.embedding_dropout(x)
+
+
+class TransformerLayerPipe(TransformerLayer):
+    """TransformerLayer whose forward takes only the hidden states (pipeline activations)."""
+
+    def __init__(self, mcfg, init, out_init, scheme: nn.Module):
+        super().__init__(mcfg, init, out_init)
+        self.mcfg = mcfg
+        self.position = scheme  # the stage's shared instance (also a stage attribute)
+        self._backends: dict = {}
+
+    def forward(self, x):  # (B, L, h)
+        ctx = attention_context(self.mcfg, self.position, x, self._backends, self.training)
+        return super().forward(x, ctx)
+
+
+class NormPipe(nn.Module):
+    def __init__(self, mcfg):
+        super().__init__()
+        self.norm = build_norm(mcfg, mcfg.hidden_size)
+
+    def forward(self, x):
+        return self.norm(x)
+
+
+class OutputPipe(nn.Module):
+    """Untied output layer: hidden (B, L, h) -> logits (B, L, V)."""
+
+    def __init__(self, mcfg, vocab_size: int, init):
+        super().__init__()
+        self.final_linear = nn.Linear(mcfg.hidden_size, vocab_size, bias=False)
+        init(self.final_linear.weight)
+
+    def forward(self, x):
+        return self.final_linear(x)
+
+
+def _pre_transformer_block(x):
+    # NeoX transposes to [s, b, h] here; our layers take (B, L, h), so this only holds the index.
+    return x
+
+
+def _post_transformer_block(x):
+    return x
+
+
+def _tied_logits(embedding: EmbeddingPipe, x):
+    return F.linear(x, embedding.word_embeddings.weight)
+
+
+def loss_fn(logits: torch.Tensor, labels_and_mask) -> torch.Tensor:
+    """NeoX's loss: sum(CE(float logits) * loss_mask) / sum(loss_mask), as GPTModel.forward."""
+    labels, loss_mask = labels_and_mask
+    losses = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), reduction="none")
+    mask = loss_mask.to(losses.dtype).flatten()
+    return (losses * mask).sum() / mask.sum().clamp_min(1.0)
+
+
+def layer_specs(mcfg, vocab_size: int, scheme: nn.Module) -> list:
+    """The NeoX-numbered spec list (see the module docstring)."""
+    L, h = mcfg.num_layers, mcfg.hidden_size
+    init = build_init(mcfg.init_method, mcfg.init_method_std, L, h)
+    out_init = build_init(mcfg.output_layer_init_method, mcfg.init_method_std, L, h)
+    tied = not mcfg.no_weight_tying
+    if tied:  # as NeoX: the same key at both ends, DeepSpeed all-reduces the tied gradient
+        embed = TiedLayerSpec("embed", EmbeddingPipe, mcfg, vocab_size, init, scheme,
+                              tied_weight_attr=["word_embeddings.weight"])
+        output = TiedLayerSpec("embed", EmbeddingPipe, mcfg, vocab_size, init, scheme,
+                               forward_fn=_tied_logits, tied_weight_attr=["word_embeddings.weight"])
+    else:
+        embed = LayerSpec(EmbeddingPipe, mcfg, vocab_size, init, scheme)
+        output = LayerSpec(OutputPipe, mcfg, vocab_size, init)
+    layers = [LayerSpec(TransformerLayerPipe, mcfg, init, out_init, scheme) for _ in range(L)]
+    return [embed, _pre_transformer_block, *layers, _post_transformer_block, LayerSpec(NormPipe, mcfg), output]
+
+
+def check_pipeline_supported(mcfg, num_stages: int, model_parallel_size: int) -> None:
+    if model_parallel_size > 1 and num_stages > 1:
+        raise ValueError(f"pipe-parallel-size {num_stages} with model-parallel-size {model_parallel_size} is "
+                         "not supported yet: use pipeline or tensor parallelism, not both")
+    if num_stages > mcfg.num_layers:
+        raise ValueError(f"pipe-parallel-size {num_stages} exceeds num-layers {mcfg.num_layers}: every "
+                         "stage needs at least one transformer layer")
+
+
+class GPTPipe(PipelineModule):
+    """GPTModel as pipeline stages. Build it right after seeding, as GPTModel: its initial values
+    are GPTModel's for the same seed, on every stage and for any number of stages."""
+
+    def __init__(self, mcfg, vocab_size: int, topology, checkpoint_activations: bool = False,
+                 checkpoint_num_layers: int = 1):
+        check_pipeline_supported(mcfg, topology.get_dim("pipe"), topology.get_dim("model"))
+        # The reference draws from the caller's RNG exactly as the sequential path does; the
+        # stage's own construction then runs on a forked RNG, so later draws (dropout) match too.
+        reference = GPTModel(mcfg, vocab_size).state_dict()
+        with torch.random.fork_rng(devices=[]):
+            scheme = build_scheme(mcfg.pos_emb, positional_spec(mcfg))
+            super().__init__(
+                layers=layer_specs(mcfg, vocab_size, scheme), topology=topology, loss_fn=loss_fn,
+                partition_method="type:TransformerLayerPipe",  # NeoX: balance transformer layers
+                activation_checkpoint_interval=checkpoint_num_layers if checkpoint_activations else 0,
+                activation_checkpoint_func=partial(checkpoint, use_reentrant=False),
+                checkpointable_layers=["TransformerLayerPipe"],
+            )
+        self.mcfg = mcfg
+        self.position = scheme
+        self._load_sequential(reference)
+        self._mark_replicated_scheme()
+
+    def position_stats(self) -> dict[str, float]:
+        """The shared scheme's logged statistics (every stage holds the same full-head copy)."""
+        return self.position.stats()
+
+    def backend(self, device: torch.device, dtype: torch.dtype):
+        """The attention backend the layers resolve (for logging, as GPTModel.backend)."""
+        return resolve_backend(self.mcfg.attention_backend, self.position, device, dtype, self.training)
+
+    # ---- initial values ----------------------------------------------------------------------
+    def local_modules(self) -> list[tuple[int, nn.Module]]:
+        """(NeoX layer index, module) for every module this stage holds (tied embedding = 0)."""
+        out = [(int(name), m) for name, m in self.named_children() if name.isdigit()]
+        if "embed" in self.tied_modules:
+            out.append((0, self.tied_modules["embed"]))
+        return sorted(out, key=lambda item: item[0])
+
+    @torch.no_grad()
+    def _load_sequential(self, state: dict) -> None:
+        from megatron.parallel.pipeline_merge import sequential_key
+
+        L, tied = self.mcfg.num_layers, not self.mcfg.no_weight_tying
+        for idx, module in self.local_modules():
+            for key, tensor in module.state_dict(keep_vars=True).items():
+                tensor.data.copy_(state[sequential_key(idx, key, L, tied)])
+
+    # ---- the replicated scheme -----------------------------------------------------------------
+    def scheme_parameters(self) -> list[nn.Parameter]:
+        return [p for p in self.position.parameters() if p.requires_grad]
+
+    def _mark_replicated_scheme(self) -> None:
+        """Count the scheme (and tied copies) once in gradient norms. DeepSpeed's ZeRO/bf16 norms
+        skip `ds_pipe_replicated` params; its fp32 clip_grad_norm_ instead counts only params
+        marked `model_parallel` on stages > 0, so mark every non-replicated one there."""
+        if self.num_stages == 1 or self.stage_id == 0:
+            return
+        for p in self.scheme_parameters():
+            p.ds_pipe_replicated = True
+        for p in self.parameters():
+            if not getattr(p, "ds_pipe_replicated", False):
+                p.model_parallel = True
+
+    def get_tied_weights_and_groups(self):
+        """DeepSpeed's pipe engine all-reduces (sums) these grads before the optimizer step."""
+        pairs = super().get_tied_weights_and_groups()
+        if self.num_stages > 1:
+            group = self._grid.get_pipe_parallel_group()
+            for p in self.scheme_parameters():
+                if p.grad is None:  # every stage must join the collective
+                    p.grad = torch.zeros_like(p)
+                pairs.append((p, group))
+        return pairs
+
+    def allreduce_tied_weight_gradients(self):
+        # DeepSpeed 0.19.8's engine calls get_tied_weights_and_groups; older engines (and NeoX's
+        # DeeperSpeed) call this one: both include the scheme.
+        for weight, group in self.get_tied_weights_and_groups():
+            torch.distributed.all_reduce(weight.grad, group=group)

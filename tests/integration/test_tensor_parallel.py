@@ -1,0 +1,180 @@
+"""Tensor parallelism on CPU: 2 processes (gloo) with TP=2 must equal one TP=1 model.
+
+Each worker builds the TP=1 model and its own TP=2 shard from the same seed, runs the same
+tokens through both, and rank 0 compares the logits and every parameter gradient, the TP=2 ones
+merged to full shape with the checkpoint merge rules (which also check that replicated tensors
+agree across ranks)."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from megatron.training.distributed import free_port
+from tests.conftest import TINY_MODEL, write_yaml
+
+TOL = 1e-5
+CASES = [("kerple_log", True), ("kerple_log", False), ("alibi", True), ("rpe", True), ("rotary", True)]
+
+
+def _init_gloo(rank: int, world: int, port: int) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+
+
+def _run(model, tokens, labels):
+    model.zero_grad(set_to_none=True)
+    logits = model(tokens)
+    model(tokens, labels=labels).backward()
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+    return logits.detach(), grads
+
+
+def _compare_worker(rank: int, world: int, port: int, cfg_paths: dict, out: dict) -> None:
+    from megatron.config import load_config
+    from megatron.model import GPTModel
+    from megatron.parallel import init_parallel
+    from megatron.parallel.merge import merge_state_dicts
+
+    _init_gloo(rank, world, port)
+    par = init_parallel(2)
+    for name, path in cfg_paths.items():
+        mcfg = load_config([path]).model
+        torch.manual_seed(0)
+        tokens = torch.randint(0, 128, (2, 32))
+        labels = torch.randint(0, 128, (2, 32))
+        torch.manual_seed(1)
+        ref = GPTModel(mcfg, 128)
+        torch.manual_seed(1)
+        tp = GPTModel(mcfg, 128, parallel=par)
+        ref_logits, ref_grads = _run(ref, tokens, labels)
+        tp_logits, tp_grads = _run(tp, tokens, labels)
+        stats = tp.position_stats()  # collective: gathers every head
+        shards = [None] * world
+        dist.all_gather_object(shards, {"w": tp.state_dict(), "g": tp_grads})
+        if rank == 0:
+            w = merge_state_dicts([s["w"] for s in shards], mcfg.pos_emb)
+            g = merge_state_dicts([s["g"] for s in shards], mcfg.pos_emb)
+            out[name] = {
+                "logits": (ref_logits - tp_logits).abs().max().item(),
+                "weights": max((w[k] - v).abs().max().item() for k, v in ref.state_dict().items()),
+                "grads": {k: (g[k] - v).abs().max().item() for k, v in ref_grads.items()},
+                "missing": sorted(set(ref_grads) ^ set(g)),
+                "stats": max([abs(stats[k] - v) for k, v in ref.position.stats().items()], default=0.0),
+            }
+    out["dropout_recompute"] = _dropout_recompute_diff(cfg_paths["kerple_log-untied"], par)
+    dist.destroy_process_group()
+
+
+def _dropout_recompute_diff(path: str, par) -> float:
+    """TP=2 with attention dropout: activation checkpointing must replay the per-rank dropout
+    masks, so its gradients equal those of the run without recomputation."""
+    from dataclasses import replace
+
+    from megatron.config import load_config
+    from megatron.model import GPTModel
+
+    mcfg = replace(load_config([path]).model, attention_dropout=0.5, hidden_dropout=0.1)
+    tokens = torch.randint(0, 128, (2, 32))
+    grads = []
+    for recompute in (False, True):
+        torch.manual_seed(3)
+        par.seed(5)
+        model = GPTModel(mcfg, 128, checkpoint_activations=recompute, parallel=par).train()
+        model(tokens, labels=tokens).backward()
+        grads.append({n: p.grad for n, p in model.named_parameters()})
+    return max((grads[0][n] - grads[1][n]).abs().max().item() for n in grads[0])
+
+
+def _spawn(fn, *args, world: int = 2) -> float:
+    start = time.perf_counter()
+    mp.spawn(fn, args=(world, free_port(), *args), nprocs=world, join=True)
+    return time.perf_counter() - start
+
+
+def test_tp2_equals_tp1_logits_and_grads(tmp_path):
+    paths = {}
+    for pos, untied in CASES:
+        name = f"{pos}-{'untied' if untied else 'tied'}"
+        paths[name] = write_yaml(tmp_path / f"{name}.yml", {**TINY_MODEL, "pos-emb": pos, "no-weight-tying": untied})
+    out = mp.Manager().dict()
+    seconds = _spawn(_compare_worker, paths, out)
+    print(f"\n[tp] TP=2 vs TP=1, {len(CASES)} models: {seconds:.1f} s")
+    assert out.pop("dropout_recompute") < 1e-6
+    assert set(out) == set(paths)
+    for name, r in out.items():
+        assert r["stats"] < 1e-6, (name, r["stats"])
+        print(f"[tp] {name}: logits {r['logits']:.1e}, max grad diff {max(r['grads'].values()):.1e}")
+        assert not r["missing"], (name, r["missing"])
+        assert r["weights"] == 0.0, (name, r["weights"])  # same seed -> identical full weights
+        assert r["logits"] < TOL, (name, r["logits"])
+        bad = {k: v for k, v in r["grads"].items() if not v < TOL}
+        assert not bad, (name, bad)
+    assert "position.bias_p" in out["kerple_log-untied"]["grads"]
+    assert "position.bias_a" in out["kerple_log-untied"]["grads"]
+
+
+def test_sequence_parallel_on_cpu_is_refused():
+    from megatron.parallel import init_parallel
+
+    if torch.cuda.is_available():
+        pytest.skip("the CPU-only message")
+    with pytest.raises(ValueError, match="sequence-parallel: true needs CUDA"):
+        init_parallel(2, sequence_parallel=True)
+
+
+def _validation_loss_tp1(ckpt: str) -> float:
+    """The trainer's final validation loss, recomputed by one process from the (merged) checkpoint."""
+    from megatron.data.loader import batch_loader
+    from megatron.evaluation.load import load_checkpoint_model
+    from megatron.training.data_setup import build_datasets
+
+    model, cfg, _ = load_checkpoint_model(ckpt)
+    assert cfg.parallel.model_parallel_size == 1
+    batch, micro, gas = cfg.training.batch_sizes(1)
+    valid = build_datasets(cfg, batch)[1]
+    losses = []
+    with torch.no_grad():
+        for b in batch_loader(valid, micro, gas, 0, 1, 0, cfg.training.eval_iters, 0):
+            losses.append(model(b["tokens"], labels=b["labels"], loss_mask=torch.ones(b["tokens"].shape)).item())
+    return sum(losses) / len(losses)
+
+
+def test_tp2_checkpoint_evaluates_with_tp1(tmp_path, token_dataset, capsys):
+    import json
+
+    from megatron.parallel.merge_checkpoint import write_merged_checkpoint
+    from megatron.training.checkpoint import load_model_state
+    from tests.conftest import train_config_dict
+    from tests.integration.fault_helpers import run_deepy, write_config
+
+    ck = str(tmp_path / "ck")
+    data = train_config_dict(tmp_path, token_dataset, train_iters=2, eval_iters=2, save=ck, save_interval=2,
+                             **{"model-parallel-size": 2, "num-gpus": 2})
+    start = time.perf_counter()
+    out = run_deepy(write_config(tmp_path, "tp2", data))
+    print(f"\n[tp] TP=2 training, 2 steps + save + eval: {time.perf_counter() - start:.1f} s")
+    assert "| tp 2" in out, out[-2000:]
+    step = os.path.join(ck, "global_step2")
+    assert {"mp_rank_00_model_states.pt", "mp_rank_01_model_states.pt"} <= set(os.listdir(step))
+    with open(tmp_path / "run" / "metrics.jsonl") as f:
+        tp2_loss = [r for r in map(json.loads, f) if r["kind"] == "validation"][-1]["lm_loss"]
+
+    # Automatic merge on load, with its one-line message.
+    merged_loss = _validation_loss_tp1(ck)
+    assert "[checkpoint] merged 2 tensor-parallel shards of" in capsys.readouterr().out
+    assert merged_loss == pytest.approx(tp2_loss, rel=1e-5)
+
+    # The tool: a TP=1 checkpoint on disk that loads without merging and scores the same.
+    out_dir = str(tmp_path / "merged")
+    write_merged_checkpoint(ck, out_dir)
+    assert os.listdir(os.path.join(out_dir, "global_step2")).count("mp_rank_00_model_states.pt") == 1
+    assert not os.path.exists(os.path.join(out_dir, "global_step2", "mp_rank_01_model_states.pt"))
+    _, client, _ = load_model_state(out_dir)
+    assert client["args"]["model_parallel_size"] == 1
+    assert _validation_loss_tp1(out_dir) == pytest.approx(tp2_loss, rel=1e-5)

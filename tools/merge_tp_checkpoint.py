@@ -1,0 +1,38 @@
+#!/usr/bin/env python
+"""Merge a tensor-parallel checkpoint (mp_rank_00 .. mp_rank_XX) into a TP=1 checkpoint.
+
+    python tools/merge_tp_checkpoint.py --input runs/x/checkpoints --output runs/x/merged [--iteration N]
+
+Writes <output>/latest, <output>/global_stepN/mp_rank_00_model_states.pt (module + client state
+with model_parallel_size 1; no optimizer state), resolved_config.yml (model-parallel-size 1) and
+configs/. evaluate.py also merges automatically in memory, so this is for keeping a TP=1 copy.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--input", required=True, help="checkpoint directory holding `latest` and global_step<N>/")
+    p.add_argument("--output", required=True, help="directory for the TP=1 checkpoint")
+    p.add_argument("--iteration", type=int, default=None, help="merge global_step<N> instead of latest")
+    args = p.parse_args(argv)
+    from megatron.parallel.merge_checkpoint import write_merged_checkpoint
+    from megatron.training.checkpoint import CheckpointError
+
+    try:
+        out = write_merged_checkpoint(args.input, args.output, args.iteration)
+    except (CheckpointError, ValueError) as e:
+        print(f"merge_tp_checkpoint.py: {e}", file=sys.stderr)
+        return 1
+    print(f"[checkpoint] wrote TP=1 checkpoint {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
