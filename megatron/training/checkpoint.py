@@ -216,6 +216,9 @@ def load_model_state(ckpt_dir: str, tag: str | None = None) -> tuple[dict, dict,
         )
     tag_dir = os.path.join(ckpt_dir, tag)
     path = os.path.join(tag_dir, "mp_rank_00_model_states.pt")
+    zero3 = sorted(glob.glob(os.path.join(tag_dir, "*zero_pp_rank_*_mp_rank_00_model_states.pt")))
+    if zero3 and not os.path.isfile(path):  # ZeRO-3: weights are partitioned over the optimizer files
+        return _load_zero3(ckpt_dir, tag, zero3[0])
     if not os.path.isfile(path):
         raise CheckpointError(f"{path} is missing: {tag_dir} is not a complete sequential checkpoint")
     from megatron.parallel.merge_checkpoint import load_merged, shard_files
@@ -233,6 +236,19 @@ def load_model_state(ckpt_dir: str, tag: str | None = None) -> tuple[dict, dict,
     blob = _read_checkpoint_file(path)
     client = {k: v for k, v in blob.items() if k not in ("module", "optimizer")}
     return blob["module"], client, tag_dir
+
+
+def _load_zero3(ckpt_dir: str, tag: str, first_model_file: str) -> tuple[dict, dict, str]:
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    blob = _read_checkpoint_file(first_model_file)
+    client = {k: v for k, v in blob.items() if k not in ("module", "optimizer")}
+    print(f"[checkpoint] consolidated the ZeRO-3 partitions of {os.path.join(ckpt_dir, tag)}", flush=True)
+    try:
+        state = get_fp32_state_dict_from_zero_checkpoint(ckpt_dir, tag=tag)
+    except Exception as e:  # a missing or truncated optimizer partition
+        raise CheckpointError(f"could not consolidate ZeRO-3 checkpoint {os.path.join(ckpt_dir, tag)}: {e}") from e
+    return dict(state), client, os.path.join(ckpt_dir, tag)
 
 
 def _read_checkpoint_file(path: str) -> dict:

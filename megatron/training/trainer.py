@@ -171,8 +171,16 @@ class Trainer:
         m = {"lm_loss": loss, "learning_rate": self.engine.get_lr()[0],
              "elapsed_time_per_iteration_ms": seconds * 1000.0,
              "samples_per_sec": self.batch / max(seconds, 1e-9)}
-        m.update(self.model.position_stats())  # KERPLE: bias_p_mean, bias_a_std, ... every step
+        m.update(self._position_stats())  # KERPLE: bias_p_mean, bias_a_std, ... every step
         return m
+
+    def _position_stats(self) -> dict:
+        if self.cfg.optimizer.zero_optimization.get("stage", 0) == 3:  # parameters are partitioned
+            import deepspeed
+
+            with deepspeed.zero.GatheredParameters(list(self.model.position.parameters())):
+                return self.model.position_stats()
+        return self.model.position_stats()
 
     def _after_step(self) -> None:
         t = self.cfg.training
