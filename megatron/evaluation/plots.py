@@ -67,7 +67,19 @@ def _positionwise_curve(runs, length: int):
     size = curves[0][0]
     n = min(len(c[1]) for c in curves)
     loss = np.mean([c[1][:n] for c in curves], axis=0)
-    return np.arange(n) * size + size / 2, np.exp(loss)
+    return _log_binned(np.arange(n) * size + size / 2, loss)
+
+
+def _log_binned(x: np.ndarray, loss: np.ndarray, bins: int = 32):
+    """Average the loss over log-spaced position ranges: a few windows per length make a raw
+    per-position curve mostly noise, and what matters (short vs long context) is logarithmic."""
+    if len(x) <= bins:
+        return x, np.exp(loss)
+    edges = np.unique(np.geomspace(1, len(x), bins + 1).astype(int))
+    starts, ends = np.concatenate([[0], edges[:-1]]), edges
+    centers = np.array([x[a:b].mean() for a, b in zip(starts, ends) if b > a])
+    means = np.array([loss[a:b].mean() for a, b in zip(starts, ends) if b > a])
+    return centers, np.exp(means)
 
 
 def plot_positionwise(records, path: str, windowed=None, length: int | None = None, title: str | None = None) -> str:
@@ -88,9 +100,10 @@ def plot_positionwise(records, path: str, windowed=None, length: int | None = No
         if curve is not None:
             ax.plot(*curve, lw=1.2, ls="--", color="black", label=f"{scheme} (baseline)")
     ax.set_yscale("log")
+    ax.set_xscale("log", base=2)
     ax.yaxis.set_major_formatter(PLAIN)
     ax.yaxis.set_minor_formatter(NullFormatter())
-    ax.set_xlabel("position in the window")
+    ax.set_xlabel("position in the window (log-spaced bins)")
     ax.set_ylabel("perplexity exp(loss)")
     ax.set_title(f"{title + ': ' if title else ''}position-wise perplexity at length {length}")
     ax.grid(True, which="both", alpha=0.3)
