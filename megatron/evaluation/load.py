@@ -12,7 +12,17 @@ from megatron.training.checkpoint import CheckpointError, load_model_state
 
 def load_checkpoint_model(ckpt_dir: str, tag: str | None = None, overrides: dict | None = None,
                           device: str | torch.device = "cpu"):
-    """Returns (model in eval mode, resolved config, client state)."""
+    """Returns (model in eval mode, resolved config, client state).
+
+    A NeoX / KERPLE checkpoint (no resolved_config.yml; pipeline layer files or a sequential
+    module) is read through megatron/interop, which prints one line naming its layout."""
+    from megatron.interop.neox_layout import foreign_layout
+
+    if foreign_layout(ckpt_dir, tag) is not None:
+        from megatron.interop.neox_checkpoint import load_neox_model
+        from megatron.interop.safe_load import trusted_from_env
+
+        return load_neox_model(ckpt_dir, tag, overrides=overrides, trust=trusted_from_env(), device=device)
     state, client, tag_dir = load_model_state(ckpt_dir, tag)
     resolved = os.path.join(tag_dir, "resolved_config.yml")
     if not os.path.isfile(resolved):

@@ -29,6 +29,9 @@ class AttentionContext:
     # Attention-probability dropout acts on this TP rank's heads only, so under TP it draws from
     # the per-rank stream (ParallelContext.rng.fork); without TP it is a no-op context.
     dropout_rng: Callable = contextlib.nullcontext
+    # Incremental decoding: this layer's megatron.model.kv_cache.LayerCache, or None. With a
+    # cache, q_pos are the new tokens' positions and k_pos = past positions + q_pos.
+    cache: object | None = None
 
 
 class SelfAttention(nn.Module):
@@ -55,7 +58,11 @@ class SelfAttention(nn.Module):
         B, L, _ = x.shape
         qkv = self.query_key_value(x).view(B, L, self.num_heads, 3 * self.head_dim)
         q, k, v = qkv.transpose(1, 2).chunk(3, dim=-1)  # each (B, H, L, D)
-        q, k = ctx.scheme.rotate_qk(q, k, ctx.q_pos, ctx.k_pos)
+        # With a cache, k holds only the new tokens (positions q_pos); cached keys are already
+        # rotated, so rotary sees each key once, at its own absolute position.
+        q, k = ctx.scheme.rotate_qk(q, k, ctx.q_pos, ctx.q_pos if ctx.cache is not None else ctx.k_pos)
+        if ctx.cache is not None:
+            k, v = ctx.cache.update(k, v)  # (B, H, L_kept + L, D)
         with ctx.dropout_rng(x.device):
             out = ctx.backend.forward(
                 q, k, v, ctx.scheme, ctx.q_pos, ctx.k_pos,

@@ -10,6 +10,8 @@ from the same seed starts from the same full weights, and tp_size 1 is the plain
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
@@ -97,10 +99,16 @@ class GPTModel(nn.Module):
     def output_weight(self) -> torch.Tensor:
         return self.word_embeddings.weight if self.output_layer is None else self.output_layer.weight
 
-    def hidden_states(self, tokens: torch.Tensor, positions: torch.Tensor | None = None):
-        """tokens (B, L) -> final-normed hidden states (B, L, h)."""
+    def hidden_states(self, tokens: torch.Tensor, positions: torch.Tensor | None = None, cache=None):
+        """tokens (B, L) -> final-normed hidden states (B, L, h).
+
+        With a megatron.model.kv_cache.KVCache, `tokens` are the NEW tokens only: they take
+        positions cache.length + arange(L) and attend to every cached key (single rank only)."""
         B, L = tokens.shape
-        if positions is None:
+        k_pos = None
+        if cache is not None:
+            positions, k_pos = cache.step_positions(L, tokens.device)
+        elif positions is None:
             positions = torch.arange(L, device=tokens.device)
         x = self.word_embeddings(tokens)
         absolute = self.position.embed(positions)
@@ -111,11 +119,13 @@ class GPTModel(nn.Module):
             scheme=self.position,
             backend=self.backend(x.device, x.dtype),
             q_pos=positions,
-            k_pos=positions,
+            k_pos=positions if k_pos is None else k_pos,
             window=self.mcfg.attention_window,
             softmax_in_fp32=self.mcfg.attention_softmax_in_fp32,
             dropout_p=self.mcfg.attention_dropout,
         )
+        if cache is not None:
+            return self._cached_layers(x, ctx, cache)
         extra = {}
         if self.parallel is not None and self.parallel.is_tensor_parallel:
             ctx.dropout_rng = self.parallel.rng.fork
@@ -127,11 +137,26 @@ class GPTModel(nn.Module):
                 x = layer(x, ctx)
         return self.final_norm(x)
 
+    def _cached_layers(self, x, ctx: AttentionContext, cache):
+        if self.parallel is not None and self.parallel.is_tensor_parallel:
+            raise ValueError("kv-cache decoding needs a single-rank model; merge the tensor-parallel "
+                             "checkpoint first (tools/merge_tp_checkpoint.py)")
+        for i, layer in enumerate(self.layers):
+            x = layer(x, dataclasses.replace(ctx, cache=cache.layer(i)))
+        cache.advance(ctx.k_pos)
+        return self.final_norm(x)
+
+    def new_cache(self):
+        """An empty kv cache for this model (honours attention-window: memory stays O(W))."""
+        from megatron.model.kv_cache import KVCache
+
+        return KVCache(len(self.layers), self.mcfg.attention_window)
+
     # ---- entry points ------------------------------------------------------------------------
-    def forward(self, tokens, labels=None, loss_mask=None, positions=None):
+    def forward(self, tokens, labels=None, loss_mask=None, positions=None, cache=None):
         """Logits (B, L, V) (gathered over TP ranks); or, when labels are given, the NeoX loss:
-        sum(CE(logits.float()) * loss_mask) / sum(loss_mask)."""
-        x = self.hidden_states(tokens, positions)
+        sum(CE(logits.float()) * loss_mask) / sum(loss_mask). `cache`: see hidden_states."""
+        x = self.hidden_states(tokens, positions, cache)
         if labels is None:
             return gather_logits(parallel_logits(x, self.output_weight(), self.parallel), self.parallel)
         losses = self._token_losses_from_hidden(x, labels)

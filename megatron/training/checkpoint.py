@@ -167,6 +167,10 @@ class Checkpointer:
         c = self.ccfg
         if not c.load:
             return None
+        from megatron.interop.neox_layout import foreign_layout
+
+        if foreign_layout(c.load, tag_for(c.iteration) if c.iteration is not None else None):
+            return self._load_foreign(engine)
         tag = tag_for(c.iteration) if c.iteration is not None else read_latest(c.load)
         if tag is None:
             print(f"[checkpoint] no `latest` in {c.load!r}: starting from scratch", flush=True)
@@ -189,6 +193,30 @@ class Checkpointer:
         if c.finetune:
             client["iteration"] = 0
         return client
+
+    def _load_foreign(self, engine) -> dict:
+        """A NeoX / KERPLE checkpoint: module weights only (its optimizer state is DeepSpeed's
+        from another codebase), as a fine-tune start at iteration 0."""
+        from megatron.interop.neox_checkpoint import read_neox_checkpoint
+        from megatron.interop.safe_load import trusted_from_env
+
+        c = self.ccfg
+        if self.cfg.parallel.model_parallel_size > 1 or self.cfg.parallel.pipe_parallel_size >= 1:
+            raise CheckpointError(f"load: {c.load!r} is a NeoX checkpoint; convert it first with "
+                                  "tools/convert_neox_checkpoint.py, or train it with model-parallel-size 1 "
+                                  "and pipe-parallel-size 0")
+        module = engine.module
+        dtype = next(module.parameters()).dtype
+        tag = tag_for(c.iteration) if c.iteration is not None else None
+        ck = read_neox_checkpoint(c.load, tag, trust=trusted_from_env(), dtype=dtype)
+        self._check_args({k: getattr(ck.cfg.model, k) for k in CHECKED_ARGS}
+                         | {"padded_vocab_size": ck.vocab_size}, ck.tag_dir)
+        module.load_state_dict(ck.state, strict=True)
+        if hasattr(engine.optimizer, "refresh_fp32_params"):  # bf16 / ZeRO keep fp32 master copies
+            engine.optimizer.refresh_fp32_params()
+        print(f"[checkpoint] loaded the module weights only of {ck.tag_dir} (no optimizer, LR schedule, "
+              "RNG or data position): training starts at iteration 0", flush=True)
+        return {"iteration": 0}
 
     def _check_args(self, saved: dict, where: str) -> None:
         bad = [f"{k}: checkpoint {saved[k]!r} != config {self.args[k]!r}"

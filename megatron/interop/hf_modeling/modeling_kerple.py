@@ -1,0 +1,122 @@
+"""Hugging Face causal LM for models exported from the KERPLE/NeoX stack (trust_remote_code).
+
+The same computation as megatron/model (pre-LN NeoX layers; QKV rows per head [q|k|v]; the
+positional bias added after the 1/sqrt(d) scaling, before the causal/window mask; exact GELU),
+with the same parameter names, so the weights are our state_dict unchanged. kv-cache: HF's
+Cache object (`past_key_values.update`) holds the rotated keys; new queries take positions
+past_len + arange(new) and attend to keys 0..past_len+new-1. Standalone: torch + transformers."""
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers.cache_utils import DynamicCache
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+from .configuration_kerple import KerpleConfig
+from .positions_kerple import Positions
+
+
+def build_norm(config):
+    if config.norm == "rmsnorm":
+        return nn.RMSNorm(config.hidden_size, eps=config.rms_norm_epsilon)
+    return nn.LayerNorm(config.hidden_size, eps=config.layernorm_epsilon, bias=config.use_bias_in_norms)
+
+
+class Attention(nn.Module):
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        h, self.heads = config.hidden_size, config.num_attention_heads
+        self.head_dim, self.layer_idx, self.window = h // self.heads, layer_idx, config.attention_window
+        self.query_key_value = nn.Linear(h, 3 * h, bias=config.use_bias_in_attn_linear)
+        self.dense = nn.Linear(h, h, bias=config.use_bias_in_attn_linear)
+
+    def forward(self, x, positions, q_pos, k_pos, cache):
+        B, L, _ = x.shape
+        q, k, v = self.query_key_value(x).view(B, L, self.heads, 3 * self.head_dim).transpose(1, 2).chunk(3, dim=-1)
+        q, k = positions.rotate(q, k, q_pos, q_pos)  # new keys sit at the new positions
+        if cache is not None:
+            k, v = cache.update(k, v, self.layer_idx)  # (B, H, past + L, D)
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(self.head_dim)  # (B, H, Lq, Lk)
+        weight = positions.weight_kernel(q_pos, k_pos)
+        if weight is not None:
+            scores = scores * weight.to(scores.dtype)
+        bias = positions.bias(q_pos, k_pos)
+        if bias is not None:
+            scores = scores + bias.to(scores.dtype)
+        diff = q_pos[:, None] - k_pos[None, :]
+        allowed = (diff >= 0) & (diff < self.window) if self.window else diff >= 0
+        scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
+        out = F.softmax(scores, dim=-1).to(v.dtype) @ v  # (B, H, Lq, D)
+        return self.dense(out.transpose(1, 2).reshape(B, L, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.dense_h_to_4h = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.use_bias_in_mlp)
+        self.dense_4h_to_h = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.use_bias_in_mlp)
+
+    def forward(self, x):
+        return self.dense_4h_to_h(F.gelu(self.dense_h_to_4h(x)))
+
+
+class Layer(nn.Module):
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.input_layernorm = build_norm(config)
+        self.attention = Attention(config, layer_idx)
+        self.post_attention_layernorm = build_norm(config)
+        self.mlp = MLP(config)
+
+    def forward(self, x, *args):
+        x = x + self.attention(self.input_layernorm(x), *args)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class KerpleForCausalLM(PreTrainedModel, GenerationMixin):
+    config_class = KerpleConfig
+    base_model_prefix = "kerple"
+    _supports_cache_class = True
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.position = Positions(config)
+        self.layers = nn.ModuleList(Layer(config, i) for i in range(config.num_hidden_layers))
+        self.final_norm = build_norm(config)
+        self.output_layer = None if config.tie_output_to_embedding else nn.Linear(
+            config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    def _init_weights(self, module):
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+
+    def get_input_embeddings(self):
+        return self.word_embeddings
+
+    def forward(self, input_ids=None, attention_mask=None, past_key_values=None, use_cache=None,
+                labels=None, return_dict=True, **kwargs):
+        # attention_mask is accepted for generate() but padding is not supported: one unpadded
+        # sequence (or equal-length rows) per call, as generate.py uses it.
+        B, L = input_ids.shape
+        if use_cache and past_key_values is None:
+            past_key_values = DynamicCache(config=self.config)
+        past = past_key_values.get_seq_length() if past_key_values is not None else 0
+        q_pos = torch.arange(past, past + L, device=input_ids.device)
+        k_pos = torch.arange(past + L, device=input_ids.device)
+        x = self.word_embeddings(input_ids)
+        absolute = self.position.embed(q_pos)
+        if absolute is not None:
+            x = x + absolute.to(x.dtype)
+        for layer in self.layers:
+            x = layer(x, self.position, q_pos, k_pos, past_key_values)
+        x = self.final_norm(x)
+        w = self.word_embeddings.weight if self.output_layer is None else self.output_layer.weight
+        logits = F.linear(x, w)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten())
+        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=past_key_values)

@@ -1,0 +1,196 @@
+"""Read a NeoX / KERPLE checkpoint (either layout, any TP degree) into our GPTModel.
+
+    ck = read_neox_checkpoint("kerple_ckpts/")          # state dict + config + client state
+    model, cfg, client = load_neox_model("kerple_ckpts/")
+
+Steps: find the step directory (`latest`), detect the layout (megatron/interop/neox_layout.py),
+read every file with weights_only=True (megatron/interop/safe_load.py), rename the keys
+(neox_keys.py), check the positional scheme's per-layer copies agree, check every tensor's
+shape against the model the config describes (naming the file, key, expected and found shape),
+merge the TP shards (megatron/parallel/merge.py rules) and upcast bf16/fp16 to the model dtype.
+The config is NeoX's own YAML, copied by NeoX into global_stepN/configs/; our loader reads the
+paper's 2022 files unchanged.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+import torch
+
+from megatron.interop.neox_keys import our_key
+from megatron.interop.neox_layout import DESCRIPTIONS, config_files, detect_layout, layer_files, mp_files, tag_dir_of
+from megatron.interop.safe_load import safe_torch_load
+from megatron.training.checkpoint import CheckpointError
+
+# Buffers fully determined by the config: recomputed in fp32 rather than taken from a bf16 copy.
+DERIVED_BUFFERS = ("position.inv_freq", "position.slopes")
+
+
+@dataclass
+class ForeignCheckpoint:
+    state: dict  # our GPTModel state_dict (TP=1, model dtype)
+    client: dict  # NeoX client state of mp_rank_00 (iteration, args, ...), module removed
+    cfg: object  # NeoXConfig (TP=1, no pipeline)
+    layout: str
+    tag_dir: str
+    vocab_size: int
+
+
+def read_config(tag_dir: str, files=None, overrides: dict | None = None):
+    from megatron.config import load_config
+
+    files = list(files or config_files(tag_dir))
+    if not files:
+        raise CheckpointError(f"{tag_dir} has no configs/*.yml (NeoX copies the training YAML there); "
+                              "pass the training config with --config")
+    # The merged model is single-rank and sequential, whatever it was trained with.
+    over = {"model_parallel_size": 1, "pipe_parallel_size": 0, **(overrides or {})}
+    return load_config(files, over)
+
+
+def _raw_shards(tag_dir: str, layout: str, trust: bool) -> tuple[list[dict], dict]:
+    """Per TP rank {(neox idx, key): (tensor, file name)}, and rank 0's client state."""
+    mps = mp_files(tag_dir)
+    blobs = [safe_torch_load(p, trust) for p in mps] if layout == "neox-sequential" else []
+    client_blob = blobs[0] if blobs else (safe_torch_load(mps[0], trust) if mps else {})
+    client = {k: v for k, v in client_blob.items() if k not in ("module", "optimizer")}
+    if layout == "neox-pipeline":
+        by_rank: dict[int, dict] = {}
+        for (tp, idx), path in sorted(layer_files(tag_dir).items()):
+            name = os.path.basename(path)
+            for key, t in safe_torch_load(path, trust).items():
+                by_rank.setdefault(tp, {})[(idx, key)] = (t, name)
+        return [by_rank[r] for r in sorted(by_rank)], client
+    shards = []
+    for path, blob in zip(mps, blobs, strict=True):
+        if blob.get("module") is None:
+            raise CheckpointError(f"{path} has module None but no layer_XX-model_YY files sit next to it: "
+                                  "the pipeline layer files are missing")
+        shard = {}
+        for k, t in blob["module"].items():
+            m = re.fullmatch(r"sequential\.(\d+)\.(.+)", k)
+            if m is None:
+                raise CheckpointError(f"{path}: key {k!r} is not 'sequential.<idx>.<param>'; not a NeoX sequential checkpoint")
+            shard[(int(m.group(1)), m.group(2))] = (t, os.path.basename(path))
+        shards.append(shard)
+    return shards, client
+
+
+def _rename(raw: dict, num_layers: int) -> tuple[dict, dict]:
+    """{our key: tensor} and {our key: 'file key'} for one rank; replicas must agree."""
+    state, where = {}, {}
+    for (idx, key), (t, fname) in sorted(raw.items()):
+        try:
+            ours = our_key(idx, key, num_layers)
+        except ValueError as e:
+            raise CheckpointError(f"{fname}: {e}") from e
+        if ours is None:
+            continue
+        if ours in state:  # the shared scheme in every layer, or a tied embedding written twice
+            if state[ours].shape != t.shape or not torch.equal(state[ours], t):
+                raise CheckpointError(f"{fname}: {key} differs from the copy in {where[ours]}; the shared "
+                                      "positional parameters must be identical in every layer")
+            continue
+        state[ours], where[ours] = t, f"{fname} key {key!r}"
+    return state, where
+
+
+def _check_shapes(shards: list[dict], wheres: list[dict], expected: dict, pos_emb: str, tag_dir: str) -> None:
+    """Every rank holds exactly the expected keys with its 1/tp slice of each split dim."""
+    from megatron.parallel.merge import merge_rule
+
+    tp = len(shards)
+    for rank, (state, where) in enumerate(zip(shards, wheres, strict=True)):
+        missing = sorted(set(expected) - set(state))
+        if missing:
+            raise CheckpointError(f"{tag_dir} (tensor-parallel rank {rank}): no tensor for {missing[:6]} "
+                                  "of the model its config describes; is a layer file missing?")
+        for key, t in state.items():
+            if key not in expected:
+                raise CheckpointError(f"{tag_dir}: {where[key]} maps to {key!r}, which the model its config "
+                                      "describes does not have (check pos-emb / no-weight-tying in the config)")
+            shape = list(expected[key])
+            dim = merge_rule(key, pos_emb)
+            if dim is not None:
+                shape[dim] //= tp
+            if list(t.shape) != shape:
+                raise CheckpointError(f"{tag_dir}: {where[key]} ({key}): expected shape {tuple(shape)}"
+                                      f"{f' (1/{tp} of {tuple(expected[key])})' if dim is not None and tp > 1 else ''}, "
+                                      f"found {tuple(t.shape)}")
+
+
+def _merge(shards: list[dict], pos_emb: str, tag_dir: str) -> dict:
+    if len(shards) == 1:
+        return dict(shards[0])
+    from megatron.parallel.merge import merge_state_dicts
+
+    try:
+        merged = merge_state_dicts(shards, pos_emb)
+    except ValueError as e:
+        raise CheckpointError(f"{tag_dir}: cannot merge its {len(shards)} tensor-parallel shards: {e}") from e
+    return merged
+
+
+def _finish(state: dict, model, dtype: torch.dtype, tag_dir: str) -> dict:
+    """Upcast to the model dtype; recompute config-determined buffers in fp32 after checking the
+    stored copy agrees (a bf16 copy of inv_freq would shift long-range rotary angles)."""
+    fresh = model.state_dict()
+    out = {}
+    for key, t in state.items():
+        if key in DERIVED_BUFFERS:
+            ref = fresh[key].float()
+            if not torch.allclose(t.float().reshape(ref.shape), ref, rtol=1e-2, atol=1e-6):
+                raise CheckpointError(f"{tag_dir}: stored {key} does not match the one the config implies "
+                                      "(rotary-pct / rotary-emb-base / num-attention-heads differ?)")
+            out[key] = ref
+        else:
+            out[key] = t.to(dtype) if t.is_floating_point() else t
+    return out
+
+
+def read_neox_checkpoint(ckpt_dir: str, tag: str | None = None, config=None, overrides: dict | None = None,
+                         trust: bool = False, dtype: torch.dtype = torch.float32) -> ForeignCheckpoint:
+    """Read a NeoX/KERPLE checkpoint into our TP=1 state dict. `config`: YAML files to use
+    instead of global_stepN/configs/. `trust`: allow the full unpickler (see safe_load.py)."""
+    from megatron.model import GPTModel
+
+    tag_dir = tag_dir_of(ckpt_dir, tag)
+    layout = detect_layout(tag_dir)
+    if layout == "ours":
+        raise CheckpointError(f"{tag_dir} is in this stack's own layout; load it with load_model_state")
+    cfg = read_config(tag_dir, config, overrides)
+    raw, client = _raw_shards(tag_dir, layout, trust)
+    L = cfg.model.num_layers
+    renamed = [_rename(r, L) for r in raw]
+    shards, wheres = [s for s, _ in renamed], [w for _, w in renamed]
+    emb = shards[0].get("word_embeddings.weight")
+    if emb is None:
+        raise CheckpointError(f"{tag_dir}: no word_embeddings.weight (NeoX layer 0); is layer_00 missing?")
+    vocab = emb.shape[0] * len(shards)
+    saved_vocab = (client.get("args") or {}).get("padded_vocab_size")
+    if saved_vocab is not None and saved_vocab != vocab:
+        raise CheckpointError(f"{tag_dir}: embedding has {vocab} rows over {len(shards)} shards but args."
+                              f"padded_vocab_size is {saved_vocab}")
+    with torch.device("meta"):
+        expected = {k: tuple(v.shape) for k, v in GPTModel(cfg.model, vocab).state_dict().items()}
+    _check_shapes(shards, wheres, expected, cfg.model.pos_emb, tag_dir)
+    state = _merge(shards, cfg.model.pos_emb, tag_dir)
+    model = GPTModel(cfg.model, vocab)
+    state = _finish(state, model, dtype, tag_dir)
+    merged_note = f", {len(shards)} tensor-parallel shards merged" if len(shards) > 1 else ""
+    print(f"[checkpoint] read {tag_dir} as {DESCRIPTIONS[layout]}{merged_note}", flush=True)
+    return ForeignCheckpoint(state, client, cfg, layout, tag_dir, vocab)
+
+
+def load_neox_model(ckpt_dir: str, tag: str | None = None, config=None, overrides: dict | None = None,
+                    trust: bool = False, device="cpu"):
+    """(GPTModel in eval mode, config, client state) from a NeoX/KERPLE checkpoint."""
+    from megatron.model import GPTModel
+
+    ck = read_neox_checkpoint(ckpt_dir, tag, config, overrides, trust)
+    model = GPTModel(ck.cfg.model, ck.vocab_size)
+    model.load_state_dict(ck.state, strict=True)
+    client = {**ck.client, "args": {**(ck.client.get("args") or {}), "padded_vocab_size": ck.vocab_size}}
+    return model.to(device).eval(), ck.cfg, client

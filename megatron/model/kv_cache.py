@@ -1,0 +1,64 @@
+"""Key/value cache for incremental decoding (generate.py, the HF export's reference).
+
+The cache stores, per layer, the keys (already rotated, for rotary) and values of every past
+token, plus their absolute positions. A forward with a cache feeds only the NEW tokens:
+
+    q_pos = past_len + arange(new)            # the new query rows
+    k_pos = cat(kept past positions, q_pos)   # every key a new query may see
+
+Positional schemes take absolute q_pos/k_pos, so no scheme needs a special case (the paper's
+code could only decode one token at a time, reading row sk-1 of its bias matrix).
+
+With a sliding window W, keys that no future query can see (k_pos <= next_query - W) are
+dropped after each step, so memory stays O(W) instead of growing with the generated text.
+Single-rank models only: the tensor-parallel and pipeline paths do not take a cache.
+"""
+from __future__ import annotations
+
+import torch
+
+
+class LayerCache:
+    """One layer's slot: `update(k_new, v_new)` appends and returns every kept key/value."""
+
+    def __init__(self, owner: KVCache, index: int):
+        self.owner, self.index = owner, index
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # k, v: (B, H, L_new, D) -> (B, H, L_kept + L_new, D)
+        past = self.owner.kv[self.index]
+        if past is not None:
+            k = torch.cat([past[0], k], dim=2)
+            v = torch.cat([past[1], v], dim=2)
+        self.owner.kv[self.index] = (k, v)
+        return k, v
+
+
+class KVCache:
+    def __init__(self, num_layers: int, window: int | None = None):
+        self.kv: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * num_layers
+        self.window = window
+        self.length = 0  # tokens seen so far (the next query's position)
+        self.positions: torch.Tensor | None = None  # (L_kept,) absolute positions of kept keys
+
+    def layer(self, index: int) -> LayerCache:
+        return LayerCache(self, index)
+
+    def step_positions(self, new: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+        """(q_pos, k_pos) for a forward over `new` tokens on top of the cache."""
+        q_pos = torch.arange(self.length, self.length + new, device=device)
+        past = self.positions if self.positions is not None else q_pos[:0]
+        return q_pos, torch.cat([past.to(device), q_pos])
+
+    def advance(self, k_pos: torch.Tensor) -> None:
+        """Called once all layers appended the step's keys: record them, trim out-of-window keys."""
+        self.length = int(k_pos[-1]) + 1
+        self.positions = k_pos
+        if self.window is None:
+            return
+        keep = k_pos > self.length - self.window  # the next query (pos = length) sees k > q - W
+        if bool(keep.all()):
+            return
+        first = int(keep.nonzero()[0])  # positions are increasing: keep a suffix
+        self.positions = k_pos[first:]
+        self.kv = [None if kv is None else (kv[0][:, :, first:], kv[1][:, :, first:]) for kv in self.kv]

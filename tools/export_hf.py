@@ -1,0 +1,49 @@
+#!/usr/bin/env python
+"""Export a checkpoint (ours, or a NeoX/KERPLE one) as a Hugging Face model directory that
+AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True) loads.
+
+    python tools/export_hf.py --checkpoint runs/quickstart/checkpoints --out hf/quickstart
+    python tools/export_hf.py --checkpoint CKPT --out OUT --dtype bf16 --iteration 400
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--checkpoint", required=True, help="directory holding `latest` and global_step<N>/")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--iteration", type=int, default=None)
+    p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
+    p.add_argument("--no-tokenizer", action="store_true", help="do not write tokenizer files")
+    p.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key of the checkpoint, e.g. -o vocab-file=data/tok.json")
+    p.add_argument("--trust-checkpoint", action="store_true",
+                   help="allow the full (code-executing) unpickler for foreign files safe loading refuses")
+    args = p.parse_args(argv)
+    if args.trust_checkpoint:
+        os.environ["KERPLE_TRUST_CHECKPOINT"] = "1"
+    from megatron.config import ConfigError
+    from megatron.evaluation.load import load_checkpoint_model
+    from megatron.interop.hf_export import export_hf
+    from megatron.launcher import parse_overrides
+
+    tag = f"global_step{args.iteration}" if args.iteration is not None else None
+    try:
+        model, cfg, _ = load_checkpoint_model(args.checkpoint, tag, parse_overrides(args.override) or None)
+        info = export_hf(model, cfg, args.out, args.dtype, tokenizer=not args.no_tokenizer)
+    except (ValueError, ConfigError) as e:
+        print(f"export_hf.py: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {info['out']}: {info['tensors']} tensors, pos-emb {info['pos_emb']}, "
+          f"tokenizer {info['tokenizer'] or 'none (no HF equivalent of the training tokenizer)'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
