@@ -24,7 +24,7 @@ $(STAMP): requirements.txt constraints.txt
 test: setup
 	$(VENV)/bin/ruff check .
 	$(PY) tools/gen_config_docs.py --check
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=15 tests
 
 test-fast: setup
 	$(PY) -m pytest -q tests -m "not slow"
