@@ -9,7 +9,7 @@ export DS_ACCELERATOR ?= cpu
 export TORCH_EXTENSIONS_DIR ?= $(CURDIR)/$(VENV)/torch_extensions
 export WANDB_MODE ?= offline
 
-.PHONY: setup test test-fast quickstart quickstart-rotary docs lint clean
+.PHONY: setup test quickstart quickstart-rotary docs lint clean
 
 setup: $(STAMP)
 
@@ -25,9 +25,6 @@ test: setup
 	$(VENV)/bin/ruff check .
 	$(PY) tools/gen_config_docs.py --check
 	$(PY) -m pytest -q --durations=15 tests
-
-test-fast: setup
-	$(PY) -m pytest -q tests -m "not slow"
 
 # Real data (the Python standard library on this machine), a small KERPLE-log model, then the
 # extrapolation table at 1x..16x the train length. Re-running resumes from the saved checkpoint.
