@@ -13,7 +13,6 @@ import os
 import re
 
 LAYER_FILE = re.compile(r"layer_(\d+)-model_(\d+)-model_states\.pt")
-MP_FILE = re.compile(r"mp_rank_(\d+)_model_states\.pt")
 
 DESCRIPTIONS = {
     "neox-pipeline": "NeoX pipeline layer files (the 2022 KERPLE layout)",
@@ -75,13 +74,9 @@ def layer_files(tag_dir: str) -> dict[tuple[int, int], str]:
 
 def mp_files(tag_dir: str) -> list[str]:
     """mp_rank_XX_model_states.pt in rank order; error when a rank is missing."""
-    from megatron.training.checkpoint import CheckpointError
+    from megatron.parallel.merge_checkpoint import shard_files
 
-    ranks = sorted(int(m.group(1)) for f in os.listdir(tag_dir) if (m := MP_FILE.fullmatch(f)))
-    if ranks != list(range(len(ranks))):
-        raise CheckpointError(f"{tag_dir} holds tensor-parallel files mp_rank {ranks}; expected "
-                              f"mp_rank_00 .. mp_rank_{len(ranks) - 1:02d} with none missing")
-    return [os.path.join(tag_dir, f"mp_rank_{r:02d}_model_states.pt") for r in ranks]
+    return shard_files(tag_dir)
 
 
 def config_files(tag_dir: str) -> list[str]:

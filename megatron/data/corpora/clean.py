@@ -57,7 +57,11 @@ def iter_clean(candidates, max_files: int | None = None, max_mb: float | None = 
 def read_text(path: str) -> str | None:
     """UTF-8 text of a file (latin-1 fallback: old TeX sources), None for binary files (a NUL in the first KB)."""
     with open(path, "rb") as f:
-        raw = f.read()
+        return decode_text(f.read())
+
+
+def decode_text(raw: bytes) -> str | None:
+    """See read_text."""
     if b"\x00" in raw[:1024]:
         return None
     try:

@@ -10,7 +10,7 @@ import gzip
 import os
 import re
 
-from megatron.data.corpora.clean import read_text, split_at
+from megatron.data.corpora.clean import decode_text, read_text, split_at
 from megatron.data.corpora.sources import Source
 
 PARI_DOC = "usr/share/pari/doc/"
@@ -30,13 +30,8 @@ def pari_candidates(root: str):
 
 
 def _gunzip_text(path: str) -> str | None:
-    raw = gzip.decompress(open(path, "rb").read())
-    if b"\x00" in raw[:1024]:
-        return None
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return raw.decode("latin-1")
+    with open(path, "rb") as f:
+        return decode_text(gzip.decompress(f.read()))
 
 
 def texlive_candidates(root: str):
