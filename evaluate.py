@@ -39,6 +39,9 @@ def parse_args(argv=None):
     p.add_argument("--attention-backend", default=None, help="override the attention backend")
     p.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key of the checkpoint, e.g. -o data-path=data/x/x_text_document")
+    p.add_argument("--data-seed", type=int, default=None,
+                   help="seed of the split's document order (default: the checkpoint's training seed, as the paper); "
+                        "fix it to compare runs of different seeds on the same tokens under a --max-tokens budget")
     p.add_argument("--dataset", default=None, help="dataset name recorded in eval.json (default: from data-path)")
     p.add_argument("--out", default=None, help="output directory (with several checkpoints: one subdirectory each)")
     p.add_argument("--device", default="cpu")
@@ -95,13 +98,14 @@ def run_lengths(args, model, cfg, lengths, prefix, split) -> list:
     from megatron.evaluation.strided import evaluate_strided
 
     max_windows = args.max_windows if (args.max_windows or args.max_tokens) else 320
+    seed = cfg.training.seed if args.data_seed is None else args.data_seed
     results = []
     for L in lengths:
         if args.stride:
-            r = evaluate_strided(model, prefix, split, args.split, L, min(args.stride, L), cfg.training.seed,
+            r = evaluate_strided(model, prefix, split, args.split, L, min(args.stride, L), seed,
                                  args.max_tokens or 65536, args.device, cfg.data.data_cache_dir, not args.quiet)
         else:
-            r = evaluate_length(model, prefix, split, args.split, L, cfg.training.seed, max_windows,
+            r = evaluate_length(model, prefix, split, args.split, L, seed, max_windows,
                                 args.max_tokens, args.batch_size, args.device, cfg.data.data_cache_dir,
                                 progress=not args.quiet)
         print(f"length {L:>6}: loss {r.loss:.4f}  ppl {r.ppl:10.3f}  ({r.windows} windows, {r.seconds:.1f}s)", flush=True)
@@ -145,6 +149,7 @@ def evaluate_checkpoint(args, ckpt: str) -> int:
     meta = {
         "checkpoint": os.path.abspath(ckpt), "iteration": client.get("iteration"),
         "pos_emb": cfg.model.pos_emb, "seed": cfg.training.seed, "train_length": train_len,
+        "data_seed": cfg.training.seed if args.data_seed is None else args.data_seed,
         "dataset": args.dataset or os.path.basename(prefix).removesuffix("_text_document"),
         "split": args.split, "window": cfg.model.attention_window,
         "mode": "strided" if args.stride else "non-overlapping", "stride": args.stride,
