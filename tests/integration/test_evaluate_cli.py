@@ -40,12 +40,13 @@ def test_evaluate_cli_writes_schema(tmp_path, token_dataset):
     multi = tmp_path / "multi"
     proc = subprocess.run(
         [sys.executable, os.path.join(ROOT, "evaluate.py"), "--checkpoint", ck, ck, "--lengths", "32,64",
-         "--stride", "16", "--max-tokens", "256", "--out", str(multi), "--quiet"],
+         "--stride", "16", "--max-tokens", "256", "--data-seed", "7", "--out", str(multi), "--quiet"],
         capture_output=True, text=True, cwd=ROOT, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     strided = json.loads((multi / "ck" / "eval.json").read_text())
-    assert strided["mode"] == "strided" and strided["stride"] == 16
+    assert strided["mode"] == "strided" and strided["stride"] == 16 and strided["data_seed"] == 7
+    assert rec["data_seed"] == rec["seed"] == 1234
     assert [r["tokens"] for r in strided["results"]] == [256, 256]
 
 
