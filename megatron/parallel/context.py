@@ -22,7 +22,7 @@ class ParallelContext:
     dp_rank: int = 0
     dp_size: int = 1
     dp_group: Any = None  # None: the world group
-    pp_rank: int = 0  # pipeline parallelism is not implemented: placeholders
+    pp_rank: int = 0  # pipeline runs use DeepSpeed's topology instead: placeholders here
     pp_size: int = 1
     rng: TensorParallelRNG = field(default_factory=TensorParallelRNG)
 
@@ -87,7 +87,10 @@ class DeepSpeedMPU:
     get_pipeline_model_parallel_world_size = get_pipe_parallel_world_size
 
     def get_pipe_parallel_group(self):
-        raise NotImplementedError("pipeline parallelism is not implemented")
+        # Only the tensor-parallel (non-pipeline) engine gets this adapter: pipeline runs use
+        # DeepSpeed's own topology, and pipeline + tensor parallelism is refused earlier.
+        raise RuntimeError("the tensor-parallel mpu has no pipeline group (pipeline with tensor parallelism "
+                           "is not supported yet)")
     get_pipeline_model_parallel_group = get_pipe_parallel_group
 
 
@@ -96,7 +99,9 @@ def init_parallel(tp_size: int, pp_size: int = 1, sequence_parallel: bool = Fals
     (megatron.training.distributed.init_distributed) and return this rank's context."""
     check_sequence_parallel(sequence_parallel)
     if pp_size != 1:
-        raise ValueError(f"pipe-parallel-size {pp_size}: pipeline parallelism is not implemented; use 0 or 1")
+        raise ValueError(f"pipe-parallel-size {pp_size} with model-parallel-size {tp_size}: pipeline and tensor "
+                         "parallelism together are not supported yet; use pipe-parallel-size 0 or 1 with "
+                         "tensor parallelism")
     if not torch.distributed.is_initialized():
         raise ValueError("init_parallel needs torch.distributed: call init_distributed() first")
     world = torch.distributed.get_world_size()
