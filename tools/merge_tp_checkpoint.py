@@ -29,7 +29,7 @@ def main(argv=None) -> int:
         out = write_merged_checkpoint(args.input, args.output, args.iteration)
     except (CheckpointError, ValueError) as e:
         print(f"merge_tp_checkpoint.py: {e}", file=sys.stderr)
-        return 1
+        return 2  # same exit status as the other CLIs' input errors
     print(f"[checkpoint] wrote TP=1 checkpoint {out}")
     return 0
 
