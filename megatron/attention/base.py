@@ -10,7 +10,9 @@ score hooks, in this order (the placement the KERPLE checkpoints depend on):
 
 Backends register with @register_backend in megatron/attention/registry.py; `priority` orders
 the "auto" preference (lower = tried first), so a new backend (flex, triton, flash) is one new
-file and no edit elsewhere.
+file and no edit elsewhere. A backend whose speed depends on the case (a fused kernel that only
+pays off for score-bias schemes, or that runs on CPU only in an interpreter) overrides
+`auto_rank` to step aside; an explicit name still gets it whenever unsupported_reason allows.
 """
 from __future__ import annotations
 
@@ -20,10 +22,18 @@ import torch
 class AttentionBackend:
     name: str = "base"
 
+    priority: int = 1000  # set by @register_backend
+
     def unsupported_reason(self, scheme, device: torch.device, dtype: torch.dtype,
-                           training: bool) -> str | None:
-        """None when this backend can run `scheme` here, else one sentence saying why not."""
+                           training: bool, dropout: bool = False) -> str | None:
+        """None when this backend can run `scheme` here, else one sentence saying why not.
+        `dropout`: attention-probability dropout will be applied (training with dropout > 0)."""
         return None
+
+    def auto_rank(self, scheme, device: torch.device, dtype: torch.dtype, training: bool) -> int | None:
+        """Rank for "auto" among the backends that support the case (lower wins), or None to
+        never be picked automatically here. Default: the registered priority."""
+        return self.priority
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scheme,
                 q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None = None,

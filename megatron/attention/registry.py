@@ -17,6 +17,7 @@ def register_backend(name: str, priority: int):
         if name in _REGISTRY:
             raise RuntimeError(f"attention backend {name!r} registered twice")
         cls.name = name
+        cls.priority = priority
         _REGISTRY[name] = cls
         _PRIORITY[name] = priority
         return cls

@@ -1,5 +1,5 @@
-"""Pick an attention backend for (scheme, device, dtype). No silent fallback: an explicit name
-that cannot run raises; only "auto" chooses, and it logs what it chose."""
+"""Pick an attention backend for (scheme, device, dtype, mode). No silent fallback: an explicit
+name that cannot run raises; only "auto" chooses, and it logs what it chose."""
 from __future__ import annotations
 
 import logging
@@ -17,31 +17,49 @@ def backend_names() -> list[str]:
     return list(backend_classes())
 
 
-def _supporting(scheme, device, dtype, training) -> list[str]:
+def _supporting(scheme, device, dtype, training, dropout) -> list[str]:
     return [n for n, cls in backend_classes().items()
-            if cls().unsupported_reason(scheme, device, dtype, training) is None]
+            if cls().unsupported_reason(scheme, device, dtype, training, dropout=dropout) is None]
+
+
+def describe_case(scheme, device: torch.device, dtype: torch.dtype, training: bool) -> str:
+    return f"pos-emb {scheme.name!r} on {device.type}/{str(dtype).replace('torch.', '')}" + (
+        " (training)" if training else " (inference)")
+
+
+def auto_backend(scheme, device, dtype, training, dropout=False) -> AttentionBackend:
+    """The best-ranked backend that supports the case; reference always does."""
+    ranked = []
+    for name, cls in backend_classes().items():
+        backend = cls()
+        if backend.unsupported_reason(scheme, device, dtype, training, dropout=dropout) is not None:
+            continue
+        rank = backend.auto_rank(scheme, device, dtype, training)
+        if rank is not None:
+            ranked.append((rank, name, backend))
+    if not ranked:
+        raise AssertionError(f"no backend supports {describe_case(scheme, device, dtype, training)}; "
+                             "the reference backend should")
+    return min(ranked, key=lambda r: (r[0], r[1]))[2]
 
 
 def resolve_backend(name: str, scheme, device: torch.device | str, dtype: torch.dtype,
-                    training: bool) -> AttentionBackend:
+                    training: bool, dropout: bool = False) -> AttentionBackend:
+    """`dropout`: attention dropout > 0 will be applied (fused kernels without dropout refuse)."""
     device = torch.device(device)
     classes = backend_classes()
-    where = f"pos-emb {scheme.name!r} on {device.type}/{str(dtype).replace('torch.', '')}" + (
-        " (training)" if training else " (inference)")
+    where = describe_case(scheme, device, dtype, training)
     if name == "auto":
-        for candidate, cls in classes.items():
-            backend = cls()
-            if backend.unsupported_reason(scheme, device, dtype, training) is None:
-                logger.info("attention backend auto -> %s for %s", candidate, where)
-                return backend
-        raise AssertionError(f"no backend supports {where}; the reference backend should")
+        backend = auto_backend(scheme, device, dtype, training, dropout)
+        logger.info("attention backend auto -> %s for %s", backend.name, where)
+        return backend
     if name not in classes:
         raise ValueError(f"unknown attention backend {name!r}; choose 'auto' or one of: "
                          f"{', '.join(classes)}")
     backend = classes[name]()
-    reason = backend.unsupported_reason(scheme, device, dtype, training)
+    reason = backend.unsupported_reason(scheme, device, dtype, training, dropout=dropout)
     if reason is not None:
         raise ValueError(f"attention backend {name!r} cannot run {where}: {reason}. Backends that "
-                         f"support it: {', '.join(_supporting(scheme, device, dtype, training))} "
+                         f"support it: {', '.join(_supporting(scheme, device, dtype, training, dropout))} "
                          "(or use 'auto')")
     return backend

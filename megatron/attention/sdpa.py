@@ -26,7 +26,7 @@ def _is_plain_causal(q_pos: torch.Tensor, k_pos: torch.Tensor) -> bool:
 
 @register_backend("sdpa", priority=100)
 class SDPAAttention(AttentionBackend):
-    def unsupported_reason(self, scheme, device, dtype, training):
+    def unsupported_reason(self, scheme, device, dtype, training, dropout=False):
         if scheme.has_score_weight:
             return (f"pos-emb {scheme.name!r} multiplies the scores (score_weight) and SDPA can "
                     "only add a mask to them")

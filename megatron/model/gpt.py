@@ -83,7 +83,8 @@ class GPTModel(nn.Module):
         key = (device.type, dtype, self.training)
         if key not in self._backends:
             self._backends[key] = resolve_backend(
-                self.mcfg.attention_backend, self.position, device, dtype, self.training
+                self.mcfg.attention_backend, self.position, device, dtype, self.training,
+                dropout=self.training and self.mcfg.attention_dropout > 0,
             )
         return self._backends[key]
 

@@ -38,7 +38,8 @@ def attention_context(mcfg, scheme, x: torch.Tensor, backends: dict, training: b
     positions = torch.arange(x.shape[1], device=x.device)
     key = (x.device.type, x.dtype, training)
     if key not in backends:
-        backends[key] = resolve_backend(mcfg.attention_backend, scheme, x.device, x.dtype, training)
+        backends[key] = resolve_backend(mcfg.attention_backend, scheme, x.device, x.dtype, training,
+                                        dropout=training and mcfg.attention_dropout > 0)
     return AttentionContext(
         scheme=scheme, backend=backends[key], q_pos=positions, k_pos=positions,
         window=mcfg.attention_window, softmax_in_fp32=mcfg.attention_softmax_in_fp32,
@@ -178,7 +179,8 @@ class GPTPipe(PipelineModule):
 
     def backend(self, device: torch.device, dtype: torch.dtype):
         """The attention backend the layers resolve (for logging, as GPTModel.backend)."""
-        return resolve_backend(self.mcfg.attention_backend, self.position, device, dtype, self.training)
+        return resolve_backend(self.mcfg.attention_backend, self.position, device, dtype, self.training,
+                               dropout=self.training and self.mcfg.attention_dropout > 0)
 
     # ---- initial values ----------------------------------------------------------------------
     def local_modules(self) -> list[tuple[int, nn.Module]]:

@@ -9,6 +9,7 @@ import math
 import torch
 
 from megatron.positional.base import PositionalScheme, PositionalSpec, causal_distance
+from megatron.positional.fused import DistanceKernel, heads_vector
 from megatron.positional.registry import register
 
 
@@ -38,3 +39,6 @@ class ALiBi(PositionalScheme):
     def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         d = causal_distance(q_pos, k_pos)  # (Lq, Lk)
         return -self.slopes.float() * d  # (H_local, Lq, Lk)
+
+    def fused_kernel(self) -> DistanceKernel:
+        return DistanceKernel(bias="power", r2=heads_vector(self.slopes))

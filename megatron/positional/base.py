@@ -82,6 +82,15 @@ class PositionalScheme(nn.Module):
     def score_weight(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
         return None
 
+    def fused_kernel(self):
+        """The scheme's bias/weight as a megatron.positional.fused.DistanceKernel for fused
+        attention kernels, or None when it has score hooks they cannot express."""
+        from megatron.positional.fused import DistanceKernel
+
+        if not self.has_score_bias and not self.has_score_weight:
+            return DistanceKernel.plain()
+        return None
+
     def stats(self) -> dict[str, float]:
         """Scalars logged every step (the paper logs bias_p_mean, bias_p_std, ... for KERPLE)."""
         return {}

@@ -16,6 +16,7 @@ from megatron.positional.base import (
     clamp_straight_through,
     summary_stats,
 )
+from megatron.positional.fused import DistanceKernel, heads_vector
 from megatron.positional.registry import register
 
 EPS = 1e-2
@@ -45,6 +46,10 @@ class KerpleLog(PositionalScheme):
         c = self.clamped()
         d = causal_distance(q_pos, k_pos)  # (Lq, Lk), clamped at 0 above the diagonal
         return -c["bias_p"] * torch.log1p(c["bias_a"] * d)  # (H_local, Lq, Lk)
+
+    def fused_kernel(self) -> DistanceKernel:
+        c = self.clamped()
+        return DistanceKernel(bias="log", r1=heads_vector(c["bias_p"]), r2=heads_vector(c["bias_a"]))
 
     def stats(self) -> dict[str, float]:
         out = {}

@@ -20,6 +20,7 @@ from megatron.positional.base import (
     pow_distance,
     summary_stats,
 )
+from megatron.positional.fused import DistanceKernel, heads_vector
 from megatron.positional.kerple_log import EPS, uniform_heads
 from megatron.positional.registry import register
 
@@ -45,6 +46,11 @@ class KerpleLog3Para(PositionalScheme):
         c = self.clamped()
         d = causal_distance(q_pos, k_pos)  # (Lq, Lk)
         return -c["bias_p"] * torch.log1p(c["bias_a"] * pow_distance(d, c["bias_r"]))  # (H_local, Lq, Lk)
+
+    def fused_kernel(self) -> DistanceKernel:
+        c = self.clamped()
+        return DistanceKernel(bias="log", r1=heads_vector(c["bias_p"]), r2=heads_vector(c["bias_a"]),
+                              r3=heads_vector(c["bias_r"]))
 
     def stats(self) -> dict[str, float]:
         out = {}

@@ -26,6 +26,7 @@ from megatron.positional.base import (
     pow_distance,
     summary_stats,
 )
+from megatron.positional.fused import DistanceKernel, heads_vector
 from megatron.positional.kerple_log import EPS, uniform_heads
 from megatron.positional.registry import register
 
@@ -85,6 +86,14 @@ class KerplePower(PositionalScheme):
         c = self.clamped()
         d = causal_distance(q_pos, k_pos)  # (Lq, Lk)
         return torch.exp(-self._kernel(d, c.get("wei_p"), c.get("wei_a")))  # (H_local, Lq, Lk)
+
+    def fused_kernel(self) -> DistanceKernel:
+        c = self.clamped()
+        return DistanceKernel(
+            bias="power" if self.has_score_bias else "none",
+            r2=heads_vector(c.get("bias_a")), r3=heads_vector(c.get("bias_p")),
+            has_weight=self.has_score_weight,
+            w_a=heads_vector(c.get("wei_a")), w_p=heads_vector(c.get("wei_p")))
 
     def stats(self) -> dict[str, float]:
         out = {}

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from megatron.positional.base import PositionalScheme, PositionalSpec
+from megatron.positional.fused import DistanceKernel
 from megatron.positional.registry import register
 
 
@@ -39,6 +40,16 @@ class T5RelativeBias(PositionalScheme):
         nn.init.xavier_normal_(full)
         self.weight = nn.Parameter(full[:, spec.head_slice].clone())  # (buckets, H_local)
         self.scale = math.sqrt(spec.head_dim)
+
+    def fused_kernel(self) -> DistanceKernel:
+        # Every distance >= rpe_max_distance falls in the last bucket, so a table of the buckets
+        # of 0..max_distance is exact at any length (checked here, not assumed).
+        md, nb = self.spec.rpe_max_distance, self.spec.rpe_num_buckets
+        n = torch.arange(md + 1, device=self.weight.device)
+        bucket_of = t5_causal_bucket(n, nb, md)
+        far = t5_causal_bucket(torch.tensor([md, 4 * md, 1 << 40]), nb, md)
+        assert bool((far == nb - 1).all()), "T5 buckets past max_distance are not the last bucket"
+        return DistanceKernel(bias="lookup", table=self.weight, bucket_of=bucket_of, table_scale=self.scale)
 
     def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         n = (q_pos[:, None] - k_pos[None, :]).clamp_min(0)  # (Lq, Lk) int64: exact at any length
