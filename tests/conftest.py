@@ -13,6 +13,10 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(ROOT, ".venv", "torch_extensions"))
 os.environ.setdefault("WANDB_MODE", "disabled")
+# Without a GPU the Triton kernels run in Triton's interpreter on CPU tensors; this must be set
+# before anything imports triton (megatron/kernels read it when their kernels are defined).
+if not __import__("torch").cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 TINY_MODEL = {
     "num-layers": 2, "hidden-size": 32, "num-attention-heads": 4, "seq-length": 32,

@@ -1,0 +1,74 @@
+"""Triton backend: one fused kernel for every shift-invariant score-bias scheme.
+
+FlashAttention-2-style online softmax with the scheme's bias (and bias+wht weight) computed on the
+fly from per-head parameters (the scheme's DistanceKernel), so memory is O(L), never [H, L, L].
+The backward returns dq, dk, dv and the parameter gradients, reduced without atomics (bitwise
+reproducible). See megatron/kernels/ for the kernels.
+
+On CUDA this is the preferred backend for score-bias schemes ("auto" picks it). On CPU Triton has
+no driver; with TRITON_INTERPRET=1 set before start-up the kernels run in Triton's interpreter,
+which is how the test suite checks them without a GPU (very slow: tests only)."""
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import torch
+
+from megatron.attention.base import AttentionBackend
+from megatron.attention.registry import register_backend
+
+MAX_HEAD_DIM = 256  # per-program tiles of [BLOCK, head_dim] must fit in shared memory
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def consecutive_start(pos: torch.Tensor, what: str) -> int:
+    """The first position when pos = start + arange(len); the kernel indexes by that offset."""
+    start = int(pos[0])
+    if pos.numel() > 1 and not torch.equal(pos, torch.arange(start, start + pos.numel(), device=pos.device)):
+        raise ValueError(f"the triton attention backend needs consecutive {what} positions (start + 0..L-1); "
+                         "use attention-backend sdpa or reference for arbitrary positions")
+    return start
+
+
+@register_backend("triton", priority=20)
+class TritonAttention(AttentionBackend):
+    def unsupported_reason(self, scheme, device, dtype, training, dropout=False):
+        if importlib.util.find_spec("triton") is None:
+            return "triton is not installed (pip install triton)"
+        if device.type == "cpu" and not _interpreting():
+            return ("Triton has no CPU driver (set TRITON_INTERPRET=1 before start-up to run the kernel "
+                    "in Triton's interpreter: correct but very slow, for tests)")
+        if device.type not in ("cuda", "cpu"):
+            return f"no Triton driver for device {device.type!r}"
+        if dtype not in (torch.float32, torch.bfloat16, torch.float16):
+            return f"dtype {dtype} is not supported (float32, bfloat16, float16)"
+        if scheme.fused_kernel() is None:
+            return f"pos-emb {scheme.name!r} has no fused description (PositionalScheme.fused_kernel)"
+        if dropout:
+            return "the fused kernel has no attention dropout (set attention-dropout 0, as the paper does)"
+        return None
+
+    def auto_rank(self, scheme, device, dtype, training):
+        # Only worth it for score-bias schemes on a GPU: SDPA's flash path is faster without a
+        # bias, and the interpreter is for tests only.
+        if device.type != "cuda" or scheme.fused_kernel().is_plain:
+            return None
+        return self.priority
+
+    def forward(self, q, k, v, scheme, q_pos, k_pos, window=None, softmax_in_fp32=False,
+                dropout_p=0.0):
+        # softmax_in_fp32 needs no flag: the kernel keeps scores and the softmax in fp32.
+        if dropout_p > 0.0:
+            raise ValueError("the triton attention backend has no attention dropout; set attention-dropout 0 "
+                             "or attention-backend sdpa")
+        if q.shape[-1] > MAX_HEAD_DIM:
+            raise ValueError(f"the triton attention backend supports head_dim <= {MAX_HEAD_DIM}, got {q.shape[-1]}")
+        from megatron.kernels.fused_attention import fused_attention
+
+        q0 = consecutive_start(q_pos, "query")
+        k0 = consecutive_start(k_pos, "key")
+        return fused_attention(q, k, v, scheme.fused_kernel(), q0, k0, window)  # (B, H, Lq, D)

@@ -1,0 +1,61 @@
+"""Argument checks shared by the benchmark tools: a bad name fails fast (argparse's exit code 2)
+with the valid choices listed, instead of one error cell per length after minutes of work."""
+from __future__ import annotations
+
+import argparse
+
+import torch
+import yaml
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def check_names(parser: argparse.ArgumentParser, values: list[str], valid: list[str], what: str) -> None:
+    unknown = [v for v in values if v not in valid]
+    if unknown:
+        parser.error(f"unknown {what} {', '.join(map(repr, unknown))}; choose from: {', '.join(valid)}")
+
+
+def check_positive(parser: argparse.ArgumentParser, **values) -> None:
+    for name, v in values.items():
+        items = v if isinstance(v, list) else [v]
+        bad = [x for x in items if x is not None and x < 1]
+        if bad:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {bad[0]}")
+
+
+def pick_device(parser: argparse.ArgumentParser, name: str) -> torch.device:
+    """'auto' -> cuda when available, else cpu; an explicit 'cuda' without a GPU is an error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        parser.error(f"--device {name!r} is not a device; use auto, cpu or cuda[:N]")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda but torch sees no GPU; use --device cpu (or auto)")
+    if device.type not in ("cpu", "cuda"):
+        parser.error(f"--device {name!r}: only cpu and cuda are benchmarked")
+    return device
+
+
+def parse_overrides(parser: argparse.ArgumentParser, items: list[str]) -> dict:
+    """KEY=VALUE pairs (YAML values, as deepy.py -o) -> {key: value}."""
+    out = {}
+    for item in items:
+        if "=" not in item:
+            parser.error(f"override {item!r} must look like KEY=VALUE (e.g. num-layers=2)")
+        k, v = item.split("=", 1)
+        out[k.strip()] = yaml.safe_load(v)
+    return out
+
+
+def set_threads(parser: argparse.ArgumentParser, threads: int | None) -> None:
+    """torch CPU threads. On a shared machine, more threads than free cores make every OpenMP
+    barrier wait for a descheduled thread: a 2-core box with a neighbour job measured ~30x slower
+    steps with 2 threads than with 1, so the --quick modes default to 1."""
+    if threads is None:
+        return
+    if threads < 1:
+        parser.error(f"--threads must be >= 1, got {threads}")
+    torch.set_num_threads(threads)

@@ -1,0 +1,70 @@
+"""The score bias and weight of a DistanceKernel, evaluated inside Triton kernels.
+
+Shared by the forward and both backward kernels so all three see bit-identical values. Every
+function takes the distance block `d` (float32, >= 0; masked entries hold 0 so everything stays
+finite) and the current head's parameters as scalars. Kinds (megatron/positional/fused.py):
+BIAS = 0 none, 1 log, 2 power, 3 lookup."""
+import triton
+import triton.language as tl
+
+BIAS_CODES = {"none": 0, "log": 1, "power": 2, "lookup": 3}
+
+
+@triton.jit
+def pow_and_log(d, p, HAS_P: tl.constexpr):
+    """(d**p, log d) with d**p = 0 and log d = 0 at d = 0; without p: (d, log d)."""
+    positive = d > 0
+    log_d = tl.log(tl.where(positive, d, 1.0))
+    if HAS_P:
+        x = tl.where(positive, tl.exp(p * log_d), 0.0)
+    else:
+        x = d
+    return x, log_d
+
+
+@triton.jit
+def score_weight(d, w_a, w_p, HAS_WA: tl.constexpr, HAS_WP: tl.constexpr):
+    """exp(-w_a * d**w_p) (missing parameters are 1)."""
+    y, _ = pow_and_log(d, w_p, HAS_WP)
+    if HAS_WA:
+        y = w_a * y
+    return tl.exp(-y)
+
+
+@triton.jit
+def score_bias(d, d_index, r1, r2, r3, lut_row, BIAS: tl.constexpr, HAS_R2: tl.constexpr,
+               HAS_R3: tl.constexpr, MAXD: tl.constexpr):
+    """The additive bias block. lut_row points at this head's lookup values (lookup kind only);
+    d_index is the integer distance block used to index it."""
+    if BIAS == 3:
+        return tl.load(lut_row + tl.minimum(d_index, MAXD))
+    x, _ = pow_and_log(d, r3, HAS_R3)
+    if BIAS == 1:
+        return -r1 * tl.log(1.0 + r2 * x)
+    if HAS_R2:
+        x = r2 * x
+    return -x
+
+
+@triton.jit
+def mm(a, b, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    """tl.dot with an fp32 accumulator. UPCAST is set only under TRITON_INTERPRET=1 with bfloat16
+    inputs: Triton 3.9's interpreter multiplies bf16 operands wrongly (~1e10 errors on a plain
+    16x16 product), so there the operands, already rounded to bf16 (see `cast`), are multiplied
+    in fp32."""
+    if UPCAST:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    return tl.dot(a, b, input_precision=PRECISION)
+
+
+@triton.jit
+def cast(x, dtype: tl.constexpr, UPCAST: tl.constexpr):
+    """x.to(dtype) with round-to-nearest-even. Under UPCAST (interpreter + bf16) the rounding is
+    done by hand and the result stays fp32: the interpreter converts fp32 -> bf16 by truncation
+    (checked: bit-identical to masking the low 16 bits), which biases every rounded value toward
+    zero and doubled the bf16 gradient error in tests; compiled Triton rounds to nearest."""
+    if UPCAST:
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        return bits.to(tl.float32, bitcast=True)
+    return x.to(dtype)

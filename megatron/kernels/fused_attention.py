@@ -1,0 +1,146 @@
+"""Autograd wrapper around the Triton attention kernels: fused_attention(q, k, v, kernel, ...).
+
+Inputs follow the backend contract (megatron/attention/base.py): q (B, H, Lq, D), k/v (B, H, Lk, D)
+with unit stride on D (views straight out of the fused QKV projection are fine), positions
+consecutive (queries at q0 + i, keys at k0 + j). The scheme's DistanceKernel tensors (clamped,
+autograd-attached) are autograd inputs, so their gradients flow back to the raw parameters.
+Parameter gradients are reduced without atomics: per-key-block partials, then a torch sum."""
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+
+from megatron.kernels.distance_bias import BIAS_CODES
+from megatron.kernels.fused_attention_bwd import attention_bwd_dkdv_kernel, attention_bwd_dq_kernel
+from megatron.kernels.fused_attention_fwd import attention_fwd_kernel
+
+_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def block_sizes(head_dim: int, device: torch.device) -> tuple[int, int, int, int]:
+    """(forward BLOCK_M, BLOCK_N, backward BLOCK_M, BLOCK_N). KERPLE_TRITON_BLOCKS="fm,fn,bm,bn"
+    overrides (for tuning on a new GPU). The interpreter gets small blocks so tests stay quick
+    and still cross block boundaries."""
+    env = os.environ.get("KERPLE_TRITON_BLOCKS")
+    if env:
+        try:
+            fm, fn, bm, bn = (int(x) for x in env.split(","))
+        except ValueError:
+            raise ValueError(f"KERPLE_TRITON_BLOCKS={env!r}: expected four integers 'fwd_m,fwd_n,bwd_m,bwd_n', "
+                             "each a power of two >= 16") from None
+        return fm, fn, bm, bn
+    if device.type != "cuda":
+        return 16, 16, 16, 16
+    if head_dim <= 64:
+        return 128, 64, 64, 64
+    return 64, 64, 64, 32
+
+
+def _vec(x: torch.Tensor | None, device) -> torch.Tensor:
+    """A per-head parameter as a contiguous float32 vector (an empty one when absent)."""
+    if x is None:
+        return torch.empty(0, dtype=torch.float32, device=device)
+    return x.detach().float().contiguous()
+
+
+def _meta(kernel, head_dim: int, dtype: torch.dtype) -> dict:
+    maxd = kernel.max_distance if kernel.bias == "lookup" else 0
+    return dict(
+        D=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
+        BIAS=BIAS_CODES[kernel.bias],
+        HAS_R2=kernel.r2 is not None, HAS_R3=kernel.r3 is not None,
+        HAS_WEIGHT=kernel.has_weight, HAS_WA=kernel.w_a is not None, HAS_WP=kernel.w_p is not None,
+        MAXD=maxd,
+        # fp32 inputs must not be rounded to TF32 inside tl.dot, or fp32 results drift ~1e-3;
+        # half inputs take tl.dot's default.
+        PRECISION="ieee" if dtype == torch.float32 else None,
+        UPCAST=_INTERPRET and dtype == torch.bfloat16,
+    )
+
+
+class _FusedAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, q0, k0, window, kernel, r1, r2, r3, w_a, w_p, table):
+        B, H, LQ, D = q.shape
+        LK = k.shape[2]
+        dev = q.device
+        fm, fn, bm, bn = block_sizes(D, dev)
+        meta = _meta(kernel, D, q.dtype)
+        params = [_vec(x, dev) for x in (r1, r2, r3, w_a, w_p)]
+        if kernel.bias == "lookup":
+            with torch.no_grad():
+                lut = kernel.lookup_values().to(dev)  # (H, max_distance + 1)
+            bucket = kernel.bucket_of.to(device=dev, dtype=torch.int32).contiguous()
+        else:
+            lut = torch.empty(0, dtype=torch.float32, device=dev)
+            bucket = torch.empty(0, dtype=torch.int32, device=dev)
+        # The kernel writes O in fp32: the backward's delta = rowsum(dO * O) then comes from the
+        # unrounded output. Computing it from a bf16-rounded O (as FlashAttention does) doubled
+        # the error of the positional parameters' gradients in bf16 (their sums cancel heavily).
+        out = torch.empty(q.shape, dtype=torch.float32, device=dev)
+        lse = torch.empty(B * H, LQ, dtype=torch.float32, device=dev)
+        scale = 1.0 / D**0.5
+        common = (H, LQ, LK, q0, k0, window or 0, scale)
+        grid = (triton.cdiv(LQ, fm), B * H)
+        attention_fwd_kernel[grid](
+            q, k, v, out, lse, *params, lut,
+            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
+            *common, BLOCK_M=fm, BLOCK_N=fn, HAS_WINDOW=window is not None, **meta)
+        ctx.save_for_backward(q, k, v, out, lse, *params, lut, bucket)
+        ctx.info = (q0, k0, window, kernel.bias, kernel.table_scale,
+                    0 if table is None else table.shape[0], meta, (bm, bn))
+        return out.to(q.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, out, lse, r1, r2, r3, w_a, w_p, lut, bucket = ctx.saved_tensors
+        q0, k0, window, bias_kind, table_scale, num_buckets, meta, (bm, bn) = ctx.info
+        B, H, LQ, D = q.shape
+        LK = k.shape[2]
+        dev = q.device
+        do = grad_out.contiguous()
+        delta = (out.float() * do.float()).sum(-1).reshape(B * H, LQ)  # rowsum(dO * O)
+        dq = torch.empty_like(q, memory_format=torch.contiguous_format)
+        dk = torch.empty_like(k, memory_format=torch.contiguous_format)
+        dv = torch.empty_like(v, memory_format=torch.contiguous_format)
+        n_key_blocks = triton.cdiv(LK, bn)
+        nslot = max(8, triton.next_power_of_2(max(num_buckets, 1)))
+        part = torch.empty(B * H, n_key_blocks, nslot, dtype=torch.float32, device=dev)
+        scale = 1.0 / D**0.5
+        common = (H, LQ, LK, q0, k0, window or 0, scale)
+        params = (r1, r2, r3, w_a, w_p, lut)
+        attention_bwd_dkdv_kernel[(n_key_blocks, B * H)](
+            q, k, v, do, lse, delta, dk, dv, part, *params, bucket,
+            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
+            *dk.stride()[:3], *dv.stride()[:3], *common, n_key_blocks,
+            BLOCK_M=bm, BLOCK_N=bn, HAS_WINDOW=window is not None, NSLOT=nslot,
+            NUM_BUCKETS=max(num_buckets, 1), **meta)
+        attention_bwd_dq_kernel[(triton.cdiv(LQ, bm), B * H)](
+            q, k, v, do, lse, delta, dq, *params,
+            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dq.stride()[:3],
+            *common, BLOCK_M=bm, BLOCK_N=bn, HAS_WINDOW=window is not None, **meta)
+
+        # The deterministic reduction: a plain sum over batch and key blocks, fixed order.
+        total = part.view(B, H, n_key_blocks, nslot).sum(dim=(0, 2))  # (H, nslot)
+        needs = ctx.needs_input_grad
+        grads = [None] * 6  # r1, r2, r3, w_a, w_p, table
+        if bias_kind == "lookup":
+            if needs[12]:
+                grads[5] = (total[:, :num_buckets] * table_scale).t().contiguous()  # (buckets, H)
+        else:
+            for i, slot in enumerate((0, 1, 2, 3, 4)):
+                if needs[7 + i]:
+                    grads[i] = total[:, slot].contiguous()
+        return (dq, dk, dv, None, None, None, None, *grads)
+
+
+def fused_attention(q, k, v, kernel, q0: int, k0: int, window: int | None = None) -> torch.Tensor:
+    """Causal attention with the DistanceKernel's bias/weight: (B, H, Lq, D) like the reference."""
+    if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
+        q, k, v = (x.contiguous() for x in (q, k, v))
+    t = kernel
+    table = t.table.float() if t.table is not None else None
+    return _FusedAttention.apply(q, k, v, int(q0), int(k0), window, kernel,
+                                 t.r1, t.r2, t.r3, t.w_a, t.w_p, table)

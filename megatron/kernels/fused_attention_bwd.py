@@ -1,0 +1,235 @@
+"""Backward Triton kernels for fused_attention_fwd: dq, dk, dv and the positional parameters'
+gradients, all without atomics, so two runs give bitwise-identical gradients.
+
+Two kernels recompute the probabilities P = exp(S - lse) from the saved row log-sum-exp:
+  * attention_bwd_dkdv_kernel: one program per (block of keys, batch*head); walks the query
+    blocks that can see its keys; writes dk, dv, and this program's PARTIAL sums of the scheme's
+    parameter gradients into its own slots of PART (B*H, n_key_blocks, NSLOT). The caller adds
+    the partials in a fixed order (a torch sum), the deterministic reduction.
+  * attention_bwd_dq_kernel: one program per (block of queries, batch*head); writes dq.
+
+With S = S_raw * w + bias (S_raw = q.k * scale) and dS = P * (dP - delta), delta = rowsum(dO * O):
+  dq = scale * (dS * w) @ k,  dk = scale * (dS * w)^T @ q,  dv = P^T @ dO
+  d(bias param) = sum dS * d bias/d param,  d(weight param) = sum dS * S_raw * d w/d param
+Slots: log bias 0 = r1, 1 = r2, 2 = r3; power bias 1 = r2, 2 = r3; weight 3 = w_a, 4 = w_p;
+lookup bias: slot t = the T5 bucket t (gradient of table[t, h] before the table's scale)."""
+import triton
+import triton.language as tl
+
+from megatron.kernels.distance_bias import cast, mm, pow_and_log, score_bias, score_weight
+from megatron.kernels.fused_attention_fwd import NEG  # noqa: F401  (same masking convention)
+
+
+@triton.jit
+def _probabilities(q, k, q_pos, cols, lse, row_ok, col_ok, r1, r2, r3, w_a, w_p, lut_row,
+                   K0, WINDOW, sm_scale,
+                   BIAS: tl.constexpr, HAS_R2: tl.constexpr, HAS_R3: tl.constexpr,
+                   HAS_WEIGHT: tl.constexpr, HAS_WA: tl.constexpr, HAS_WP: tl.constexpr,
+                   HAS_WINDOW: tl.constexpr, MAXD: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    """Recompute (P, S_raw, w, d, d_index) for a (query block, key block) tile as the forward did."""
+    s_raw = mm(q, tl.trans(k), PRECISION, UPCAST) * sm_scale  # (BM, BN) fp32
+    d_index = q_pos[:, None] - (K0 + cols)[None, :]
+    allowed = (d_index >= 0) & col_ok[None, :] & row_ok[:, None]
+    if HAS_WINDOW:
+        allowed = allowed & (d_index < WINDOW)
+    d_index = tl.maximum(d_index, 0)
+    d = d_index.to(tl.float32)
+    s = s_raw
+    w = 1.0
+    if HAS_WEIGHT:
+        w = score_weight(d, w_a, w_p, HAS_WA, HAS_WP)
+        s = s * w
+    if BIAS != 0:
+        s = s + score_bias(d, d_index, r1, r2, r3, lut_row, BIAS, HAS_R2, HAS_R3, MAXD)
+    p = tl.where(allowed, tl.exp(s - lse[:, None]), 0.0)
+    return p, s_raw, w, d, d_index
+
+
+@triton.jit
+def attention_bwd_dkdv_kernel(
+    Q, K, V, DO, LSE, DELTA, DK, DV, PART,
+    R1, R2, R3, WA, WP, LUT, BUCKET,
+    sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom,
+    sdkb, sdkh, sdkn, sdvb, sdvh, sdvn,
+    H, LQ, LK, Q0, K0, WINDOW, sm_scale, N_KEY_BLOCKS,
+    D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BIAS: tl.constexpr, HAS_R2: tl.constexpr, HAS_R3: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr, HAS_WA: tl.constexpr, HAS_WP: tl.constexpr,
+    HAS_WINDOW: tl.constexpr, MAXD: tl.constexpr, NSLOT: tl.constexpr, NUM_BUCKETS: tl.constexpr,
+    PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):
+    start_n = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    cols = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < D
+    col_ok = cols < LK
+    kv_mask = col_ok[:, None] & d_ok[None, :]
+    k = tl.load(K + b * skb + h * skh + cols[:, None] * skn + offs_d[None, :], mask=kv_mask, other=0.0)
+    v = tl.load(V + b * svb + h * svh + cols[:, None] * svn + offs_d[None, :], mask=kv_mask, other=0.0)
+
+    r1 = 0.0
+    r2 = 0.0
+    r3 = 0.0
+    w_a = 0.0
+    w_p = 0.0
+    if BIAS == 1:
+        r1 = tl.load(R1 + h)
+    if HAS_R2:
+        r2 = tl.load(R2 + h)
+    if HAS_R3:
+        r3 = tl.load(R3 + h)
+    if HAS_WA:
+        w_a = tl.load(WA + h)
+    if HAS_WP:
+        w_p = tl.load(WP + h)
+    lut_row = LUT + h * (MAXD + 1)
+
+    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    g_r1 = 0.0
+    g_r2 = 0.0
+    g_r3 = 0.0
+    g_wa = 0.0
+    g_wp = 0.0
+    slots = tl.arange(0, NSLOT)
+    g_table = tl.zeros([NSLOT], dtype=tl.float32)
+
+    # Queries that see a key of this block: Q0 + i >= K0 + first key; windowed: d < WINDOW.
+    lo = tl.maximum(0, K0 + start_n * BLOCK_N - Q0)
+    lo = (lo // BLOCK_M) * BLOCK_M
+    hi = LQ
+    if HAS_WINDOW:
+        hi = tl.minimum(LQ, K0 + (start_n + 1) * BLOCK_N - 1 + WINDOW - Q0)
+    for start_m in range(lo, hi, BLOCK_M):
+        rows = start_m + offs_m
+        row_ok = rows < LQ
+        q_mask = row_ok[:, None] & d_ok[None, :]
+        q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqm + offs_d[None, :], mask=q_mask, other=0.0)
+        do = tl.load(DO + b * sdob + h * sdoh + rows[:, None] * sdom + offs_d[None, :], mask=q_mask, other=0.0)
+        lse = tl.load(LSE + bh * LQ + rows, mask=row_ok, other=0.0)
+        delta = tl.load(DELTA + bh * LQ + rows, mask=row_ok, other=0.0)
+        p, s_raw, w, d, d_index = _probabilities(
+            q, k, Q0 + rows, cols, lse, row_ok, col_ok, r1, r2, r3, w_a, w_p, lut_row, K0, WINDOW,
+            sm_scale, BIAS, HAS_R2, HAS_R3, HAS_WEIGHT, HAS_WA, HAS_WP, HAS_WINDOW, MAXD, PRECISION, UPCAST)
+        dv += mm(tl.trans(cast(p, do.dtype, UPCAST)), do, PRECISION, UPCAST)
+        dp = mm(do, tl.trans(v), PRECISION, UPCAST)
+        ds = p * (dp - delta[:, None])  # dL/dS, 0 where masked
+
+        if BIAS == 1:  # -r1 * log(1 + r2 x), x = d**r3
+            x, log_d = pow_and_log(d, r3, HAS_R3)
+            den = 1.0 + r2 * x
+            g_r1 += tl.sum(tl.sum(-ds * tl.log(den), 1), 0)
+            g_r2 += tl.sum(tl.sum(-ds * r1 * x / den, 1), 0)
+            if HAS_R3:
+                g_r3 += tl.sum(tl.sum(-ds * r1 * r2 * x * log_d / den, 1), 0)
+        if BIAS == 2:  # -r2 * x, x = d**r3
+            x, log_d = pow_and_log(d, r3, HAS_R3)
+            g_r2 += tl.sum(tl.sum(-ds * x, 1), 0)
+            if HAS_R3:
+                scale_r2 = 1.0
+                if HAS_R2:
+                    scale_r2 = r2
+                g_r3 += tl.sum(tl.sum(-ds * scale_r2 * x * log_d, 1), 0)
+        if BIAS == 3:  # table[bucket(d), h]: sum dS per bucket
+            bucket = tl.load(BUCKET + tl.minimum(d_index, MAXD))
+            # Past max_distance every entry is the last bucket: skip the per-bucket loop.
+            if start_m + Q0 - (K0 + start_n * BLOCK_N + BLOCK_N - 1) >= MAXD:
+                g_table += tl.where(slots == NUM_BUCKETS - 1, tl.sum(tl.sum(ds, 1), 0), 0.0)
+            else:
+                for t in tl.static_range(NUM_BUCKETS):
+                    g_t = tl.sum(tl.sum(tl.where(bucket == t, ds, 0.0), 1), 0)
+                    g_table += tl.where(slots == t, g_t, 0.0)
+        if HAS_WEIGHT:  # w = exp(-w_a y), y = d**w_p; dL/dw = dS * S_raw
+            y, log_d = pow_and_log(d, w_p, HAS_WP)
+            dw = ds * s_raw * w
+            g_wa += tl.sum(tl.sum(-dw * y, 1), 0)
+            if HAS_WP:
+                scale_wa = 1.0
+                if HAS_WA:
+                    scale_wa = w_a
+                g_wp += tl.sum(tl.sum(-dw * scale_wa * y * log_d, 1), 0)
+            ds = ds * w
+        dk += mm(tl.trans(cast(ds, q.dtype, UPCAST)), q, PRECISION, UPCAST)
+
+    tl.store(DK + b * sdkb + h * sdkh + cols[:, None] * sdkn + offs_d[None, :],
+             cast(dk * sm_scale, DK.dtype.element_ty, UPCAST), mask=kv_mask)
+    tl.store(DV + b * sdvb + h * sdvh + cols[:, None] * sdvn + offs_d[None, :],
+             cast(dv, DV.dtype.element_ty, UPCAST), mask=kv_mask)
+    if BIAS != 3:
+        g_table = tl.where(slots == 0, g_r1, g_table)
+        g_table = tl.where(slots == 1, g_r2, g_table)
+        g_table = tl.where(slots == 2, g_r3, g_table)
+        g_table = tl.where(slots == 3, g_wa, g_table)
+        g_table = tl.where(slots == 4, g_wp, g_table)
+    tl.store(PART + (bh * N_KEY_BLOCKS + start_n) * NSLOT + slots, g_table)
+
+
+@triton.jit
+def attention_bwd_dq_kernel(
+    Q, K, V, DO, LSE, DELTA, DQ,
+    R1, R2, R3, WA, WP, LUT,
+    sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom, sdqb, sdqh, sdqm,
+    H, LQ, LK, Q0, K0, WINDOW, sm_scale,
+    D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BIAS: tl.constexpr, HAS_R2: tl.constexpr, HAS_R3: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr, HAS_WA: tl.constexpr, HAS_WP: tl.constexpr,
+    HAS_WINDOW: tl.constexpr, MAXD: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):
+    start_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < D
+    row_ok = rows < LQ
+    q_mask = row_ok[:, None] & d_ok[None, :]
+    q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqm + offs_d[None, :], mask=q_mask, other=0.0)
+    do = tl.load(DO + b * sdob + h * sdoh + rows[:, None] * sdom + offs_d[None, :], mask=q_mask, other=0.0)
+    lse = tl.load(LSE + bh * LQ + rows, mask=row_ok, other=0.0)
+    delta = tl.load(DELTA + bh * LQ + rows, mask=row_ok, other=0.0)
+
+    r1 = 0.0
+    r2 = 0.0
+    r3 = 0.0
+    w_a = 0.0
+    w_p = 0.0
+    if BIAS == 1:
+        r1 = tl.load(R1 + h)
+    if HAS_R2:
+        r2 = tl.load(R2 + h)
+    if HAS_R3:
+        r3 = tl.load(R3 + h)
+    if HAS_WA:
+        w_a = tl.load(WA + h)
+    if HAS_WP:
+        w_p = tl.load(WP + h)
+    lut_row = LUT + h * (MAXD + 1)
+
+    hi = tl.minimum(LK, Q0 + (start_m + 1) * BLOCK_M - K0)
+    lo = 0
+    if HAS_WINDOW:
+        lo = tl.maximum(0, Q0 + start_m * BLOCK_M - K0 - WINDOW + 1)
+        lo = (lo // BLOCK_N) * BLOCK_N
+    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    for start_n in range(lo, hi, BLOCK_N):
+        cols = start_n + offs_n
+        col_ok = cols < LK
+        kv_mask = col_ok[:, None] & d_ok[None, :]
+        k = tl.load(K + b * skb + h * skh + cols[:, None] * skn + offs_d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(V + b * svb + h * svh + cols[:, None] * svn + offs_d[None, :], mask=kv_mask, other=0.0)
+        p, s_raw, w, d, d_index = _probabilities(
+            q, k, Q0 + rows, cols, lse, row_ok, col_ok, r1, r2, r3, w_a, w_p, lut_row, K0, WINDOW,
+            sm_scale, BIAS, HAS_R2, HAS_R3, HAS_WEIGHT, HAS_WA, HAS_WP, HAS_WINDOW, MAXD, PRECISION, UPCAST)
+        dp = mm(do, tl.trans(v), PRECISION, UPCAST)
+        ds = p * (dp - delta[:, None])
+        if HAS_WEIGHT:
+            ds = ds * w
+        dq += mm(cast(ds, k.dtype, UPCAST), k, PRECISION, UPCAST)
+    tl.store(DQ + b * sdqb + h * sdqh + rows[:, None] * sdqm + offs_d[None, :],
+             cast(dq * sm_scale, DQ.dtype.element_ty, UPCAST), mask=q_mask)

@@ -1,0 +1,101 @@
+"""Forward Triton kernel: causal (optionally windowed) softmax attention with a positional score
+bias/weight computed on the fly: FlashAttention-2 style online softmax, O(L) memory.
+
+One program per (block of BLOCK_M queries, batch*head). It walks only the key blocks the causal
+window can reach and stores the output and the row log-sum-exp (for the backward kernels).
+
+Positions are consecutive: query row i sits at Q0 + i and key column j at K0 + j (kv-cache rows
+have Q0 > K0), so the distance is d = Q0 + i - K0 - j. Allowed: 0 <= d (< WINDOW when windowed).
+Masked scores are a large finite negative number, not -inf: a row whose first key blocks are all
+masked gets exp(0) garbage, which the first allowed key wipes out exactly (its rescale factor is
+exp(-1e30 - m) = 0). Every real row has its diagonal, so every stored row saw an allowed key."""
+import triton
+import triton.language as tl
+
+from megatron.kernels.distance_bias import cast, mm, score_bias, score_weight
+
+NEG = -1.0e30
+
+
+@triton.jit
+def attention_fwd_kernel(
+    Q, K, V, OUT, LSE,
+    R1, R2, R3, WA, WP, LUT,
+    sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som,
+    H, LQ, LK, Q0, K0, WINDOW, sm_scale,
+    D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BIAS: tl.constexpr, HAS_R2: tl.constexpr, HAS_R3: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr, HAS_WA: tl.constexpr, HAS_WP: tl.constexpr,
+    HAS_WINDOW: tl.constexpr, MAXD: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):
+    start_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)  # query rows
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < D
+    row_ok = offs_m < LQ
+
+    q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :],
+                mask=row_ok[:, None] & d_ok[None, :], other=0.0)  # (BM, BD)
+    r1 = 0.0
+    r2 = 0.0
+    r3 = 0.0
+    w_a = 0.0
+    w_p = 0.0
+    if BIAS == 1:
+        r1 = tl.load(R1 + h)
+    if HAS_R2:
+        r2 = tl.load(R2 + h)
+    if HAS_R3:
+        r3 = tl.load(R3 + h)
+    if HAS_WA:
+        w_a = tl.load(WA + h)
+    if HAS_WP:
+        w_p = tl.load(WP + h)
+    lut_row = LUT + h * (MAXD + 1)
+
+    q_pos = Q0 + offs_m
+    # Keys j with K0 + j <= the block's last query position; windowed: d < WINDOW for its first.
+    hi = tl.minimum(LK, Q0 + (start_m + 1) * BLOCK_M - K0)
+    lo = 0
+    if HAS_WINDOW:
+        lo = tl.maximum(0, Q0 + start_m * BLOCK_M - K0 - WINDOW + 1)
+        lo = (lo // BLOCK_N) * BLOCK_N
+
+    m_i = tl.full([BLOCK_M], NEG, dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    for start_n in range(lo, hi, BLOCK_N):
+        cols = start_n + offs_n
+        col_ok = cols < LK
+        kv_mask = col_ok[:, None] & d_ok[None, :]
+        k = tl.load(K + b * skb + h * skh + cols[:, None] * skn + offs_d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(V + b * svb + h * svh + cols[:, None] * svn + offs_d[None, :], mask=kv_mask, other=0.0)
+        s = mm(q, tl.trans(k), PRECISION, UPCAST) * sm_scale  # (BM, BN) fp32
+
+        d_index = q_pos[:, None] - (K0 + cols)[None, :]
+        allowed = (d_index >= 0) & col_ok[None, :]
+        if HAS_WINDOW:
+            allowed = allowed & (d_index < WINDOW)
+        d_index = tl.maximum(d_index, 0)
+        d = d_index.to(tl.float32)
+        if HAS_WEIGHT:
+            s = s * score_weight(d, w_a, w_p, HAS_WA, HAS_WP)
+        if BIAS != 0:
+            s = s + score_bias(d, d_index, r1, r2, r3, lut_row, BIAS, HAS_R2, HAS_R3, MAXD)
+        s = tl.where(allowed, s, NEG)
+
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + mm(cast(p, v.dtype, UPCAST), v, PRECISION, UPCAST)
+        m_i = m_new
+
+    out = acc / l_i[:, None]
+    tl.store(OUT + b * sob + h * soh + offs_m[:, None] * som + offs_d[None, :], out.to(OUT.dtype.element_ty),
+             mask=row_ok[:, None] & d_ok[None, :])
+    tl.store(LSE + bh * LQ + offs_m, m_i + tl.log(l_i), mask=row_ok)

@@ -1,0 +1,208 @@
+"""The benchmark tools at toy sizes: table shape, ratios against the same run's baseline, refused
+or failing backends reported in their row, CLI errors (exit 2), and --section rewriting.
+
+The tools run in-process (no second torch import) with one thread, a handful of tokens and one
+timed rep, so the figures are meaningless; only the structure is checked."""
+import importlib.util
+import os
+import sys
+
+import pytest
+import torch
+
+from megatron.attention import registry
+from megatron.attention.base import AttentionBackend
+from megatron.benchmarks.report import markers, replace_section
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def load_tool(name):
+    spec = importlib.util.spec_from_file_location(f"_bench_{name}", os.path.join(ROOT, "tools", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+attn = load_tool("bench_attention")
+train = load_tool("bench_train_step")
+
+# Tiny, fast, and restricted to the always-present CPU backends (a triton backend under
+# TRITON_INTERPRET=1 would take minutes); the tool itself adds reference (and flex, see no_flex).
+ATTN_TINY = ["--quick", "--lengths", "32", "64", "--fwd-only-lengths", "128", "--tokens", "128",
+             "--heads", "2", "--head-dim", "16", "--warmup", "0", "--reps", "1"]
+TRAIN_TINY = ["--quick", "--steps", "1", "--warmup", "0", "--seq-length", "32", "--micro-batch", "2",
+              "--model-overrides", "num-layers=1", "hidden-size=32", "num-attention-heads=2", "padded-vocab-size=128"]
+
+
+@pytest.fixture(autouse=True)
+def keep_threads():
+    """--quick sets torch's thread count; give the rest of the session its own back."""
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(autouse=True)
+def no_flex(monkeypatch):
+    """The tool always adds flex rows; flex's first CPU call compiles for ~8 s, which is the flex
+    tests' business (test_attention_backends), not this file's. `reference` is kept."""
+    monkeypatch.setattr(attn, "ALWAYS_BACKENDS", ("reference",))
+
+
+def table_lines(text: str) -> list[list[str]]:
+    """The markdown table's rows (header first) as lists of stripped cells."""
+    rows = [ln for ln in text.splitlines() if ln.startswith("|")]
+    return [[c.strip() for c in ln.strip("|").split(" | ")] for ln in rows if not ln.startswith("|---")]
+
+
+def test_attention_table_rows_columns_and_ratios():
+    args = attn.parse_args(ATTN_TINY + ["--schemes", "kerple_log", "--backends", "sdpa", "reference"])
+    rows, baseline, text = attn.run(args)
+    lines = table_lines(text)
+    assert lines[0] == attn.HEADERS
+    assert all(len(r) == len(attn.HEADERS) for r in lines)
+    measured = {(r.scheme, r.backend, r.length) for r in rows if r.length is not None}
+    for backend in ("sdpa", "reference"):
+        assert {("kerple_log", backend, n) for n in (32, 64, 128)} <= measured
+    assert {("none", "sdpa", n) for n in (32, 64, 128)} <= measured
+    flash_ran = any(r.backend == "flash" and r.fb_tflops for r in rows)
+    assert baseline == (attn.FLASH_ALIBI if flash_ran else attn.NO_BIAS)
+    base = {r.length: r for r in rows if (r.scheme, r.backend) == baseline}
+    for r in rows:
+        if r.length in (32, 64) and r.fb_tflops is not None:
+            assert r.fb_ratio == pytest.approx(r.fb_tflops / base[r.length].fb_tflops)
+        if r.length == 128:  # forward-only length: no backward was run, its ratio is the forward one
+            assert r.fb_s is None and r.fb_cell == "fwd only"
+            if r.fwd_tflops is not None:
+                assert r.fwd_ratio == pytest.approx(r.fwd_tflops / base[128].fwd_tflops)
+    base_rows = [ln for ln in lines[1:] if "baseline" in ln[0]]
+    assert len(base_rows) == 3 and all(ln[6] == "1.00x" for ln in base_rows)
+    assert all(ln[9] == "1.00x" for ln in base_rows if ln[2] != "128")
+    flash = [ln for ln in lines[1:] if ln[1] == "flash"]  # always a row: measured, or skipped with why
+    assert flash and (flash_ran or (flash[0][2] == "all" and flash[0][-1].startswith("skipped:")))
+
+
+def test_attention_refused_and_failing_backends_do_not_stop_the_run(monkeypatch):
+    class Boom(AttentionBackend):
+        def forward(self, *a, **k):
+            raise RuntimeError("kernel exploded")
+
+    class Oom(AttentionBackend):
+        def forward(self, *a, **k):
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 80 GiB")
+
+    for name, cls, prio in (("boom", Boom, 5000), ("oomy", Oom, 5001)):
+        cls.name, cls.priority = name, prio
+        monkeypatch.setitem(registry._REGISTRY, name, cls)
+        monkeypatch.setitem(registry._PRIORITY, name, prio)
+    # kerple_power_ap_ap multiplies the scores: SDPA refuses it with a reason.
+    args = attn.parse_args(ATTN_TINY + ["--fwd-only-lengths", "--lengths", "32", "--schemes", "kerple_power_ap_ap",
+                                        "--backends", "sdpa", "boom", "oomy"])
+    rows, _, text = attn.run(args)
+    by_backend = {r.backend: r for r in rows if r.scheme == "kerple_power_ap_ap"}
+    sdpa = by_backend["sdpa"]
+    assert sdpa.length is None and "score_weight" in sdpa.notes[0]
+    assert by_backend["boom"].fwd_cell == "error" and by_backend["boom"].fb_cell == "error"
+    assert any("kernel exploded" in n for n in by_backend["boom"].notes)
+    assert by_backend["oomy"].fwd_cell == "OOM" and by_backend["oomy"].fb_cell == "OOM"
+    assert by_backend["reference"].fb_tflops is not None  # cells after the failures still ran
+    line = next(ln for ln in table_lines(text) if ln[1] == "sdpa" and ln[0].startswith("kerple_power_ap_ap"))
+    assert line[2] == "all" and "score_weight" in line[-1]
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--schemes", "kerple_lg"], ["kerple_log", "alibi"]),
+    (["--backends", "nope"], ["sdpa", "reference"]),
+    (["--baseline", "none-sdpa"], ["SCHEME:BACKEND"]),
+    (["--section", "Bad Name"], ["--section"]),
+    (["--lengths", "0"], [">= 1"]),
+])
+def test_attention_bad_arguments_exit_2(capsys, argv, words):
+    with pytest.raises(SystemExit) as e:
+        attn.parse_args(["--quick", *argv])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert all(w in err for w in words), err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--schemes", "kerple"], ["kerple_log", "none"]),
+    (["--attention-backend", "nope"], ["auto", "sdpa"]),
+    (["--model-overrides", "num-layerz=2"], ["num-layerz"]),
+    (["--model-overrides", "num-layers"], ["KEY=VALUE"]),
+    (["--configs", "configs/paper/missing.yml"], ["missing.yml"]),
+])
+def test_train_bad_arguments_exit_2(capsys, argv, words):
+    with pytest.raises(SystemExit) as e:
+        train.parse_args(["--quick", *argv])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert all(w in err for w in words), err
+
+
+def test_train_step_table_and_overhead_against_none():
+    args = train.parse_args(TRAIN_TINY + ["--schemes", "kerple_log", "rotary", "none"])
+    results, text = train.run(args)
+    assert [r.scheme for r in results] == ["kerple_log", "rotary", "none"]
+    none = results[-1]
+    for r in results:
+        assert r.sec_per_step > 0 and r.tokens_per_s == pytest.approx(2 * 32 / r.sec_per_step)
+        assert r.backend in registry.backend_classes()
+        assert r.overhead_pct == pytest.approx((r.sec_per_step / none.sec_per_step - 1) * 100)
+    lines = table_lines(text)
+    assert lines[0] == ["scheme", "backend (auto)", "params", "sec/step", "tokens/s", "peak GiB", "vs none", "note"]
+    assert [ln[0] for ln in lines[1:]] == ["kerple_log", "rotary", "none"]
+    assert lines[-1][6] == "+0.0%"
+    assert "1 layers, hidden 32, 2 heads, vocab 128" in text and "CPU figures" in text
+
+
+def test_train_step_refused_backend_shows_reason():
+    args = train.parse_args(TRAIN_TINY + ["--attention-backend", "sdpa", "--schemes", "kerple_power_ap_ap", "none"])
+    results, text = train.run(args)
+    assert results[0].cell == "refused" and "score_weight" in results[0].notes[0]
+    assert results[1].sec_per_step is not None and results[0].overhead_pct is None
+    assert "backend (sdpa)" in text
+
+
+def test_replace_section_keeps_the_rest(tmp_path):
+    path = tmp_path / "bench.md"
+    begin, end = markers("train")
+    path.write_text(f"# Title\n\nintro\n\n{begin}\nold train\n{end}\n\n## Notes\nkeep me\n")
+    replace_section(str(path), "attention", "new attention")  # absent: appended
+    replace_section(str(path), "train", "new train")  # present: replaced in place
+    text = path.read_text()
+    assert text.startswith("# Title\n\nintro\n\n" + begin + "\nnew train\n" + end + "\n\n## Notes\nkeep me\n")
+    assert "old train" not in text and text.rstrip().endswith(markers("attention")[1])
+    replace_section(str(path), "attention", "newer attention")
+    assert text.replace("new attention", "newer attention") == path.read_text()
+    path.write_text(f"{markers('x')[0]}\nhalf a section\n")
+    with pytest.raises(ValueError, match="only one of the markers"):
+        replace_section(str(path), "x", "body")
+
+
+def test_attention_out_rewrites_only_its_section(tmp_path):
+    path = tmp_path / "bench.md"
+    begin, end = markers("train")
+    path.write_text(f"# Benchmarks\n\nhand-written\n\n{begin}\ntrain figures\n{end}\n")
+    argv = ATTN_TINY + ["--fwd-only-lengths", "--lengths", "32", "--schemes", "none", "--backends", "sdpa",
+                        "--out", str(path), "--section", "attention"]
+    assert attn.main(argv) == 0
+    text = path.read_text()
+    assert text.startswith(f"# Benchmarks\n\nhand-written\n\n{begin}\ntrain figures\n{end}\n")
+    assert "## Attention kernels" in text and "command: `python tools/bench_attention.py --quick" in text
+    assert "torch " + torch.__version__ in text
+
+
+def test_train_step_eval_length_columns():
+    # learned positions cannot go past max-position-embeddings (32 here): an eval error cell, not a crash.
+    args = train.parse_args(TRAIN_TINY + ["--schemes", "alibi", "learned", "--eval-length", "64"])
+    results, text = train.run(args)
+    alibi, learned = results
+    assert alibi.eval_s > 0 and alibi.eval_cell == "-"
+    assert learned.sec_per_step is not None and learned.eval_cell == "error"
+    assert any(n.startswith("eval: error") for n in learned.notes)
+    header = table_lines(text)[0]
+    assert header[-3:] == ["eval 64 s", "eval 64 peak GiB", "note"]
+    assert table_lines(text)[2][-3] == "error"

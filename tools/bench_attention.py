@@ -1,0 +1,360 @@
+#!/usr/bin/env python
+"""Attention-only benchmark: every registered backend on the positional schemes asked for, plus
+the baselines measured in the same process, as one markdown table.
+
+Shapes follow FlashAttention's benchmark: head dim 64, 12 heads, batch B = tokens // L so every
+length processes the same 16k tokens, causal. FLOPs count the causal half of the score matrix:
+forward 4*B*H*L*L*D / 2, backward 2.5x forward, so fwd+bwd = 3.5x forward.
+
+Rows (each skipped with its reason when resolve_backend refuses the case, so new backends in
+megatron/attention/ are picked up with no edit here):
+    SCHEME on every registered backend (--backends restricts), always incl. flex and reference
+    none on sdpa      SDPA without a bias (is_causal)          -- the default baseline
+    alibi on flash    flash-attn with alibi_slopes, if installed -- the baseline when present
+"fwd" is an inference forward (torch.no_grad, backend resolved with training=False: evaluation
+at long lengths); "fwd+bwd" resolves with training=True and backpropagates into q, k, v and the
+scheme's parameters. --fwd-only-lengths are measured forward only (eval-length check).
+
+    python tools/bench_attention.py --quick                                  # CPU smoke, < 1 min
+    python tools/bench_attention.py --out docs/benchmarks.md --section attention   # on a GPU
+    python tools/bench_attention.py --schemes kerple_log kerple_power_ap_ alibi --lengths 2048 8192
+
+On CPU keep lengths small: a materialising backend (reference, sdpa with a bias) needs
+B*H*L*L floats, and running out of host RAM kills the process instead of filling an OOM cell.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass, field
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+import torch  # noqa: E402
+
+from megatron.attention import backend_names, resolve_backend  # noqa: E402
+from megatron.attention.registry import backend_classes  # noqa: E402
+from megatron.benchmarks.cli import DTYPES, check_names, check_positive, pick_device, set_threads  # noqa: E402
+from megatron.benchmarks.report import SECTION_NAME, environment_lines, markdown_table, replace_section  # noqa: E402
+from megatron.benchmarks.timing import (  # noqa: E402
+    error_cell,
+    median_seconds,
+    peak_memory_gib,
+    release_memory,
+    reset_peak_memory,
+)
+from megatron.positional.base import PositionalSpec  # noqa: E402
+from megatron.positional.registry import build_scheme, scheme_names  # noqa: E402
+
+DEFAULTS = {"lengths": [512, 1024, 2048, 4096, 8192, 16384], "fwd_only_lengths": [32768, 65536],
+            "tokens": 16384, "warmup": 3, "reps": 10}
+QUICK = {"lengths": [128, 256], "fwd_only_lengths": [512], "tokens": 2048, "warmup": 1, "reps": 3, "threads": 1}
+# Measured in every run; they are rows like any other, skipped with a reason where they cannot run.
+NO_BIAS = ("none", "sdpa")
+FLASH_ALIBI = ("alibi", "flash")
+ALWAYS_BACKENDS = ("flex", "reference")  # "FlexAttention with the same scheme", "the materialised reference"
+LABELS = {NO_BIAS: "SDPA no-bias", FLASH_ALIBI: "flash-attn ALiBi"}
+
+
+@dataclass
+class Row:
+    scheme: str
+    backend: str
+    length: int | None  # None: the whole case was skipped
+    batch: int = 0
+    fwd_s: float | None = None
+    fb_s: float | None = None
+    fwd_tflops: float | None = None
+    fb_tflops: float | None = None
+    fwd_ratio: float | None = None
+    fb_ratio: float | None = None
+    peak_gib: float | None = None
+    fwd_cell: str = "-"  # the ms cell when fwd_s is None: 'OOM', 'error' (text in notes), 'refused'
+    fb_cell: str = "-"  # likewise, or 'fwd only' for --fwd-only-lengths
+    notes: list[str] = field(default_factory=list)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--lengths", type=int, nargs="+", default=None,
+                   help=f"sequence lengths for fwd and fwd+bwd (default {DEFAULTS['lengths']})")
+    p.add_argument("--fwd-only-lengths", type=int, nargs="*", default=None,
+                   help=f"extra lengths measured forward only (default {DEFAULTS['fwd_only_lengths']}; "
+                        "give the flag with no value for none)")
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--heads", type=int, default=12)
+    p.add_argument("--tokens", type=int, default=None,
+                   help=f"tokens per batch: B = max(1, tokens // L) (default {DEFAULTS['tokens']})")
+    p.add_argument("--dtype", choices=sorted(DTYPES), default=None, help="default bf16 on CUDA, fp32 on CPU")
+    p.add_argument("--device", default="auto", help="auto (cuda if available), cpu or cuda[:N]")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: torch's own; --quick: 1, steadier on a shared machine)")
+    p.add_argument("--schemes", nargs="+", default=["kerple_log"], help="positional schemes (pos-emb names)")
+    p.add_argument("--backends", nargs="+", default=None,
+                   help="backends to run the schemes on (default: every registered one); flex and "
+                        "reference and the baselines are measured regardless")
+    p.add_argument("--baseline", default="auto",
+                   help="SCHEME:BACKEND whose TFLOP/s the ratios divide by (default: alibi:flash if it "
+                        "runs here, else none:sdpa)")
+    p.add_argument("--warmup", type=int, default=None, help=f"untimed calls per cell (default {DEFAULTS['warmup']})")
+    p.add_argument("--reps", type=int, default=None, help=f"timed calls per cell, median kept (default {DEFAULTS['reps']})")
+    p.add_argument("--quick", action="store_true",
+                   help=f"CPU smoke test: {QUICK} in fp32 on CPU (explicit options still win)")
+    p.add_argument("--out", default=None, help="markdown file whose section to rewrite (e.g. docs/benchmarks.md)")
+    p.add_argument("--section", default="attention", help="section name in --out (default attention)")
+    args = p.parse_args(argv)
+
+    base = QUICK if args.quick else DEFAULTS
+    for key, value in base.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    set_threads(p, args.threads)
+    args.device = pick_device(p, "cpu" if args.quick and args.device == "auto" else args.device)
+    if args.dtype is None:
+        args.dtype = "bf16" if args.device.type == "cuda" else "fp32"
+    check_positive(p, lengths=args.lengths, fwd_only_lengths=args.fwd_only_lengths, head_dim=args.head_dim,
+                   heads=args.heads, tokens=args.tokens, reps=args.reps)
+    if args.warmup < 0:
+        p.error(f"--warmup must be >= 0, got {args.warmup}")
+    check_names(p, args.schemes, scheme_names(), "positional scheme")
+    registered = backend_names()
+    args.backends = registered if args.backends is None else args.backends
+    check_names(p, args.backends, registered, "attention backend")
+    if args.baseline != "auto":
+        if args.baseline.count(":") != 1:
+            p.error(f"--baseline {args.baseline!r} must look like SCHEME:BACKEND, e.g. none:sdpa")
+        b_scheme, b_backend = args.baseline.split(":")
+        check_names(p, [b_scheme], scheme_names(), "baseline scheme")
+        check_names(p, [b_backend], registered, "baseline backend")
+        args.baseline = (b_scheme, b_backend)
+    if not SECTION_NAME.match(args.section):
+        p.error(f"--section {args.section!r}: use lower-case letters, digits, '_' or '-'")
+    args.argv = list(argv)
+    return args
+
+
+def cases(args) -> list[tuple[str, str]]:
+    """(scheme, backend) pairs in table order, each once."""
+    out = []
+    for scheme in args.schemes:
+        for backend in [*args.backends, *ALWAYS_BACKENDS]:
+            out.append((scheme, backend))
+    out += [NO_BIAS, FLASH_ALIBI]
+    if isinstance(args.baseline, tuple):
+        out.append(args.baseline)
+    return list(dict.fromkeys(out))
+
+
+def build(scheme_name: str, args, max_len: int):
+    torch.manual_seed(0)  # same scheme parameters for every backend
+    spec = PositionalSpec(num_heads=args.heads, head_dim=args.head_dim, hidden_size=args.heads * args.head_dim,
+                          max_position_embeddings=max_len)
+    return build_scheme(scheme_name, spec).to(args.device)
+
+
+def resolve(backend: str, scheme, args, training: bool):
+    """(backend object, None), or (None, why not): resolve_backend's ValueError is a refusal; any
+    other exception is a bug in that backend, reported in its row rather than ending the sweep."""
+    if backend not in backend_names():
+        return None, f"backend {backend!r} is not registered in megatron/attention/"
+    dtype = DTYPES[args.dtype]
+    try:
+        return resolve_backend(backend, scheme, args.device, dtype, training=training), None
+    except ValueError as e:
+        # The backend's own sentence is the useful part of resolve_backend's longer message.
+        reason = backend_classes()[backend]().unsupported_reason(scheme, args.device, dtype, training)
+        return None, reason or str(e)
+    except Exception as e:
+        return None, error_cell(e)
+
+
+def fwd_flops(batch: int, heads: int, length: int, head_dim: int) -> float:
+    """Causal forward FLOPs as FlashAttention's benchmark counts them (QK^T and PV, half the matrix)."""
+    return 4.0 * batch * heads * length * length * head_dim / 2
+
+
+def measure(backend, scheme, args, length: int, batch: int, train: bool) -> float:
+    """Median seconds of one forward (no_grad) or forward+backward call at this length."""
+    dev, dtype = args.device, DTYPES[args.dtype]
+    shape = (batch, args.heads, length, args.head_dim)
+    q, k, v = (torch.randn(shape, device=dev, dtype=dtype, requires_grad=train) for _ in range(3))
+    pos = torch.arange(length, device=dev)
+    params = list(scheme.parameters())
+
+    def forward():
+        qr, kr = scheme.rotate_qk(q, k, pos, pos)  # charged to the scheme (rotary), a no-op otherwise
+        return backend.forward(qr, kr, v, scheme, pos, pos)
+
+    if not train:
+        def step():
+            with torch.no_grad():
+                forward()
+    else:
+        grad_out = torch.randn(shape, device=dev, dtype=dtype)
+
+        def step():
+            for t in (q, k, v, *params):
+                t.grad = None
+            forward().backward(grad_out)
+    return median_seconds(step, dev, args.warmup, args.reps)
+
+
+def run_cell(row: Row, backend, scheme, args, train: bool) -> None:
+    flops = fwd_flops(row.batch, args.heads, row.length, args.head_dim) * (3.5 if train else 1.0)
+    try:
+        seconds = measure(backend, scheme, args, row.length, row.batch, train)
+        tflops = flops / seconds / 1e12
+        if train:
+            row.fb_s, row.fb_tflops = seconds, tflops
+        else:
+            row.fwd_s, row.fwd_tflops = seconds, tflops
+    except Exception as e:  # one bad cell (OOM, a kernel bug) must not end the sweep
+        text = error_cell(e)
+        short = "OOM" if text == "OOM" else "error"
+        if train:
+            row.fb_cell = short
+        else:
+            row.fwd_cell = short
+        if short != "OOM":
+            row.notes.append(f"{'fwd+bwd' if train else 'fwd'} {text}")
+    finally:
+        release_memory(args.device)
+
+
+def run_case(scheme_name: str, backend_name: str, args, progress) -> list[Row]:
+    lengths = [(n, True) for n in args.lengths] + [(n, False) for n in args.fwd_only_lengths]
+    try:
+        scheme = build(scheme_name, args, max(n for n, _ in lengths))
+    except Exception as e:
+        return [Row(scheme_name, backend_name, None, notes=[f"scheme not built: {error_cell(e)}"])]
+    infer, infer_reason = resolve(backend_name, scheme, args, training=False)
+    trainer, train_reason = resolve(backend_name, scheme, args, training=True)
+    if infer is None and trainer is None:
+        note = f"skipped: {train_reason}" if train_reason == infer_reason else \
+            f"skipped: inference: {infer_reason}; training: {train_reason}"
+        return [Row(scheme_name, backend_name, None, notes=[note])]
+    rows = []
+    for length, with_backward in lengths:
+        row = Row(scheme_name, backend_name, length, batch=max(1, args.tokens // length))
+        if infer is None:
+            row.fwd_cell, row.notes = "refused", [f"inference refused: {infer_reason}"]
+        else:
+            progress(f"{scheme_name}/{backend_name} L={length} fwd")
+            reset_peak_memory(args.device)
+            run_cell(row, infer, scheme, args, train=False)
+            row.peak_gib = peak_memory_gib(args.device)
+        if not with_backward:
+            row.fb_cell = "fwd only"
+        elif trainer is None:
+            row.fb_cell, row.notes = "refused", row.notes + [f"training refused: {train_reason}"]
+        else:
+            progress(f"{scheme_name}/{backend_name} L={length} fwd+bwd")
+            reset_peak_memory(args.device)
+            run_cell(row, trainer, scheme, args, train=True)
+            row.peak_gib = peak_memory_gib(args.device)
+        rows.append(row)
+    return rows
+
+
+def choose_baseline(args, rows: list[Row]) -> tuple[str, str]:
+    if isinstance(args.baseline, tuple):
+        return args.baseline
+    flash_ran = any((r.scheme, r.backend) == FLASH_ALIBI and r.fb_tflops is not None for r in rows)
+    return FLASH_ALIBI if flash_ran else NO_BIAS
+
+
+def add_ratios(rows: list[Row], baseline: tuple[str, str]) -> None:
+    """Each row's TFLOP/s over the baseline's at the same length, both from this process."""
+    base = {r.length: r for r in rows if (r.scheme, r.backend) == baseline and r.length is not None}
+    for r in rows:
+        b = base.get(r.length)
+        if b is None:
+            continue
+        if r.fwd_tflops is not None and b.fwd_tflops:
+            r.fwd_ratio = r.fwd_tflops / b.fwd_tflops
+        if r.fb_tflops is not None and b.fb_tflops:
+            r.fb_ratio = r.fb_tflops / b.fb_tflops
+
+
+def fmt(x: float | None, missing: str = "-") -> str:
+    if x is None:
+        return missing
+    return f"{x:.0f}" if x >= 100 else f"{x:.3g}"
+
+
+def ratio(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}x"
+
+
+HEADERS = ["scheme", "backend", "L", "B", "fwd ms", "fwd TFLOP/s", "fwd x base", "fwd+bwd ms",
+           "fwd+bwd TFLOP/s", "fwd+bwd x base", "peak GiB", "note"]
+
+
+def table(rows: list[Row], baseline: tuple[str, str]) -> str:
+    out, previous = [], None
+    for r in rows:
+        note = "; ".join(r.notes)
+        if note and previous == (r.scheme, r.backend, note):
+            note = "as above"  # a refusal repeats on every length of its case
+        else:
+            previous = (r.scheme, r.backend, note)
+        name = r.scheme + (f" ({LABELS[(r.scheme, r.backend)]})" if (r.scheme, r.backend) in LABELS else "")
+        if (r.scheme, r.backend) == baseline:
+            name += " **baseline**"
+        if r.length is None:
+            out.append([name, r.backend, "all", "-", "-", "-", "-", "-", "-", "-", "-", note])
+            continue
+        ms = lambda s: None if s is None else s * 1000.0  # noqa: E731
+        out.append([name, r.backend, r.length, r.batch, fmt(ms(r.fwd_s), r.fwd_cell), fmt(r.fwd_tflops),
+                    ratio(r.fwd_ratio), fmt(ms(r.fb_s), r.fb_cell), fmt(r.fb_tflops), ratio(r.fb_ratio),
+                    fmt(r.peak_gib), note])
+    return markdown_table(HEADERS, out, right=set(range(2, 11)))
+
+
+def report(args, rows: list[Row], baseline: tuple[str, str]) -> str:
+    dev = args.device
+    lines = ["## Attention kernels (`tools/bench_attention.py`)" + (", CPU" if dev.type == "cpu" else ""), ""]
+    if dev.type == "cpu":
+        lines += ["**CPU figures: they say nothing about GPU speed** (smoke test of the tool and the backends).", ""]
+    lines += environment_lines(dev, "tools/bench_attention.py", args.argv)
+    lines += [f"- {args.dtype}, head dim {args.head_dim}, {args.heads} heads, B = max(1, {args.tokens} // L), causal; "
+              f"median of {args.reps} reps after {args.warmup} warmup",
+              f"- baseline for the `x base` columns: {baseline[0]} on {baseline[1]}, same process, same length"
+              + ("" if any((r.scheme, r.backend) == baseline and (r.fwd_s or r.fb_s) for r in rows)
+                 else " -- it did not run here (see its row), so those columns are empty"),
+              "- TFLOP/s: causal count, fwd 4*B*H*L^2*D/2, fwd+bwd 3.5x that; fwd is an inference forward (no_grad)",
+              "- peak GiB: torch.cuda.max_memory_allocated over the fwd+bwd cell (fwd cell for fwd-only lengths), "
+              "inputs included" + ("; not measured on CPU ('-')" if dev.type == "cpu" else ""),
+              "", table(rows, baseline)]
+    return "\n".join(lines) + "\n"
+
+
+def progress(msg: str) -> None:
+    print(f"[bench_attention] {msg}", file=sys.stderr, flush=True)
+
+
+def run(args) -> tuple[list[Row], tuple[str, str], str]:
+    """Measure every case; return the rows, the baseline used and the markdown section."""
+    rows = []
+    for scheme_name, backend_name in cases(args):
+        rows += run_case(scheme_name, backend_name, args, progress)
+    baseline = choose_baseline(args, rows)
+    add_ratios(rows, baseline)
+    return rows, baseline, report(args, rows, baseline)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    _, _, text = run(args)
+    print(text)
+    if args.out:
+        replace_section(args.out, args.section, text)
+        progress(f"wrote section {args.section!r} of {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

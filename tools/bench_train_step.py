@@ -1,0 +1,350 @@
+#!/usr/bin/env python
+"""Training-step speed per positional scheme on our stack: the KERPLE paper's Table 4.
+
+For each scheme, the model is built from the YAML configs (default: the paper's 162M GPT,
+configs/paper/local_setup.yml + train.yml) with pos-emb set to the scheme, and N optimizer steps
+are timed on random tokens: forward, backward, gradient clipping (the config's value) and the
+project's AdamW (megatron/training/optim.py). No DeepSpeed and no data pipeline, so the figure is
+the model's own cost. The table gives sec/step (median), tokens/s, peak GPU memory, the attention
+backend "auto" chose (GPTModel.backend, read back from the trained model) and the overhead over
+`none` (no positional information) measured in the same process.
+
+Precision: `autocast` (bf16 autocast over fp32 weights, the CUDA default), `bf16` (weights cast
+to bf16, as DeepSpeed's bf16 mode does) or `fp32` (the CPU default). Note that under autocast
+the model resolves its backend for the embedding dtype (fp32), the column shows what it chose.
+
+    python tools/bench_train_step.py --quick                                   # CPU smoke, < 1 min
+    python tools/bench_train_step.py --out docs/benchmarks.md --section train   # on a GPU
+    python tools/bench_train_step.py --schemes kerple_log none --model-overrides num-layers=2 hidden-size=128
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from dataclasses import dataclass, field
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+import torch  # noqa: E402
+
+from megatron.benchmarks.cli import check_names, check_positive, parse_overrides, pick_device, set_threads  # noqa: E402
+from megatron.benchmarks.report import SECTION_NAME, environment_lines, markdown_table, replace_section  # noqa: E402
+from megatron.benchmarks.timing import (  # noqa: E402
+    error_cell,
+    median_seconds,
+    peak_memory_gib,
+    release_memory,
+    reset_peak_memory,
+)
+from megatron.positional.registry import scheme_names  # noqa: E402
+
+DEFAULT_CONFIGS = ["configs/paper/local_setup.yml", "configs/paper/train.yml"]
+DEFAULT_SCHEMES = ["kerple_log", "kerple_power_ap_", "alibi", "rpe", "rotary", "sinusoidal", "none"]
+DEFAULTS = {"steps": 20, "warmup": 5, "model_overrides": []}
+# A model small enough for 7 schemes x a few steps on 2 CPU cores in well under a minute.
+QUICK = {"steps": 5, "warmup": 2, "micro_batch": 4, "seq_length": 128, "threads": 1,
+         "model_overrides": ["num-layers=2", "hidden-size=64", "num-attention-heads=4", "padded-vocab-size=512"]}
+PRECISIONS = ("autocast", "bf16", "fp32")
+
+
+@dataclass
+class Result:
+    scheme: str
+    backend: str = "-"
+    params: int | None = None
+    sec_per_step: float | None = None
+    tokens_per_s: float | None = None
+    peak_gib: float | None = None
+    overhead_pct: float | None = None
+    cell: str = "-"  # the sec/step cell when not measured: 'OOM', 'error' or 'refused' (why: in notes)
+    eval_s: float | None = None  # --eval-length: one no-grad forward + losses of one sequence
+    eval_peak_gib: float | None = None
+    eval_cell: str = "-"
+    notes: list[str] = field(default_factory=list)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--configs", nargs="+", default=DEFAULT_CONFIGS, help="YAML files merged in order (later wins)")
+    p.add_argument("--schemes", nargs="+", default=DEFAULT_SCHEMES, help="pos-emb names; include none for the overhead")
+    p.add_argument("--model-overrides", nargs="*", default=None, metavar="KEY=VALUE",
+                   help="config keys set after the files, e.g. num-layers=2 hidden-size=128")
+    p.add_argument("--micro-batch", type=int, default=None, help="sequences per step (default: the config's)")
+    p.add_argument("--seq-length", type=int, default=None, help="tokens per sequence (default: the config's)")
+    p.add_argument("--steps", type=int, default=None, help=f"timed steps, median kept (default {DEFAULTS['steps']})")
+    p.add_argument("--warmup", type=int, default=None, help=f"untimed steps first (default {DEFAULTS['warmup']})")
+    p.add_argument("--eval-length", type=int, default=None,
+                   help="also time one evaluation forward (no grad, batch 1) of this many tokens per scheme "
+                        "and its peak memory, e.g. 65536 (the optimizer state is dropped first)")
+    p.add_argument("--attention-backend", default="auto", help="auto, or force one backend for every scheme")
+    p.add_argument("--precision", choices=PRECISIONS, default=None, help="default autocast on CUDA, fp32 on CPU")
+    p.add_argument("--activation-checkpointing", choices=("config", "on", "off"), default="config",
+                   help="recompute activations in backward (default: the config's checkpoint-activations)")
+    p.add_argument("--device", default="auto", help="auto (cuda if available), cpu or cuda[:N]")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: torch's own; --quick: 1, steadier on a shared machine)")
+    p.add_argument("--quick", action="store_true",
+                   help=f"CPU smoke test: {QUICK} in fp32 on CPU (explicit options still win)")
+    p.add_argument("--out", default=None, help="markdown file whose section to rewrite (e.g. docs/benchmarks.md)")
+    p.add_argument("--section", default="train", help="section name in --out (default train)")
+    args = p.parse_args(argv)
+
+    base = {**DEFAULTS, **QUICK} if args.quick else DEFAULTS
+    for key, value in base.items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+    set_threads(p, args.threads)
+    args.device = pick_device(p, "cpu" if args.quick and args.device == "auto" else args.device)
+    if args.precision is None:
+        args.precision = "autocast" if args.device.type == "cuda" else "fp32"
+    check_positive(p, steps=args.steps, micro_batch=args.micro_batch, seq_length=args.seq_length,
+                   eval_length=args.eval_length)
+    if args.warmup < 0:
+        p.error(f"--warmup must be >= 0, got {args.warmup}")
+    check_names(p, args.schemes, scheme_names(), "positional scheme")
+    if args.attention_backend != "auto":
+        from megatron.attention import backend_names
+
+        check_names(p, [args.attention_backend], ["auto", *backend_names()], "attention backend")
+    missing = [c for c in args.configs if not os.path.isfile(os.path.join(ROOT, c)) and not os.path.isfile(c)]
+    if missing:
+        p.error(f"config file(s) not found: {', '.join(missing)}")
+    if not SECTION_NAME.match(args.section):
+        p.error(f"--section {args.section!r}: use lower-case letters, digits, '_' or '-'")
+    args.overrides = parse_overrides(p, args.model_overrides)
+    args.argv = list(argv)
+    args.cfg = load(p, args, args.schemes[0])  # fail now, with the config's own message, not per scheme
+    return args
+
+
+def load(parser, args, scheme: str):
+    """The merged config for one scheme; a bad file or override exits 2 with every problem listed."""
+    from megatron.config import ConfigError, load_config
+
+    over = dict(args.overrides)
+    over["pos-emb"] = scheme
+    over["attention-backend"] = args.attention_backend
+    if args.seq_length is not None:
+        over["seq-length"] = args.seq_length
+        over.setdefault("max-position-embeddings", args.seq_length)  # learned/sinusoidal tables
+    if args.micro_batch is not None:
+        over["train_micro_batch_size_per_gpu"] = args.micro_batch
+    paths = [c if os.path.isfile(c) else os.path.join(ROOT, c) for c in args.configs]
+    try:
+        return load_config(paths, overrides=over)
+    except ConfigError as e:
+        if parser is None:
+            raise
+        parser.error(f"invalid configuration:\n{e}")
+
+
+def vocab_size(cfg) -> int:
+    """The padded vocab without reading a vocab file (random tokens need no tokenizer)."""
+    from megatron.launcher import KNOWN_VOCAB
+    from megatron.tokenizer import padded_vocab_size
+
+    m = cfg.model
+    if m.padded_vocab_size:
+        return m.padded_vocab_size
+    raw = KNOWN_VOCAB.get(cfg.data.tokenizer_type)
+    if raw is None:
+        raise ValueError(f"tokenizer {cfg.data.tokenizer_type!r} has no known size; set padded-vocab-size "
+                         "with --model-overrides")
+    return padded_vocab_size(raw, m.make_vocab_size_divisible_by, cfg.parallel.model_parallel_size)
+
+
+def shape(args, cfg) -> tuple[int, int]:
+    micro = cfg.training.train_micro_batch_size_per_gpu
+    if micro is None:
+        raise ValueError("the config sets no train_micro_batch_size_per_gpu; pass --micro-batch")
+    return micro, cfg.model.seq_length
+
+
+def checkpointing(args, cfg) -> bool:
+    return {"config": cfg.training.checkpoint_activations, "on": True, "off": False}[args.activation_checkpointing]
+
+
+def failed(res: Result, exc: Exception, what: str) -> str:
+    """'OOM' or 'error' for the cell; an error's text goes to the row's note."""
+    text = error_cell(exc)
+    if text != "OOM":
+        res.notes.append(f"{what} {text}" if what else text)
+    return "OOM" if text == "OOM" else "error"
+
+
+def measure(args, scheme: str) -> Result:
+    from megatron.model import GPTModel, count_parameters
+    from megatron.training.optim import build_optimizer
+
+    res = Result(scheme)
+    cfg = load(None, args, scheme)
+    dev = args.device
+    micro, seq = shape(args, cfg)
+    torch.manual_seed(0)
+    vocab = vocab_size(cfg)
+    model = GPTModel(cfg.model, vocab, checkpoint_activations=checkpointing(args, cfg)).to(dev)
+    if args.precision == "bf16":
+        model = model.to(torch.bfloat16)
+    model.train()
+    res.params = count_parameters(model)
+    try:  # the backend the model resolves for itself: hidden_states asks with the embedding's dtype
+        res.backend = model.backend(dev, model.word_embeddings.weight.dtype).name
+    except ValueError as e:  # an explicit --attention-backend that cannot run this scheme here
+        res.backend, res.cell = args.attention_backend, "refused"
+        res.notes.append(" ".join(str(e).split()))
+        return res
+    optimizer = build_optimizer(cfg, model)
+    clip = cfg.optimizer.gradient_clipping
+    data = torch.randint(0, vocab, (micro, seq + 1), device=dev)
+    tokens, labels = data[:, :-1], data[:, 1:]
+    autocast = (lambda: torch.autocast(dev.type, dtype=torch.bfloat16)) if args.precision == "autocast" \
+        else contextlib.nullcontext
+    losses = []
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        with autocast():
+            loss = model(tokens, labels=labels)
+        loss.backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        losses.append(loss.detach())
+
+    try:
+        reset_peak_memory(dev)
+        res.sec_per_step = median_seconds(step, dev, args.warmup, args.steps)
+        res.peak_gib = peak_memory_gib(dev)
+        res.tokens_per_s = micro * seq / res.sec_per_step
+        if not all(torch.isfinite(torch.stack(losses))):
+            res.notes.append("non-finite loss")
+    except Exception as e:  # still try the evaluation below
+        res.cell = failed(res, e, "train:" if args.eval_length else "")
+    if args.eval_length:
+        # What an evaluation process holds: weights, no gradients, no optimizer state.
+        optimizer.state.clear()
+        model.zero_grad(set_to_none=True)
+        release_memory(dev)
+        measure_eval(args, model, vocab, autocast, res)
+    return res
+
+
+def measure_eval(args, model, vocab: int, autocast, res: Result) -> None:
+    """One batch-1 evaluation forward at --eval-length (logits in chunks, as evaluate.py does)."""
+    dev = args.device
+    data = torch.randint(0, vocab, (1, args.eval_length + 1), device=dev)
+    model.eval()
+
+    def forward():
+        with torch.no_grad(), autocast():
+            model.token_losses(data[:, :-1], data[:, 1:])
+
+    try:
+        reset_peak_memory(dev)
+        res.eval_s = median_seconds(forward, dev, 1 if args.warmup else 0, 1)
+        res.eval_peak_gib = peak_memory_gib(dev)
+    except Exception as e:
+        res.eval_cell = failed(res, e, "eval:")
+
+
+def run_scheme(args, scheme: str) -> Result:
+    try:
+        return measure(args, scheme)
+    except Exception as e:  # OOM or a bug in one scheme must not end the table
+        res = Result(scheme)
+        res.cell = res.eval_cell = failed(res, e, "")
+        return res
+    finally:
+        release_memory(args.device)
+
+
+def add_overheads(results: list[Result]) -> None:
+    """Percent more time per step than `none` measured in this run (same shapes, same process)."""
+    none = next((r for r in results if r.scheme == "none" and r.sec_per_step), None)
+    if none is None:
+        return
+    for r in results:
+        if r.sec_per_step is not None:
+            r.overhead_pct = (r.sec_per_step / none.sec_per_step - 1.0) * 100.0
+
+
+HEADERS = ["scheme", "backend", "params", "sec/step", "tokens/s", "peak GiB", "vs none", "note"]
+
+
+def gib(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def table(results: list[Result], backend_choice: str = "auto", eval_length: int | None = None) -> str:
+    """backend_choice: what was asked for (auto or a forced name); the column shows what ran.
+    With eval_length, two more columns before the note: eval seconds and eval peak GiB."""
+    rows = []
+    for r in results:
+        row = [r.scheme, r.backend, "-" if r.params is None else f"{r.params / 1e6:.2f} M",
+               r.cell if r.sec_per_step is None else f"{r.sec_per_step:.4g}",
+               "-" if r.tokens_per_s is None else f"{r.tokens_per_s:,.0f}", gib(r.peak_gib),
+               "-" if r.overhead_pct is None else f"{r.overhead_pct:+.1f}%"]
+        if eval_length:
+            row += [r.eval_cell if r.eval_s is None else f"{r.eval_s:.4g}", gib(r.eval_peak_gib)]
+        rows.append(row + ["; ".join(r.notes)])
+    headers = [f"backend ({backend_choice})" if h == "backend" else h for h in HEADERS]
+    if eval_length:
+        headers[-1:-1] = [f"eval {eval_length} s", f"eval {eval_length} peak GiB"]
+    return markdown_table(headers, rows, right=set(range(2, len(headers) - 1)))
+
+
+def report(args, results: list[Result]) -> str:
+    cfg, dev = args.cfg, args.device
+    m = cfg.model
+    micro, seq = shape(args, cfg)
+    lines = ["## Training step per positional scheme (`tools/bench_train_step.py`, the paper's Table 4)"
+             + (", CPU" if dev.type == "cpu" else ""), ""]
+    if dev.type == "cpu":
+        lines += ["**CPU figures: they say nothing about GPU speed** (smoke test of the tool).", ""]
+    lines += environment_lines(dev, "tools/bench_train_step.py", args.argv)
+    lines += [f"- model: {m.num_layers} layers, hidden {m.hidden_size}, {m.num_attention_heads} heads, vocab "
+              f"{vocab_size(cfg)}, from {' + '.join(args.configs)}"
+              + (f" with {' '.join(args.model_overrides)}" if args.model_overrides else ""),
+              f"- micro-batch {micro} x {seq} tokens = {micro * seq} tokens/step, {args.precision}, activation "
+              f"checkpointing {'on' if checkpointing(args, cfg) else 'off'}; "
+              f"median of {args.steps} steps after {args.warmup} warmup",
+              "- a step = forward + backward + grad clipping + AdamW on random tokens (no DeepSpeed, no data loader)",
+              "- peak GiB: torch.cuda.max_memory_allocated over all steps"
+              + ("; not measured on CPU ('-')" if dev.type == "cpu" else ""),
+              "- vs none: sec/step over the `none` row of this run, minus 1",
+              *([f"- eval {args.eval_length}: one batch-1 forward of {args.eval_length} tokens under no_grad "
+                 "(token_losses, logits in 2048-token chunks), weights only in memory, seconds and peak GiB"]
+                if args.eval_length else []),
+              "", table(results, args.attention_backend, args.eval_length)]
+    return "\n".join(lines) + "\n"
+
+
+def progress(msg: str) -> None:
+    print(f"[bench_train_step] {msg}", file=sys.stderr, flush=True)
+
+
+def run(args) -> tuple[list[Result], str]:
+    results = []
+    for scheme in args.schemes:
+        progress(f"{scheme}: {args.warmup} warmup + {args.steps} timed steps")
+        results.append(run_scheme(args, scheme))
+    add_overheads(results)
+    return results, report(args, results)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    _, text = run(args)
+    print(text)
+    if args.out:
+        replace_section(args.out, args.section, text)
+        progress(f"wrote section {args.section!r} of {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
