@@ -50,3 +50,17 @@ def test_no_cache_path_unchanged(tiny_config):
     tokens = torch.randint(0, 128, (1, 8))
     with torch.no_grad():
         assert torch.equal(model(tokens), model(tokens, positions=torch.arange(8)))
+
+
+@pytest.mark.parametrize("pos", ["kerple_log", "kerple_power_ap_ap", "rpe"])
+@pytest.mark.parametrize("window", [None, 4])
+def test_cached_steps_on_the_fused_kernel(tiny_config, pos, window):
+    """The Triton kernel (interpreter on CPU) decodes with a cache: q rows at the end of the keys."""
+    pytest.importorskip("triton")
+    model = _model(tiny_config, pos_emb=pos, attention_window=window, attention_backend="triton")
+    reference = _model(tiny_config, pos_emb=pos, attention_window=window, attention_backend="reference")
+    tokens = torch.randint(0, 128, (1, 10))
+    with torch.no_grad():
+        full = reference(tokens)
+        steps = _decode(model, tokens, [4] + [1] * 6)
+    torch.testing.assert_close(steps, full, rtol=1e-5, atol=1e-5)
