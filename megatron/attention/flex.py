@@ -1,0 +1,184 @@
+"""FlexAttention backend: PyTorch's torch.nn.attention.flex_attention, compiled.
+
+The scheme's bias and weight are evaluated inside the kernel by a `score_mod` built from its
+DistanceKernel (megatron/positional/fused.py), so no [H, Lq, Lk] tensor is ever materialised,
+and the causal / window mask is a BlockMask whose fully masked blocks are skipped.
+
+    score' = score * exp(-w_a[h] * d**w_p[h]) + bias(h, d),   d = max(q_pos - k_pos, 0)
+
+(`score` arrives already multiplied by the 1/sqrt(D) scale: the weight-then-bias placement of
+base.py.) The per-head tensors captured by score_mod are the scheme's clamped parameters, still
+on the autograd graph, and FlexAttention returns gradients for captured tensors, so KERPLE's
+parameters train through it. That captured-tensor gradient is accumulated with atomic adds: it
+is NOT bit-for-bit deterministic run to run, which is why the triton backend exists.
+
+Where it runs (torch 2.13):
+  CUDA  training and inference, via torch.compile(flex_attention) (Triton kernels).
+  CPU   inference only: flex_attention raises for inputs that require grad on CPU. What runs
+        is the compiled C++ kernel (needs a compiler). Measured on a busy 2-core box: the first
+        compile takes 15-25 s with a cold inductor cache (3-5 s warm), each new score_mod or
+        dtype ~5 s more; then a call costs about what SDPA does or less (kerple_log, fp32,
+        B1 H8 L512 D64: flex 13 ms, sdpa 37 ms, reference 117 ms). Never picked by "auto" on
+        CPU. `eager_on_cpu = True` runs flex's unfused eager path instead: no compile, but it
+        materialises the scores and is ~20-50x slower per call than the compiled kernel.
+
+Positions must be consecutive runs (q_pos = q0 + arange(Lq), k_pos = k0 + arange(Lk), q0 >= k0,
+which training and the kv-cache both produce); the offset q0 - k0 is a captured tensor, so a new
+offset or window does not recompile.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import shutil
+
+import torch
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+from megatron.attention.base import AttentionBackend
+from megatron.attention.mask import allowed_mask
+from megatron.attention.registry import register_backend
+from megatron.positional.base import pow_distance
+
+# A window wider than any sequence: "no window" shares the windowed mask_mod (no recompile).
+_NO_WINDOW = 1 << 62
+
+
+@functools.cache
+def _compiled_flex():
+    """One compiled flex_attention per process. torch.compile keeps a graph per score_mod code,
+    device, dtype and grad mode (static shapes first, shape-generic once a length changes), up to
+    torch._dynamo.config.recompile_limit (8) graphs; past that it warns and runs flex's unfused
+    eager path. One model per process stays well inside it."""
+    return torch.compile(flex_attention)
+
+
+@functools.lru_cache(maxsize=32)
+def _block_mask(lq: int, lk: int, offset: int, window: int | None, device: torch.device):
+    """The causal (+ window) BlockMask for query rows q0 + i and keys k0 + j, offset = q0 - k0,
+    and the offset as a 0-d device tensor for score_mod. Cached: training reuses one per shape."""
+    off = torch.tensor(offset, dtype=torch.int64, device=device)
+    width = torch.tensor(_NO_WINDOW if window is None else window, dtype=torch.int64, device=device)
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        d = q_idx + off - kv_idx
+        return (d >= 0) & (d < width)
+
+    return create_block_mask(mask_mod, None, None, lq, lk, device=device), off
+
+
+def _score_mod(kernel, off: torch.Tensor):
+    """score_mod evaluating `kernel` (a DistanceKernel) at d = q_idx + off - kv_idx, clamped at 0.
+    The Python branches are resolved at trace time, so each scheme gets a specialised kernel."""
+    r1, r2, r3, w_a, w_p = kernel.r1, kernel.r2, kernel.r3, kernel.w_a, kernel.w_p  # each (H,) or None
+    values = kernel.lookup_values() if kernel.bias == "lookup" else None  # (H, max_distance + 1)
+    max_d = kernel.max_distance
+
+    def power(d, h, a, p):  # a[h] * d**p[h]; a missing factor or exponent is 1
+        x = pow_distance(d, p[h]) if p is not None else d
+        return a[h] * x if a is not None else x
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        n = (q_idx + off - kv_idx).clamp_min(0)  # int64 distance, 0 on the masked triangle
+        d = n.to(torch.float32)
+        out = score
+        if kernel.has_weight:
+            out = out * torch.exp(-power(d, h, w_a, w_p))
+        if kernel.bias == "log":
+            x = power(d, h, r2, r3)  # r2 * d**r3
+            out = out - (r1[h] * torch.log1p(x) if r1 is not None else torch.log1p(x))
+        elif kernel.bias == "power":
+            out = out - power(d, h, r2, r3)
+        elif kernel.bias == "lookup":
+            out = out + values[h, n.clamp_max(max_d)]
+        # No cast back to score.dtype: the kernel computes scores in fp32 anyway, and with bf16
+        # inputs torch 2.13's compiled CPU kernel miscomputes a score_mod that ends in one.
+        return out
+
+    return score_mod
+
+
+def _consecutive_offset(q_pos: torch.Tensor, k_pos: torch.Tensor) -> int:
+    """q0 - k0 when q_pos and k_pos are consecutive runs with q0 >= k0 (one host sync)."""
+    def steps_ok(pos):
+        return (pos[1:] - pos[:-1] == 1).all()
+
+    q0, k0, q_ok, k_ok = torch.stack([q_pos[0], k_pos[0], steps_ok(q_pos), steps_ok(k_pos)]).tolist()
+    if not (q_ok and k_ok):
+        raise ValueError("the flex backend needs consecutive positions (q_pos = q0 + arange(Lq), "
+                         "k_pos = k0 + arange(Lk)); use the sdpa or reference backend for gapped positions")
+    if q0 < k0:
+        raise ValueError(f"the first query (position {q0}) precedes the first key ({k0}), so it has no "
+                         "key to attend to; pass keys that start at or before the queries")
+    return q0 - k0
+
+
+@register_backend("flex", priority=30)
+class FlexAttention(AttentionBackend):
+    eager_on_cpu: bool = False  # see the module docstring
+
+    def unsupported_reason(self, scheme, device, dtype, training, dropout=False):
+        if scheme.fused_kernel() is None:
+            return (f"pos-emb {scheme.name!r} has score hooks without a fused description "
+                    "(fused_kernel() is None), and flex evaluates the bias inside its kernel")
+        if dropout:
+            return "flex_attention has no attention-probability dropout (set attention-dropout to 0)"
+        if device.type == "cpu":
+            if training:
+                return ("flex_attention has no CPU backward (torch refuses inputs that require grad "
+                        "on CPU); flex on CPU is inference only, train on CPU with sdpa or reference")
+            if not self.eager_on_cpu and not _cpp_compiler():
+                return ("compiled flex on CPU builds a C++ kernel and no C++ compiler was found "
+                        "(install g++ or set CXX)")
+            return None
+        if device.type != "cuda":
+            return f"flex runs on CUDA (training and inference) or CPU (inference), not {device.type}"
+        from torch.utils._triton import has_triton
+
+        if not has_triton():
+            return "flex on CUDA compiles Triton kernels and triton is not importable (pip install triton)"
+        return None
+
+    def auto_rank(self, scheme, device, dtype, training):
+        # CUDA with a bias/weight only: plain schemes run faster on SDPA's flash path, and on
+        # CPU the compile cost makes flex an explicit choice. triton (priority 20) ranks first.
+        kernel = scheme.fused_kernel()
+        if device.type != "cuda" or kernel is None or kernel.is_plain:
+            return None
+        return self.priority
+
+    def forward(self, q, k, v, scheme, q_pos, k_pos, window=None, softmax_in_fp32=False,
+                dropout_p=0.0):
+        # softmax_in_fp32 needs no flag: flex accumulates the scores and softmax in fp32.
+        if dropout_p > 0.0:
+            raise ValueError("the flex backend has no attention dropout; resolve_backend should have "
+                             "refused it (pass dropout=True there) or set attention-dropout to 0")
+        allowed_mask(q_pos[:0], k_pos[:0], window)  # validates window with the shared message
+        D = q.shape[-1]
+        if q.device.type == "cuda" and D < 16:
+            raise ValueError(f"flex on CUDA needs head_dim >= 16 (Triton's dot), got {D}; use a larger "
+                             "head dim or the sdpa / reference backend")
+        kernel = scheme.fused_kernel()
+        if q.device.type == "cpu" and torch.is_grad_enabled() and (
+                any(x.requires_grad for x in (q, k, v)) or any(t.requires_grad for t in kernel.tensors().values())):
+            raise ValueError("flex on CPU is inference only (no CPU backward): run it under "
+                             "torch.no_grad(), or use the sdpa or reference backend to train")
+        block_mask, off = _block_mask(q.shape[2], k.shape[2], _consecutive_offset(q_pos, k_pos), window,
+                                      q.device)
+        score_mod = None if kernel.is_plain else _score_mod(kernel, off)
+        fn = flex_attention if q.device.type == "cpu" and self.eager_on_cpu else _compiled_flex()
+        return fn(q, k, v, score_mod=score_mod, block_mask=block_mask,
+                  scale=1.0 / math.sqrt(D))  # (B, H, Lq, D)
+
+
+@functools.cache
+def _cpp_compiler() -> str | None:
+    """The C++ compiler inductor would use on CPU, or None."""
+    try:
+        from torch._inductor.cpp_builder import get_cpp_compiler
+    except ImportError:  # an internal module: fall back to the usual names
+        return shutil.which("g++") or shutil.which("c++")
+    try:
+        return get_cpp_compiler()
+    except Exception:  # it raises when its search finds no working compiler
+        return None
