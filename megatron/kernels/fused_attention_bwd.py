@@ -60,8 +60,8 @@ def attention_bwd_dkdv_kernel(
 ):
     start_n = tl.program_id(0)
     bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
+    b = (bh // H).to(tl.int64)  # int64: b * stride_b passes 2^31 at long contexts
+    h = (bh % H).to(tl.int64)
     cols = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
@@ -90,11 +90,11 @@ def attention_bwd_dkdv_kernel(
 
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-    g_r1 = 0.0
-    g_r2 = 0.0
-    g_r3 = 0.0
-    g_wa = 0.0
-    g_wp = 0.0
+    g_r1 = tl.zeros([], dtype=tl.float32)
+    g_r2 = tl.zeros([], dtype=tl.float32)
+    g_r3 = tl.zeros([], dtype=tl.float32)
+    g_wa = tl.zeros([], dtype=tl.float32)
+    g_wp = tl.zeros([], dtype=tl.float32)
     slots = tl.arange(0, NSLOT)
     g_table = tl.zeros([NSLOT], dtype=tl.float32)
 
@@ -181,8 +181,8 @@ def attention_bwd_dq_kernel(
 ):
     start_m = tl.program_id(0)
     bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
+    b = (bh // H).to(tl.int64)  # int64: b * stride_b passes 2^31 at long contexts
+    h = (bh % H).to(tl.int64)
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)

@@ -30,8 +30,8 @@ def attention_fwd_kernel(
 ):
     start_m = tl.program_id(0)
     bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
+    b = (bh // H).to(tl.int64)  # int64: b * stride_b passes 2^31 at long contexts
+    h = (bh % H).to(tl.int64)
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)  # query rows
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
