@@ -115,8 +115,7 @@ class _FusedAttention(torch.autograd.Function):
             q, k, v, do, lse, delta, dk, dv, part, *params, bucket,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
             *dk.stride()[:3], *dv.stride()[:3], *common, n_key_blocks,
-            BLOCK_M=bm, BLOCK_N=bn, HAS_WINDOW=window is not None, NSLOT=nslot,
-            NUM_BUCKETS=max(num_buckets, 1), **meta)
+            BLOCK_M=bm, BLOCK_N=bn, HAS_WINDOW=window is not None, NSLOT=nslot, **meta)
         attention_bwd_dq_kernel[(triton.cdiv(LQ, bm), B * H)](
             q, k, v, do, lse, delta, dq, *params,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dq.stride()[:3],

@@ -55,7 +55,7 @@ def attention_bwd_dkdv_kernel(
     D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BIAS: tl.constexpr, HAS_R2: tl.constexpr, HAS_R3: tl.constexpr,
     HAS_WEIGHT: tl.constexpr, HAS_WA: tl.constexpr, HAS_WP: tl.constexpr,
-    HAS_WINDOW: tl.constexpr, MAXD: tl.constexpr, NSLOT: tl.constexpr, NUM_BUCKETS: tl.constexpr,
+    HAS_WINDOW: tl.constexpr, MAXD: tl.constexpr, NSLOT: tl.constexpr,
     PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
     start_n = tl.program_id(0)
@@ -136,13 +136,15 @@ def attention_bwd_dkdv_kernel(
                 g_r3 += tl.sum(tl.sum(-ds * scale_r2 * x * log_d, 1), 0)
         if BIAS == 3:  # table[bucket(d), h]: sum dS per bucket
             bucket = tl.load(BUCKET + tl.minimum(d_index, MAXD))
-            # Past max_distance every entry is the last bucket: skip the per-bucket loop.
-            if start_m + Q0 - (K0 + start_n * BLOCK_N + BLOCK_N - 1) >= MAXD:
-                g_table += tl.where(slots == NUM_BUCKETS - 1, tl.sum(tl.sum(ds, 1), 0), 0.0)
-            else:
-                for t in tl.static_range(NUM_BUCKETS):
-                    g_t = tl.sum(tl.sum(tl.where(bucket == t, ds, 0.0), 1), 0)
-                    g_table += tl.where(slots == t, g_t, 0.0)
+            # Buckets grow with d, so the tile only touches those between its smallest and largest
+            # distance: one pass per such bucket (a single one once the tile is past max_distance).
+            d_lo = tl.maximum(Q0 + start_m - (K0 + start_n * BLOCK_N + BLOCK_N - 1), 0)
+            d_hi = tl.maximum(Q0 + start_m + BLOCK_M - 1 - (K0 + start_n * BLOCK_N), 0)
+            b_lo = tl.load(BUCKET + tl.minimum(d_lo, MAXD))
+            b_hi = tl.load(BUCKET + tl.minimum(d_hi, MAXD))
+            for t in range(b_lo, b_hi + 1):
+                g_t = tl.sum(tl.sum(tl.where(bucket == t, ds, 0.0), 1), 0)
+                g_table += tl.where(slots == t, g_t, 0.0)
         if HAS_WEIGHT:  # w = exp(-w_a y), y = d**w_p; dL/dw = dS * S_raw
             y, log_d = pow_and_log(d, w_p, HAS_WP)
             dw = ds * s_raw * w

@@ -14,7 +14,7 @@ import triton.language as tl
 
 from megatron.kernels.distance_bias import cast, mm, score_bias, score_weight
 
-NEG = -1.0e30
+NEG = tl.constexpr(-1.0e30)  # a constexpr global: compiled Triton refuses plain globals
 
 
 @triton.jit

@@ -1,0 +1,116 @@
+"""Compile the Triton attention kernels for a CUDA target WITHOUT a GPU.
+
+Triton's interpreter (how the tests run the kernels on CPU) executes Python, so it accepts code
+that compiled Triton rejects (it let a plain global through, for one). triton.compile with an
+explicit GPUTarget runs the real pipeline (TTIR -> TTGIR -> LLVM -> PTX -> cubin with the ptxas
+shipped in the triton wheel) on any machine, and reports each variant's shared memory and
+register use, so kernels are checked for every constexpr combination the launcher can produce.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from dataclasses import dataclass
+
+# Compiled Triton 3.9 warns once unless this is set; keep its current default (fusion on).
+os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+if os.environ.get("TRITON_INTERPRET", "0") == "1":
+    raise RuntimeError("TRITON_INTERPRET=1 turns the kernels into interpreted functions, which cannot be "
+                       "compiled: run the compile check without it (env -u TRITON_INTERPRET ...)")
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from megatron.kernels import fused_attention_bwd, fused_attention_fwd  # noqa: E402
+
+KERNELS = {
+    "fwd": fused_attention_fwd.attention_fwd_kernel,
+    "bwd_dkdv": fused_attention_bwd.attention_bwd_dkdv_kernel,
+    "bwd_dq": fused_attention_bwd.attention_bwd_dq_kernel,
+}
+TRITON_DTYPES = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16"}
+# Pointer arguments that hold the activations' dtype; the other pointers are float32 (BUCKET int32).
+ACTIVATION_PTRS = {"Q", "K", "V", "DO", "DK", "DV", "DQ"}
+FLOAT32_PTRS = {"OUT", "LSE", "DELTA", "PART", "R1", "R2", "R3", "WA", "WP", "LUT"}
+FLOAT_SCALARS = {"sm_scale"}
+# Scheme kinds as the launcher's constexprs (megatron/kernels/fused_attention.py _meta).
+SCHEMES = {
+    "plain": dict(BIAS=0, HAS_R2=False, HAS_R3=False, HAS_WEIGHT=False, HAS_WA=False, HAS_WP=False, MAXD=0),
+    "kerple_log": dict(BIAS=1, HAS_R2=True, HAS_R3=False, HAS_WEIGHT=False, HAS_WA=False, HAS_WP=False, MAXD=0),
+    "kerple_log_3para": dict(BIAS=1, HAS_R2=True, HAS_R3=True, HAS_WEIGHT=False, HAS_WA=False, HAS_WP=False, MAXD=0),
+    "kerple_power_ap_": dict(BIAS=2, HAS_R2=True, HAS_R3=True, HAS_WEIGHT=False, HAS_WA=False, HAS_WP=False, MAXD=0),
+    "kerple_power_ap_ap": dict(BIAS=2, HAS_R2=True, HAS_R3=True, HAS_WEIGHT=True, HAS_WA=True, HAS_WP=True, MAXD=0),
+    "alibi": dict(BIAS=2, HAS_R2=True, HAS_R3=False, HAS_WEIGHT=False, HAS_WA=False, HAS_WP=False, MAXD=0),
+    "rpe": dict(BIAS=3, HAS_R2=False, HAS_R3=False, HAS_WEIGHT=False, HAS_WA=False, HAS_WP=False, MAXD=128),
+}
+
+
+@dataclass
+class Compiled:
+    kernel: str
+    scheme: str
+    dtype: str
+    head_dim: int
+    window: bool
+    target: str
+    seconds: float
+    shared_bytes: int
+    registers: int | None
+    spills: int | None
+
+
+def _signature(fn, dtype: str, constexprs: dict) -> dict:
+    sig = {}
+    for name in fn.arg_names:
+        if name in constexprs:
+            sig[name] = "constexpr"
+        elif name in ACTIVATION_PTRS:
+            sig[name] = "*" + TRITON_DTYPES[dtype]
+        elif name == "BUCKET":
+            sig[name] = "*i32"
+        elif name in FLOAT32_PTRS:
+            sig[name] = "*fp32"
+        elif name in FLOAT_SCALARS:
+            sig[name] = "fp32"
+        else:
+            sig[name] = "i32"
+    return sig
+
+
+def compile_variant(kernel: str, scheme: str, dtype: str, head_dim: int, window: bool,
+                    arch: int = 90, blocks: tuple[int, int] = (64, 64), num_warps: int = 4,
+                    num_stages: int = 2) -> Compiled:
+    """Compile one kernel variant for sm_<arch>; raises triton's CompilationError on bad code."""
+    fn = KERNELS[kernel]
+    constexprs = dict(SCHEMES[scheme], D=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
+                      BLOCK_M=blocks[0], BLOCK_N=blocks[1], HAS_WINDOW=window,
+                      PRECISION="ieee" if dtype == "fp32" else None, UPCAST=False)
+    if kernel == "bwd_dkdv":
+        constexprs.update(NSLOT=32 if scheme == "rpe" else 8)
+    constexprs = {k: v for k, v in constexprs.items() if k in fn.arg_names}
+    src = ASTSource(fn, _signature(fn, dtype, constexprs),
+                    constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
+    start = time.perf_counter()
+    out = triton.compile(src, target=GPUTarget("cuda", arch, 32),
+                         options={"num_warps": num_warps, "num_stages": num_stages})
+    seconds = time.perf_counter() - start
+    meta = out.metadata
+    return Compiled(kernel, scheme, dtype, head_dim, window, f"sm_{arch}", seconds, meta.shared,
+                    getattr(out, "n_regs", None), getattr(out, "n_spills", None))
+
+
+# One variant per kernel with the riskiest features (3 parameters, weight, lookup, window, head
+# dim 128, every dtype) and both GPU generations: what the test suite compiles.
+QUICK = [
+    ("fwd", "kerple_log", "bf16", 64, False, 90),
+    ("bwd_dkdv", "kerple_power_ap_ap", "fp16", 128, True, 90),
+    ("bwd_dq", "rpe", "fp32", 64, True, 90),
+    ("bwd_dkdv", "kerple_log_3para", "bf16", 64, False, 80),
+]
+
+
+def all_variants(schemes=tuple(SCHEMES), dtypes=("bf16", "fp16", "fp32"), head_dims=(64, 128),
+                 windows=(False, True), kernels=tuple(KERNELS)):
+    return itertools.product(kernels, schemes, dtypes, head_dims, windows)
