@@ -45,7 +45,17 @@ def auto_backend(scheme, device, dtype, training, dropout=False) -> AttentionBac
 
 def resolve_backend(name: str, scheme, device: torch.device | str, dtype: torch.dtype,
                     training: bool, dropout: bool = False) -> AttentionBackend:
-    """`dropout`: attention dropout > 0 will be applied (fused kernels without dropout refuse)."""
+    """`dropout`: attention dropout > 0 will be applied (fused kernels without dropout refuse).
+
+    Runs without autograd: the backends' checks may evaluate the scheme (fused_kernel() clamps
+    its parameters), and the pipeline model resolves inside an activation-checkpointed layer on
+    its first call only, so recorded ops there would make the recomputation save a different
+    number of tensors than the original forward (torch.utils.checkpoint.CheckpointError)."""
+    with torch.no_grad():
+        return _resolve(name, scheme, device, dtype, training, dropout)
+
+
+def _resolve(name, scheme, device, dtype, training, dropout) -> AttentionBackend:
     device = torch.device(device)
     classes = backend_classes()
     where = describe_case(scheme, device, dtype, training)

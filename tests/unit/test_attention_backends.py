@@ -162,3 +162,16 @@ def test_backend_matches_reference_bf16(backend_name, scheme_name, case):
         err = (g.float() - ref_g).abs().max().item() / scale
         limit = max(1e-2, 2 * (bf16_g.float() - ref_g).abs().max().item() / scale)
         assert err <= limit, f"{backend_name}/{scheme_name} {name}: relative error {err:.2e} > {limit:.2e}"
+
+
+def test_resolution_records_no_autograd():
+    """The pipeline model resolves inside a checkpointed layer on its first call only: anything
+    resolution saved for backward would break the checkpoint's recomputation."""
+    packed = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t) or t, lambda t: t):
+        for name in ("auto", "sdpa", "triton", "flex"):
+            try:
+                resolve_backend(name, scheme_for("kerple_log_3para"), CPU, F32, True)
+            except ValueError:
+                pass
+    assert packed == []
