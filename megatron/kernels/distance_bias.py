@@ -68,3 +68,25 @@ def cast(x, dtype: tl.constexpr, UPCAST: tl.constexpr):
         bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
         return bits.to(tl.float32, bitcast=True)
     return x.to(dtype)
+
+
+@triton.jit
+def load_head_params(R1, R2, R3, WA, WP, h, BIAS: tl.constexpr, HAS_R2: tl.constexpr, HAS_R3: tl.constexpr,
+                     HAS_WA: tl.constexpr, HAS_WP: tl.constexpr):
+    """This head's (r1, r2, r3, w_a, w_p); parameters the scheme lacks are 0.0 and never read."""
+    r1 = 0.0
+    r2 = 0.0
+    r3 = 0.0
+    w_a = 0.0
+    w_p = 0.0
+    if BIAS == 1:
+        r1 = tl.load(R1 + h)
+    if HAS_R2:
+        r2 = tl.load(R2 + h)
+    if HAS_R3:
+        r3 = tl.load(R3 + h)
+    if HAS_WA:
+        w_a = tl.load(WA + h)
+    if HAS_WP:
+        w_p = tl.load(WP + h)
+    return r1, r2, r3, w_a, w_p

@@ -16,7 +16,7 @@ lookup bias: slot t = the T5 bucket t (gradient of table[t, h] before the table'
 import triton
 import triton.language as tl
 
-from megatron.kernels.distance_bias import cast, mm, pow_and_log, score_bias, score_weight
+from megatron.kernels.distance_bias import cast, load_head_params, mm, pow_and_log, score_bias, score_weight
 from megatron.kernels.fused_attention_fwd import NEG  # noqa: F401  (same masking convention)
 
 
@@ -71,21 +71,7 @@ def attention_bwd_dkdv_kernel(
     k = tl.load(K + b * skb + h * skh + cols[:, None] * skn + offs_d[None, :], mask=kv_mask, other=0.0)
     v = tl.load(V + b * svb + h * svh + cols[:, None] * svn + offs_d[None, :], mask=kv_mask, other=0.0)
 
-    r1 = 0.0
-    r2 = 0.0
-    r3 = 0.0
-    w_a = 0.0
-    w_p = 0.0
-    if BIAS == 1:
-        r1 = tl.load(R1 + h)
-    if HAS_R2:
-        r2 = tl.load(R2 + h)
-    if HAS_R3:
-        r3 = tl.load(R3 + h)
-    if HAS_WA:
-        w_a = tl.load(WA + h)
-    if HAS_WP:
-        w_p = tl.load(WP + h)
+    r1, r2, r3, w_a, w_p = load_head_params(R1, R2, R3, WA, WP, h, BIAS, HAS_R2, HAS_R3, HAS_WA, HAS_WP)
     lut_row = LUT + h * (MAXD + 1)
 
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
@@ -196,21 +182,7 @@ def attention_bwd_dq_kernel(
     lse = tl.load(LSE + bh * LQ + rows, mask=row_ok, other=0.0)
     delta = tl.load(DELTA + bh * LQ + rows, mask=row_ok, other=0.0)
 
-    r1 = 0.0
-    r2 = 0.0
-    r3 = 0.0
-    w_a = 0.0
-    w_p = 0.0
-    if BIAS == 1:
-        r1 = tl.load(R1 + h)
-    if HAS_R2:
-        r2 = tl.load(R2 + h)
-    if HAS_R3:
-        r3 = tl.load(R3 + h)
-    if HAS_WA:
-        w_a = tl.load(WA + h)
-    if HAS_WP:
-        w_p = tl.load(WP + h)
+    r1, r2, r3, w_a, w_p = load_head_params(R1, R2, R3, WA, WP, h, BIAS, HAS_R2, HAS_R3, HAS_WA, HAS_WP)
     lut_row = LUT + h * (MAXD + 1)
 
     hi = tl.minimum(LK, Q0 + (start_m + 1) * BLOCK_M - K0)

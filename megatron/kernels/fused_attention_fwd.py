@@ -12,7 +12,7 @@ exp(-1e30 - m) = 0). Every real row has its diagonal, so every stored row saw an
 import triton
 import triton.language as tl
 
-from megatron.kernels.distance_bias import cast, mm, score_bias, score_weight
+from megatron.kernels.distance_bias import cast, load_head_params, mm, score_bias, score_weight
 
 NEG = tl.constexpr(-1.0e30)  # a constexpr global: compiled Triton refuses plain globals
 
@@ -40,21 +40,7 @@ def attention_fwd_kernel(
 
     q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :],
                 mask=row_ok[:, None] & d_ok[None, :], other=0.0)  # (BM, BD)
-    r1 = 0.0
-    r2 = 0.0
-    r3 = 0.0
-    w_a = 0.0
-    w_p = 0.0
-    if BIAS == 1:
-        r1 = tl.load(R1 + h)
-    if HAS_R2:
-        r2 = tl.load(R2 + h)
-    if HAS_R3:
-        r3 = tl.load(R3 + h)
-    if HAS_WA:
-        w_a = tl.load(WA + h)
-    if HAS_WP:
-        w_p = tl.load(WP + h)
+    r1, r2, r3, w_a, w_p = load_head_params(R1, R2, R3, WA, WP, h, BIAS, HAS_R2, HAS_R3, HAS_WA, HAS_WP)
     lut_row = LUT + h * (MAXD + 1)
 
     q_pos = Q0 + offs_m
