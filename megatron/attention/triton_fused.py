@@ -16,6 +16,7 @@ import os
 import torch
 
 from megatron.attention.base import AttentionBackend
+from megatron.attention.mask import allowed_mask
 from megatron.attention.registry import register_backend
 
 MAX_HEAD_DIM = 256  # per-program tiles of [BLOCK, head_dim] must fit in shared memory
@@ -65,6 +66,7 @@ class TritonAttention(AttentionBackend):
         if dropout_p > 0.0:
             raise ValueError("the triton attention backend has no attention dropout; set attention-dropout 0 "
                              "or attention-backend sdpa")
+        allowed_mask(q_pos[:0], k_pos[:0], window)  # validates window with the shared message
         if q.shape[-1] > MAX_HEAD_DIM:
             raise ValueError(f"the triton attention backend supports head_dim <= {MAX_HEAD_DIM}, got {q.shape[-1]}")
         from megatron.kernels.fused_attention import fused_attention

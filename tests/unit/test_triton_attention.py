@@ -141,3 +141,11 @@ def test_auto_never_picks_the_interpreter_on_cpu():
 def test_gpu_real_sizes(name, dtype, tol):
     compare(name, 2, 4, 1024, 1024, 64, dtype, tol=tol)
     compare(name, 1, 4, 300, 2048, 128, dtype, window=512, offset=5, tol=tol)
+
+
+def test_bad_window_is_refused():
+    scheme = scheme_for("kerple_log", 2, 8)
+    q, k, v, _, q_pos, k_pos = inputs(1, 2, 4, 4, 8, torch.float32)
+    backend = resolve_backend("triton", scheme, DEVICE, torch.float32, False)
+    with pytest.raises(ValueError, match="attention window must be an integer >= 1"):
+        backend.forward(q, k, v, scheme, q_pos, k_pos, window=0)
