@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from megatron.errors import UserError
+
 # Problem kinds, so callers (and tests) can tell a fragment missing required keys from a bad file.
 FILE, UNKNOWN, MISSING, VALUE = "file", "unknown", "missing", "value"
 
@@ -20,7 +22,7 @@ class Problem:
         return self.message
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """A configuration the loader rejects; `problems` lists every issue found."""
 
     def __init__(self, problems: list[Problem] | str):

@@ -24,6 +24,8 @@ import struct
 
 import numpy as np
 
+from megatron.errors import DataError
+
 _MAGIC = b"MMIDIDX\x00\x00"
 _LEGACY_MAGIC = b"TNTIDX\x00\x00"
 _VERSION = 1
@@ -44,7 +46,7 @@ _CODE_OF = {dtype: code for code, dtype in DTYPE_CODES.items()}
 _HOW_TO_BUILD = "build it with tools/preprocess_data.py (or tools/prepare_data.py for a bundled corpus)"
 
 
-class IndexedDatasetError(ValueError):
+class IndexedDatasetError(DataError):
     """A .bin/.idx pair is missing, corrupt or inconsistent."""
 
 

@@ -17,12 +17,14 @@ import re
 import numpy as np
 import torch
 
+from megatron.errors import UserError
+
 TRUST_ENV = "KERPLE_TRUST_CHECKPOINT"
 TRUST_HINT = (f"if you trust where it came from, pass --trust-checkpoint (generate.py, "
               f"tools/convert_neox_checkpoint.py, tools/export_hf.py) or set {TRUST_ENV}=1")
 
 
-class UnsafeCheckpointError(ValueError):
+class UnsafeCheckpointError(UserError):
     pass
 
 

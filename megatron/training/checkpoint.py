@@ -21,6 +21,8 @@ import shutil
 import numpy as np
 import torch
 
+from megatron.errors import UserError
+
 # Model-shape arguments NeoX asserts equal on load (check_checkpoint_args), plus the scheme.
 CHECKED_ARGS = ("num_layers", "hidden_size", "num_attention_heads", "pos_emb")
 
@@ -28,7 +30,7 @@ CHECKED_ARGS = ("num_layers", "hidden_size", "num_attention_heads", "pos_emb")
 INCOMPLETE = ".incomplete"  # suffix of a tag directory that is still being written
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError):
     pass
 
 

@@ -1,0 +1,128 @@
+"""Expected failures and the one top-level handler every entry point uses.
+
+An expected failure is one a user causes and can fix: a bad config, a missing or corrupt data
+file or checkpoint, a full disk, a length that does not fit in memory. It ends in ONE message that
+names the file/key and the fix, and a non-zero exit; the traceback is shown only when asked for
+(`--debug` on any entry point, or KERPLE_DEBUG=1). Anything else is a bug in this stack and keeps
+its traceback.
+
+    from megatron.errors import run_cli
+    if __name__ == "__main__":
+        run_cli(main, "evaluate.py")
+"""
+from __future__ import annotations
+
+import errno
+import os
+import sys
+import traceback
+
+DEBUG_ENV = "KERPLE_DEBUG"
+DEBUG_FLAG = "--debug"
+DEBUG_HINT = f"(run with {DEBUG_FLAG} or {DEBUG_ENV}=1 for the full traceback)"
+
+EXIT_USER_ERROR = 2  # bad input: config, data, checkpoint, CLI flag
+EXIT_SYSTEM_ERROR = 1  # the machine: disk full, permissions, out of memory
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell convention
+
+
+class UserError(ValueError):
+    """An expected failure whose message already names what is wrong and how to fix it.
+
+    Subclasses name the area (ConfigError, CheckpointError, DataError, ...); a ValueError so
+    existing `except ValueError` callers keep working."""
+
+
+class DataError(UserError):
+    """A data file (jsonl, .zst, .bin/.idx, sample-index cache) that cannot be used as it is."""
+
+
+class OutOfMemory(UserError):
+    """Out of memory, with the setting that caused it (length, batch) and the fix."""
+
+    exit_code = EXIT_SYSTEM_ERROR
+
+
+def debug_enabled() -> bool:
+    return os.environ.get(DEBUG_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def is_out_of_memory(e: BaseException) -> bool:
+    """torch's CPU and CUDA out-of-memory errors (CPU allocation failures are plain RuntimeErrors)."""
+    if isinstance(e, MemoryError):
+        return True
+    try:
+        import torch
+
+        if isinstance(e, torch.OutOfMemoryError):
+            return True
+    except ImportError:  # pragma: no cover - torch is a dependency
+        pass
+    text = str(e)
+    return isinstance(e, RuntimeError) and ("out of memory" in text or "DefaultCPUAllocator: can't allocate" in text)
+
+
+def out_of_memory(e: BaseException, what: str, fix: str) -> OutOfMemory:
+    """An OutOfMemory naming `what` was running (e.g. 'evaluating length 65536 with batch size 4')."""
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+    return OutOfMemory(f"out of memory while {what} ({first}); {fix}")
+
+
+def describe_os_error(e: OSError) -> str:
+    """One sentence for an OSError, naming the file and, for the common errnos, the fix."""
+    where = f" {e.filename!r}" if e.filename else ""
+    reason = e.strerror or str(e)
+    if e.errno == errno.ENOSPC:
+        return f"the disk is full{' writing' + where if where else ''}: free space there or choose another directory"
+    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"no permission to write or read{where} ({reason}): choose a writable directory or fix its permissions"
+    if e.errno == errno.ENOENT:
+        return f"no such file or directory{where}: check the path"
+    return f"{reason}{where}"
+
+
+def report(prog: str, message: str) -> None:
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    if not debug_enabled():
+        print(f"{prog}: {DEBUG_HINT}", file=sys.stderr)
+
+
+def expected_message(e: BaseException) -> tuple[str, int] | None:
+    """(message, exit status) for an expected failure, None for anything else."""
+    if isinstance(e, UserError):
+        return str(e), getattr(e, "exit_code", EXIT_USER_ERROR)
+    if is_out_of_memory(e):
+        return str(out_of_memory(e, "running", "use a smaller batch size or sequence length")), EXIT_SYSTEM_ERROR
+    if isinstance(e, OSError) and e.errno is not None:
+        return describe_os_error(e), EXIT_SYSTEM_ERROR
+    return None
+
+
+def handle(prog: str, e: BaseException) -> int:
+    """Exit status for an exception raised out of an entry point's main(); prints one message for
+    expected failures, re-raises anything else (a bug keeps its traceback)."""
+    if isinstance(e, KeyboardInterrupt):
+        print(f"\n{prog}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    expected = expected_message(e)
+    if expected is None:
+        raise e
+    if debug_enabled():
+        traceback.print_exception(e)
+    report(prog, expected[0])
+    return expected[1]
+
+
+def run_cli(main, prog: str) -> None:
+    """sys.exit(main()) with the expected failures turned into one message each.
+
+    `--debug` anywhere on the command line is removed before main() parses it and sets
+    KERPLE_DEBUG=1 (so processes started by a launcher see it too)."""
+    if DEBUG_FLAG in sys.argv[1:]:
+        sys.argv = [a for a in sys.argv if a != DEBUG_FLAG]
+        os.environ[DEBUG_ENV] = "1"
+    try:
+        code = main()
+    except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - handle() re-raises what it does not expect
+        code = handle(prog, e)
+    sys.exit(code)

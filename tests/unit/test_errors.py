@@ -1,0 +1,84 @@
+"""The top-level handler: one message for expected failures, the traceback for bugs."""
+import errno
+import sys
+
+import pytest
+
+from megatron import errors
+from megatron.config import ConfigError
+from megatron.data.indexed import IndexedDatasetError
+from megatron.interop.safe_load import UnsafeCheckpointError
+from megatron.training.checkpoint import CheckpointError
+
+
+def run(main, argv=("prog",), monkeypatch=None):
+    monkeypatch.setattr(sys, "argv", list(argv))
+    with pytest.raises(SystemExit) as exc:
+        errors.run_cli(main, "prog")
+    return exc.value.code
+
+
+@pytest.mark.parametrize("cls", [ConfigError, CheckpointError, IndexedDatasetError, UnsafeCheckpointError,
+                                 errors.DataError])
+def test_our_errors_are_user_errors(cls, monkeypatch, capsys):
+    monkeypatch.delenv(errors.DEBUG_ENV, raising=False)
+
+    def main():
+        raise cls("the file x.bin is broken; rebuild it")
+
+    assert run(main, monkeypatch=monkeypatch) == errors.EXIT_USER_ERROR
+    err = capsys.readouterr().err
+    assert "prog: error:" in err and "x.bin" in err and "Traceback" not in err
+    assert "--debug" in err
+
+
+def test_disk_full_names_the_file(monkeypatch, capsys):
+    monkeypatch.delenv(errors.DEBUG_ENV, raising=False)
+
+    def main():
+        raise OSError(errno.ENOSPC, "No space left on device", "/ckpt/global_step4/x.pt")
+
+    assert run(main, monkeypatch=monkeypatch) == errors.EXIT_SYSTEM_ERROR
+    err = capsys.readouterr().err
+    assert "disk is full" in err and "/ckpt/global_step4/x.pt" in err and "Traceback" not in err
+
+
+def test_out_of_memory_is_one_message(monkeypatch, capsys):
+    monkeypatch.delenv(errors.DEBUG_ENV, raising=False)
+
+    def main():
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 999 bytes")
+
+    assert run(main, monkeypatch=monkeypatch) == errors.EXIT_SYSTEM_ERROR
+    assert "out of memory" in capsys.readouterr().err
+
+
+def test_bugs_keep_their_traceback(monkeypatch):
+    def main():
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(sys, "argv", ["prog"])
+    with pytest.raises(KeyError):
+        errors.run_cli(main, "prog")
+
+
+def test_debug_flag_is_removed_and_shows_traceback(monkeypatch, capsys):
+    monkeypatch.delenv(errors.DEBUG_ENV, raising=False)
+    seen = {}
+
+    def main():
+        seen["argv"] = list(sys.argv)
+        raise ConfigError("bad key")
+
+    assert run(main, ("prog", "--debug", "a.yml"), monkeypatch) == errors.EXIT_USER_ERROR
+    assert seen["argv"] == ["prog", "a.yml"]
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "bad key" in err
+
+
+def test_keyboard_interrupt_exits_130(monkeypatch, capsys):
+    def main():
+        raise KeyboardInterrupt
+
+    assert run(main, monkeypatch=monkeypatch) == errors.EXIT_INTERRUPTED
+    assert "Traceback" not in capsys.readouterr().err
