@@ -9,7 +9,9 @@ extrapolation evaluation).
     python evaluate.py --checkpoint CKPT --stride 64     # sliding-window (strided) evaluation
 
 Writes eval.json (schema kerple-eval/1: lengths -> perplexity, per-position loss), eval.csv,
-eval.md and positionwise.csv into --out (default: <checkpoint>/../eval).
+eval.md and positionwise.csv into --out (default: <checkpoint>/../eval). The output directory is
+checked before anything is loaded; while the lengths run, the finished ones are kept in
+eval.partial.json there (removed once eval.json is written), so a failure loses none of them.
 """
 from __future__ import annotations
 
@@ -17,7 +19,12 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
+
+from megatron.errors import OutOfMemory, UserError, is_out_of_memory, out_of_memory, run_cli
+
+PARTIAL = "eval.partial.json"  # not eval.json: globs and run_matrix's "done" check must not take it
 
 
 def parse_args(argv=None):
@@ -53,9 +60,9 @@ def parse_lengths(text: str) -> list[int]:
     try:
         lengths = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise SystemExit(f"evaluate.py: --lengths {text!r} must be comma-separated integers, e.g. 512,1024") from None
+        raise UserError(f"--lengths {text!r} must be comma-separated integers, e.g. 512,1024") from None
     if not lengths or min(lengths) < 1:
-        raise SystemExit(f"evaluate.py: --lengths {text!r} must list positive integers")
+        raise UserError(f"--lengths {text!r} must list positive integers")
     return lengths
 
 
@@ -66,8 +73,8 @@ def data_source(cfg, split: str) -> tuple[str, str]:
         return d.data_path, d.split
     paths = d.test_data_paths if split == "test" else d.valid_data_paths
     if not paths:
-        raise SystemExit(f"evaluate.py: the checkpoint's config has no data-path and no {split}-data-paths; "
-                         "pass -o data-path=<prefix>")
+        raise UserError(f"the checkpoint's config has no data-path and no {split}-data-paths; "
+                        "pass -o data-path=<prefix>")
     return paths[0], "0,0,1" if split == "test" else "0,1,0"
 
 
@@ -93,7 +100,29 @@ def output_dir(args, ckpt: str) -> str:
     return args.out or os.path.join(os.path.dirname(os.path.abspath(ckpt)), "eval")
 
 
-def run_lengths(args, model, cfg, lengths, prefix, split) -> list:
+def check_output_dir(path: str) -> None:
+    """Create `path` and prove it is writable now: results must never be computed and then lost."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
+            pass
+    except OSError as e:
+        raise UserError(f"cannot write results to the output directory {path!r} ({e.strerror or e}); "
+                        "pass a writable --out directory (nothing was evaluated)") from e
+
+
+def oom_fix(args, done: list, partial: str) -> str:
+    """What to try after running out of memory at one length, and where the finished lengths are."""
+    fused = "triton" if str(args.device).startswith("cuda") else "flex"
+    fix = (("use --batch-size 1, " if args.batch_size > 1 and not args.stride else "")
+           + f"a fused attention backend (--attention-backend {fused}) or drop the longest --lengths")
+    if done:
+        fix += f"; lengths {', '.join(str(r.length) for r in done)} finished: their results are in {partial}"
+    return fix
+
+
+def run_lengths(args, model, cfg, lengths, prefix, split, partial: str, save_partial) -> list:
+    """Evaluate every length in order; `save_partial(results)` after each keeps the finished ones."""
     from megatron.evaluation.lengths import evaluate_length
     from megatron.evaluation.strided import evaluate_strided
 
@@ -101,25 +130,31 @@ def run_lengths(args, model, cfg, lengths, prefix, split) -> list:
     seed = cfg.training.seed if args.data_seed is None else args.data_seed
     results = []
     for L in lengths:
-        if args.stride:
-            r = evaluate_strided(model, prefix, split, args.split, L, min(args.stride, L), seed,
-                                 args.max_tokens or 65536, args.device, cfg.data.data_cache_dir, not args.quiet)
-        else:
-            r = evaluate_length(model, prefix, split, args.split, L, seed, max_windows,
-                                args.max_tokens, args.batch_size, args.device, cfg.data.data_cache_dir,
-                                progress=not args.quiet)
+        try:
+            if args.stride:
+                r = evaluate_strided(model, prefix, split, args.split, L, min(args.stride, L), seed,
+                                     args.max_tokens or 65536, args.device, cfg.data.data_cache_dir, not args.quiet)
+            else:
+                r = evaluate_length(model, prefix, split, args.split, L, seed, max_windows,
+                                    args.max_tokens, args.batch_size, args.device, cfg.data.data_cache_dir,
+                                    progress=not args.quiet)
+        except Exception as e:
+            if not is_out_of_memory(e):
+                raise
+            what = f"evaluating length {L}" + (f" with stride {args.stride}" if args.stride
+                                               else f" with batch size {args.batch_size}")
+            raise out_of_memory(e, what, oom_fix(args, results, partial)) from e
         print(f"length {L:>6}: loss {r.loss:.4f}  ppl {r.ppl:10.3f}  ({r.windows} windows, {r.seconds:.1f}s)", flush=True)
         results.append(r)
+        save_partial(results)
     return results
 
 
-def evaluate_checkpoint(args, ckpt: str) -> int:
-    from megatron.config import ConfigError
+def evaluate_checkpoint(args, ckpt: str) -> None:
     from megatron.evaluation.lengths import default_lengths
     from megatron.evaluation.load import load_checkpoint_model
     from megatron.evaluation.report import build_record, markdown_table, write_outputs
     from megatron.launcher import parse_overrides
-    from megatron.training.checkpoint import CheckpointError
 
     overrides = parse_overrides(args.override)
     if args.window is not None:
@@ -127,25 +162,17 @@ def evaluate_checkpoint(args, ckpt: str) -> int:
     if args.attention_backend:
         overrides["attention-backend"] = args.attention_backend
     tag = f"global_step{args.iteration}" if args.iteration is not None else None
-    try:
-        model, cfg, client = load_checkpoint_model(ckpt, tag, overrides, args.device)
-    except (CheckpointError, ConfigError) as e:
-        print(f"evaluate.py: {e}", file=sys.stderr)
-        return 2
+    model, cfg, client = load_checkpoint_model(ckpt, tag, overrides, args.device)
     train_len = cfg.model.seq_length
     lengths = parse_lengths(args.lengths) if args.lengths else default_lengths(train_len, args.max_factor)
     limit = model.position.max_length()
     if limit and max(lengths) > limit:
-        print(f"evaluate.py: pos-emb {cfg.model.pos_emb} cannot represent lengths {[x for x in lengths if x > limit]} "
-              f"(max {limit}); drop them from --lengths", file=sys.stderr)
-        return 2
+        raise UserError(f"pos-emb {cfg.model.pos_emb} cannot represent lengths {[x for x in lengths if x > limit]} "
+                        f"(max {limit}); drop them from --lengths")
     prefix, split = data_source(cfg, args.split)
     start = time.perf_counter()
-    try:
-        results = run_lengths(args, model, cfg, lengths, prefix, split)
-    except ValueError as e:
-        print(f"evaluate.py: {e}", file=sys.stderr)
-        return 2
+    out_dir = output_dir(args, ckpt)
+    partial = os.path.join(out_dir, PARTIAL)
     meta = {
         "checkpoint": os.path.abspath(ckpt), "iteration": client.get("iteration"),
         "pos_emb": cfg.model.pos_emb, "seed": cfg.training.seed, "train_length": train_len,
@@ -154,22 +181,45 @@ def evaluate_checkpoint(args, ckpt: str) -> int:
         "split": args.split, "window": cfg.model.attention_window,
         "mode": "strided" if args.stride else "non-overlapping", "stride": args.stride,
         "data_path": prefix, "device": str(args.device), "lengths": lengths,
-        "train_speed": train_speed(cfg), "seconds": round(time.perf_counter() - start, 2),
+        "train_speed": train_speed(cfg),
     }
-    rec = build_record(meta, results)
-    paths = write_outputs(rec, results, output_dir(args, ckpt))
+
+    def save_partial(done: list) -> None:
+        rec = build_record(dict(meta, lengths=[r.length for r in done], incomplete=True,
+                                seconds=round(time.perf_counter() - start, 2)), done)
+        with open(partial + ".tmp", "w") as f:
+            json.dump(rec, f, indent=1)
+        os.replace(partial + ".tmp", partial)
+
+    results = run_lengths(args, model, cfg, lengths, prefix, split, partial, save_partial)
+    rec = build_record(dict(meta, seconds=round(time.perf_counter() - start, 2)), results)
+    paths = write_outputs(rec, results, out_dir)
+    if os.path.exists(partial):
+        os.remove(partial)  # eval.json now holds every length
     print(markdown_table(rec))
     print(f"wrote {paths['json']}, {paths['csv']}, {paths['md']}, {paths['positionwise']}")
-    return 0
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    worst = 0
+    if args.lengths:
+        parse_lengths(args.lengths)  # a bad --lengths fails before any checkpoint is loaded
+    for ckpt in args.checkpoint:  # every output directory, before hours of evaluation
+        check_output_dir(output_dir(args, ckpt))
+    failed = []
     for ckpt in args.checkpoint:
-        worst = max(worst, evaluate_checkpoint(args, ckpt))
-    return worst
+        try:
+            evaluate_checkpoint(args, ckpt)
+        except ValueError as e:  # UserError, or the data/interop code's plain ValueErrors
+            if len(args.checkpoint) == 1 or isinstance(e, OutOfMemory):
+                raise
+            failed.append(ckpt)  # the others can still be evaluated
+            print(f"evaluate.py: skipping {ckpt}: {e}", file=sys.stderr, flush=True)
+    if failed:
+        raise UserError(f"{len(failed)} of {len(args.checkpoint)} checkpoints could not be evaluated "
+                        f"(see above): {', '.join(failed)}")
+    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_cli(main, "evaluate.py", expected=(ValueError,))  # data and interop code raise plain ValueErrors

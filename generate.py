@@ -16,6 +16,8 @@ import time
 
 import torch
 
+from megatron.errors import UserError, run_cli
+
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -101,19 +103,14 @@ def main(argv=None) -> int:
 
     if args.trust_checkpoint:
         os.environ["KERPLE_TRUST_CHECKPOINT"] = "1"
-    from megatron.config import ConfigError
     from megatron.evaluation.load import load_checkpoint_model
     from megatron.launcher import parse_overrides
     from megatron.tokenizer import build_tokenizer
 
     tag = f"global_step{args.iteration}" if args.iteration is not None else None
-    try:
-        model, cfg, _ = load_checkpoint_model(args.checkpoint, tag, parse_overrides(args.override) or None, args.device)
-        d = cfg.data
-        tok = build_tokenizer(d.tokenizer_type, d.vocab_file, d.merge_file)
-    except (ValueError, ConfigError, OSError) as e:
-        print(f"generate.py: {e}", file=sys.stderr)
-        return 2
+    model, cfg, _ = load_checkpoint_model(args.checkpoint, tag, parse_overrides(args.override) or None, args.device)
+    d = cfg.data
+    tok = build_tokenizer(d.tokenizer_type, d.vocab_file, d.merge_file)
     gen = torch.Generator(device=args.device).manual_seed(args.seed)
     limit = model.position.max_length()
     for text in prompts(args):
@@ -122,9 +119,8 @@ def main(argv=None) -> int:
             print("generate.py: the prompt tokenizes to nothing; skipped", file=sys.stderr)
             continue
         if limit and len(ids) + args.max_new_tokens > limit:
-            print(f"generate.py: pos-emb {cfg.model.pos_emb} represents at most {limit} positions; "
-                  f"shorten the prompt or --max-new-tokens", file=sys.stderr)
-            return 2
+            raise UserError(f"pos-emb {cfg.model.pos_emb} represents at most {limit} positions; the prompt has "
+                            f"{len(ids)} tokens + --max-new-tokens {args.max_new_tokens}: shorten either")
         start = time.perf_counter()
         new = generate_tokens(model, ids, args.max_new_tokens, args.greedy, args.temperature, args.top_k,
                               args.top_p, gen, tok.eod if args.stop_at_eod else None, tok.vocab_size)
@@ -136,4 +132,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_cli(main, "generate.py", expected=(ValueError,))  # tokenizer and interop input errors are ValueErrors

@@ -1,10 +1,11 @@
 #!/usr/bin/env python
 """Train a model: `python train.py --resolved-config RUN/resolved_config.yml` (what deepy.py
-passes) or directly `python train.py a.yml b.yml [-o KEY=VALUE ...]`."""
+passes) or directly `python train.py a.yml b.yml [-o KEY=VALUE ...]`. `--debug` shows the full
+traceback of an expected failure (bad config, data, checkpoint, full disk, out of memory)."""
 import argparse
-import sys
 
-from megatron.config import ConfigError, NeoXConfig, load_config
+from megatron.config import NeoXConfig, load_config
+from megatron.errors import run_cli
 from megatron.launcher import parse_overrides
 
 
@@ -17,14 +18,10 @@ def main() -> int:
     args = p.parse_args()
     if bool(args.resolved_config) == bool(args.conf_file):
         p.error("give either config files or --resolved-config")
-    try:
-        if args.resolved_config:
-            cfg = NeoXConfig.from_file(args.resolved_config)
-        else:
-            cfg = load_config(args.conf_file, overrides=parse_overrides(args.override))
-    except ConfigError as e:
-        print(f"train.py: invalid configuration\n{e}", file=sys.stderr)
-        return 2
+    if args.resolved_config:
+        cfg = NeoXConfig.from_file(args.resolved_config)
+    else:
+        cfg = load_config(args.conf_file, overrides=parse_overrides(args.override))
     from megatron.training.trainer import Trainer
 
     Trainer(cfg).train()
@@ -32,4 +29,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_cli(main, "train.py", expected=(ValueError,))  # tokenizer, precision and data checks raise ValueErrors

@@ -87,10 +87,14 @@ def report(prog: str, message: str) -> None:
         print(f"{prog}: {DEBUG_HINT}", file=sys.stderr)
 
 
-def expected_message(e: BaseException) -> tuple[str, int] | None:
-    """(message, exit status) for an expected failure, None for anything else."""
+def expected_message(e: BaseException, expected: tuple = ()) -> tuple[str, int] | None:
+    """(message, exit status) for an expected failure, None for anything else. `expected`: further
+    exception types whose message is already one for the user (a tool whose library raises plain
+    ValueErrors naming the bad input)."""
     if isinstance(e, UserError):
         return str(e), getattr(e, "exit_code", EXIT_USER_ERROR)
+    if expected and isinstance(e, expected):
+        return str(e), EXIT_USER_ERROR
     if is_out_of_memory(e):
         return str(out_of_memory(e, "running", "use a smaller batch size or sequence length")), EXIT_SYSTEM_ERROR
     if isinstance(e, OSError) and e.errno is not None:
@@ -98,22 +102,22 @@ def expected_message(e: BaseException) -> tuple[str, int] | None:
     return None
 
 
-def handle(prog: str, e: BaseException) -> int:
+def handle(prog: str, e: BaseException, expected: tuple = ()) -> int:
     """Exit status for an exception raised out of an entry point's main(); prints one message for
     expected failures, re-raises anything else (a bug keeps its traceback)."""
     if isinstance(e, KeyboardInterrupt):
         print(f"\n{prog}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    expected = expected_message(e)
-    if expected is None:
+    found = expected_message(e, expected)
+    if found is None:
         raise e
     if debug_enabled():
         traceback.print_exception(e)
-    report(prog, expected[0])
-    return expected[1]
+    report(prog, found[0])
+    return found[1]
 
 
-def run_cli(main, prog: str) -> None:
+def run_cli(main, prog: str, expected: tuple = ()) -> None:
     """sys.exit(main()) with the expected failures turned into one message each.
 
     `--debug` anywhere on the command line is removed before main() parses it and sets
@@ -124,5 +128,5 @@ def run_cli(main, prog: str) -> None:
     try:
         code = main()
     except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - handle() re-raises what it does not expect
-        code = handle(prog, e)
+        code = handle(prog, e, expected)
     sys.exit(code)

@@ -1,9 +1,11 @@
 """What `deepy.py` does: parse the CLI, resolve the config once, then dry-run or launch.
 
-    python deepy.py [--dry-run] [-d DIR] [-o KEY=VALUE ...] train.py a.yml b.yml ...
+    python deepy.py [--dry-run] [--debug] [-d DIR] [-o KEY=VALUE ...] train.py a.yml b.yml ...
 
 The resolved config is written to `<run_dir>/resolved_config.yml`; the training script receives
 only that path (`--resolved-config`), so every process reads the same validated settings.
+`--debug` (taken off the command line by megatron.errors.run_cli, which sets KERPLE_DEBUG=1) is
+passed on to the training processes, so their expected failures show the full traceback too.
 """
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ import runpy
 import sys
 
 import yaml
+
+from megatron.errors import DEBUG_FLAG, debug_enabled
 
 # Tokenizer vocab sizes for a dry run when the vocab files are not on this machine.
 KNOWN_VOCAB = {"GPT2BPETokenizer": 50257, "CharLevelTokenizer": 512, "HFGPT2Tokenizer": 50257}
@@ -32,10 +36,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def parse_overrides(items: list[str]) -> dict:
+    from megatron.config.errors import ConfigError
+
     out = {}
     for item in items:
         if "=" not in item:
-            raise SystemExit(f"deepy.py: --override {item!r} must look like KEY=VALUE (e.g. pos-emb=rotary)")
+            raise ConfigError(f"--override {item!r} must look like KEY=VALUE (e.g. pos-emb=rotary)")
         k, v = item.split("=", 1)
         out[k.strip()] = yaml.safe_load(v)
     return out
@@ -76,14 +82,10 @@ def dry_run(cfg) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from megatron.config import ConfigError, load_config
+    from megatron.config import load_config
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        cfg = load_config(config_paths(args), overrides=parse_overrides(args.override))
-    except ConfigError as e:
-        print(f"deepy.py: invalid configuration\n{e}", file=sys.stderr)
-        return 2
+    cfg = load_config(config_paths(args), overrides=parse_overrides(args.override))
     if args.dry_run:
         return dry_run(cfg)
     if not os.path.isfile(args.user_script):
@@ -128,7 +130,9 @@ def runner_args(cfg, user_script: str, resolved: str) -> list[str]:
     if p.master_addr:
         out += ["--master_addr", p.master_addr]
     out += ["--master_port", str(p.master_port), "--launcher", p.launcher]
-    return out + [user_script, "--resolved-config", resolved]
+    # On other nodes the runner exports only a few variables, so KERPLE_DEBUG travels as the flag.
+    debug = [DEBUG_FLAG] if debug_enabled() else []
+    return out + [user_script, "--resolved-config", resolved, *debug]
 
 
 def launch_with_deepspeed(cfg, user_script: str, resolved: str) -> int:

@@ -16,6 +16,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from anywhere
 
+from megatron.errors import run_cli  # noqa: E402
+
 
 def add_common_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="output directory for tables and plots")
@@ -45,13 +47,9 @@ def main(argv=None) -> int:
     p.add_argument("results", nargs="+", help="eval.json files, directories (searched recursively) or quoted globs")
     add_common_args(p)
     args = p.parse_args(argv)
-    try:
-        build_report(args.results, args)
-    except ValueError as e:
-        print(f"aggregate_results.py: error: {e}", file=sys.stderr)
-        return 2
+    build_report(args.results, args)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_cli(main, "aggregate_results.py", expected=(ValueError,))

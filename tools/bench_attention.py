@@ -46,6 +46,7 @@ from megatron.benchmarks.timing import (  # noqa: E402
     release_memory,
     reset_peak_memory,
 )
+from megatron.errors import run_cli  # noqa: E402
 from megatron.positional.base import PositionalSpec  # noqa: E402
 from megatron.positional.registry import build_scheme, scheme_names  # noqa: E402
 
@@ -357,4 +358,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_cli(main, "bench_attention.py")

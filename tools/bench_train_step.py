@@ -40,6 +40,7 @@ from megatron.benchmarks.timing import (  # noqa: E402
     release_memory,
     reset_peak_memory,
 )
+from megatron.errors import run_cli  # noqa: E402
 from megatron.positional.registry import scheme_names  # noqa: E402
 
 DEFAULT_CONFIGS = ["configs/paper/local_setup.yml", "configs/paper/train.yml"]
@@ -347,4 +348,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_cli(main, "bench_train_step.py")

@@ -10,16 +10,24 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from megatron.errors import run_cli  # noqa: E402
 from megatron.training.distributed import set_cpu_defaults  # noqa: E402
 
-set_cpu_defaults()
-start = time.perf_counter()
-from deepspeed.accelerator import get_accelerator  # noqa: E402
 
-builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
-if builder is None:
-    print("DeepSpeed accelerator has no shared-memory comm op to build; nothing to do")
-else:
-    builder.load(verbose=False)
-    print(f"DeepSpeed {builder.NAME} ready in {time.perf_counter() - start:.1f}s "
-          f"(cache: {os.environ['TORCH_EXTENSIONS_DIR']})")
+def main() -> int:
+    set_cpu_defaults()
+    start = time.perf_counter()
+    from deepspeed.accelerator import get_accelerator
+
+    builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
+    if builder is None:
+        print("DeepSpeed accelerator has no shared-memory comm op to build; nothing to do")
+    else:
+        builder.load(verbose=False)
+        print(f"DeepSpeed {builder.NAME} ready in {time.perf_counter() - start:.1f}s "
+              f"(cache: {os.environ['TORCH_EXTENSIONS_DIR']})")
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main, "build_deepspeed_ops.py")  # a full disk or unwritable cache is one message

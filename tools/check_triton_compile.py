@@ -14,6 +14,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from megatron.errors import run_cli  # noqa: E402
+
 KERNELS = ("fwd", "bwd_dkdv", "bwd_dq")
 SCHEMES = ("plain", "kerple_log", "kerple_log_3para", "kerple_power_ap_", "kerple_power_ap_ap", "alibi", "rpe")
 
@@ -61,4 +63,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_cli(main, "check_triton_compile.py")

@@ -13,6 +13,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from megatron.errors import run_cli  # noqa: E402
+
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -27,19 +29,14 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     import torch
 
-    from megatron.config import ConfigError
     from megatron.interop.convert import convert_neox_checkpoint
 
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     tag = f"global_step{args.iteration}" if args.iteration is not None else None
-    try:
-        out = convert_neox_checkpoint(args.input, args.output, tag, args.config, args.trust_checkpoint, dtype)
-    except (ValueError, ConfigError) as e:
-        print(f"convert_neox_checkpoint.py: {e}", file=sys.stderr)
-        return 2
+    out = convert_neox_checkpoint(args.input, args.output, tag, args.config, args.trust_checkpoint, dtype)
     print(f"wrote {out}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_cli(main, "convert_neox_checkpoint.py", expected=(ValueError,))

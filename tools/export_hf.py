@@ -13,6 +13,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from megatron.errors import run_cli  # noqa: E402
+
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -28,22 +30,17 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.trust_checkpoint:
         os.environ["KERPLE_TRUST_CHECKPOINT"] = "1"
-    from megatron.config import ConfigError
     from megatron.evaluation.load import load_checkpoint_model
     from megatron.interop.hf_export import export_hf
     from megatron.launcher import parse_overrides
 
     tag = f"global_step{args.iteration}" if args.iteration is not None else None
-    try:
-        model, cfg, _ = load_checkpoint_model(args.checkpoint, tag, parse_overrides(args.override) or None)
-        info = export_hf(model, cfg, args.out, args.dtype, tokenizer=not args.no_tokenizer)
-    except (ValueError, ConfigError) as e:
-        print(f"export_hf.py: {e}", file=sys.stderr)
-        return 2
+    model, cfg, _ = load_checkpoint_model(args.checkpoint, tag, parse_overrides(args.override) or None)
+    info = export_hf(model, cfg, args.out, args.dtype, tokenizer=not args.no_tokenizer)
     print(f"wrote {info['out']}: {info['tensors']} tensors, pos-emb {info['pos_emb']}, "
           f"tokenizer {info['tokenizer'] or 'none (no HF equivalent of the training tokenizer)'}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_cli(main, "export_hf.py", expected=(ValueError,))

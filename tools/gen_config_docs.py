@@ -9,6 +9,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from megatron.config.docs import render  # noqa: E402
+from megatron.errors import run_cli  # noqa: E402
 
 DOC_PATH = os.path.join(ROOT, "docs", "config.md")
 
@@ -38,4 +39,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_cli(main, "gen_config_docs.py")

@@ -16,14 +16,18 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from megatron.errors import UserError, run_cli  # noqa: E402
 from megatron.experiments import parse_data, write_matrix  # noqa: E402
 
 
 def parse_seeds(text: str) -> list[int]:
-    if "-" in text:
-        lo, hi = text.split("-", 1)
-        return list(range(int(lo), int(hi) + 1))
-    return [int(x) for x in text.split(",")]
+    try:
+        if "-" in text:
+            lo, hi = text.split("-", 1)
+            return list(range(int(lo), int(hi) + 1))
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise UserError(f"--seeds {text!r}: give a range like 1235-1239 or a list like 1,2,3") from None
 
 
 def main() -> int:
@@ -37,15 +41,12 @@ def main() -> int:
     args = p.parse_args()
     missing = [b for b in args.base if not os.path.isfile(b)]
     if missing:
-        sys.exit(f"error: base config files not found: {missing}")
-    try:
-        runs = write_matrix(args.schemes.split(","), parse_data(args.data), parse_seeds(args.seeds), args.out,
-                            args.runs_root, args.base)
-    except ValueError as e:
-        sys.exit(f"error: {e}")
+        raise UserError(f"--base config files not found: {', '.join(missing)}")
+    runs = write_matrix(args.schemes.split(","), parse_data(args.data), parse_seeds(args.seeds), args.out,
+                        args.runs_root, args.base)
     print(f"wrote {len(runs)} experiment configs and {os.path.join(args.out, 'matrix.json')}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_cli(main, "make_experiments.py", expected=(ValueError,))  # parse_data/write_matrix raise ValueErrors

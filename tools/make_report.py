@@ -19,6 +19,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from aggregate_results import add_common_args, build_report  # noqa: E402
 
+from megatron.errors import run_cli  # noqa: E402
+
 
 def kernel_plot(patterns, max_distance: int, out_dir: str, log=print) -> str | None:
     from megatron.evaluation.kernels import learned_kernels
@@ -51,19 +53,15 @@ def main(argv=None) -> int:
                    help="largest d of the kernel plot (default: the longest evaluated length)")
     add_common_args(p)
     args = p.parse_args(argv)
-    try:
-        build_report(args.results, args)
-        if args.checkpoints:
-            from megatron.evaluation.results import load_results
+    build_report(args.results, args)
+    if args.checkpoints:
+        from megatron.evaluation.results import load_results
 
-            longest = max(L for r in load_results(args.results, args.meta_from_path) for L in r.ppl)
-            kernel_plot(args.checkpoints, args.max_distance or longest, args.out)
-    except ValueError as e:  # CheckpointError is a ValueError too
-        print(f"make_report.py: error: {e}", file=sys.stderr)
-        return 2
+        longest = max(L for r in load_results(args.results, args.meta_from_path) for L in r.ppl)
+        kernel_plot(args.checkpoints, args.max_distance or longest, args.out)
     print(f"report written to {args.out}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_cli(main, "make_report.py", expected=(ValueError,))

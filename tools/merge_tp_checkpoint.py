@@ -15,6 +15,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from megatron.errors import run_cli  # noqa: E402
+
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -23,16 +25,11 @@ def main(argv=None) -> int:
     p.add_argument("--iteration", type=int, default=None, help="merge global_step<N> instead of latest")
     args = p.parse_args(argv)
     from megatron.parallel.merge_checkpoint import write_merged_checkpoint
-    from megatron.training.checkpoint import CheckpointError
 
-    try:
-        out = write_merged_checkpoint(args.input, args.output, args.iteration)
-    except (CheckpointError, ValueError) as e:
-        print(f"merge_tp_checkpoint.py: {e}", file=sys.stderr)
-        return 2  # same exit status as the other CLIs' input errors
+    out = write_merged_checkpoint(args.input, args.output, args.iteration)
     print(f"[checkpoint] wrote TP=1 checkpoint {out}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_cli(main, "merge_tp_checkpoint.py", expected=(ValueError,))

@@ -17,6 +17,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from megatron.errors import UserError, run_cli  # noqa: E402
 from megatron.experiments import read_matrix  # noqa: E402
 
 
@@ -26,7 +27,7 @@ def run(cmd: list[str], log_path: str) -> None:
         log.flush()
         rc = subprocess.call(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     if rc != 0:
-        raise SystemExit(f"command failed ({rc}): {' '.join(cmd)}; see {log_path}")
+        raise UserError(f"command failed (exit {rc}): {' '.join(cmd)}; its output is in {log_path}")
 
 
 def run_one(base: list[str], r, eval_args: list[str], windowed: int | None) -> str:
@@ -59,13 +60,10 @@ def main() -> int:
     p.add_argument("--index", type=int, default=None, help="run only this entry (0-based)")
     p.add_argument("--only", default=None, help="run only entries whose name contains this text")
     args = p.parse_args()
-    try:
-        base, runs = read_matrix(args.matrix)
-    except ValueError as e:
-        sys.exit(f"error: {e}")
+    base, runs = read_matrix(args.matrix)
     if args.index is not None:
         if not 0 <= args.index < len(runs):
-            sys.exit(f"error: --index {args.index} out of range: the matrix has {len(runs)} runs")
+            raise UserError(f"--index {args.index} out of range: the matrix has {len(runs)} runs (0-{len(runs) - 1})")
         runs = [runs[args.index]]
     if args.only:
         runs = [r for r in runs if args.only in r.name]
@@ -77,4 +75,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_cli(main, "run_matrix.py", expected=(ValueError,))  # read_matrix's input errors are ValueErrors

@@ -11,6 +11,14 @@ from megatron.interop.safe_load import UnsafeCheckpointError
 from megatron.training.checkpoint import CheckpointError
 
 
+@pytest.fixture(autouse=True)
+def no_debug_leak(monkeypatch):
+    """run_cli sets KERPLE_DEBUG in os.environ itself; setenv first so monkeypatch restores it
+    (a leaked KERPLE_DEBUG=1 changes what later tests see, e.g. the launcher's runner args)."""
+    monkeypatch.setenv(errors.DEBUG_ENV, "")
+    monkeypatch.delenv(errors.DEBUG_ENV)
+
+
 def run(main, argv=("prog",), monkeypatch=None):
     monkeypatch.setattr(sys, "argv", list(argv))
     with pytest.raises(SystemExit) as exc:
@@ -82,3 +90,21 @@ def test_keyboard_interrupt_exits_130(monkeypatch, capsys):
 
     assert run(main, monkeypatch=monkeypatch) == errors.EXIT_INTERRUPTED
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_tool_can_expect_plain_value_errors(monkeypatch, capsys):
+    """Tools whose libraries raise plain ValueErrors naming the bad input list them as expected;
+    without that a ValueError is a bug and keeps its traceback."""
+    monkeypatch.delenv(errors.DEBUG_ENV, raising=False)
+
+    def main():
+        raise ValueError("no result files matched ['x/*.json']")
+
+    monkeypatch.setattr(sys, "argv", ["prog"])
+    with pytest.raises(SystemExit) as exc:
+        errors.run_cli(main, "prog", expected=(ValueError,))
+    assert exc.value.code == errors.EXIT_USER_ERROR
+    err = capsys.readouterr().err
+    assert "x/*.json" in err and "Traceback" not in err
+    with pytest.raises(ValueError):
+        errors.run_cli(main, "prog")

@@ -35,3 +35,14 @@ def test_one_process_on_cpu_by_default(tiny_config):
         pytest.skip("a CUDA machine launches one process per visible GPU")
     assert processes_per_node(tiny_config()) == 1
     assert processes_per_node(tiny_config(num_gpus=2)) == 2
+
+
+def test_debug_reaches_the_training_processes(tiny_config, monkeypatch):
+    """deepy.py --debug sets KERPLE_DEBUG=1; the runner exports few variables to other nodes, so
+    the flag travels on the training script's command line."""
+    from megatron.errors import DEBUG_ENV
+
+    monkeypatch.delenv(DEBUG_ENV, raising=False)
+    assert "--debug" not in runner_args(tiny_config(), "train.py", "r.yml")
+    monkeypatch.setenv(DEBUG_ENV, "1")
+    assert runner_args(tiny_config(), "train.py", "r.yml")[-4:] == ["train.py", "--resolved-config", "r.yml", "--debug"]
