@@ -85,16 +85,21 @@ def generate_tokens(model, prompt: list[int], max_new_tokens: int, greedy=True, 
 
 
 def prompts(args):
+    """The prompts: a list (a --prompt-file is read now, so a bad path fails before the model
+    loads), or a generator over stdin for --interactive."""
     if args.prompt is not None:
-        yield args.prompt
-    elif args.prompt_file:
+        return [args.prompt]
+    if args.prompt_file:
         with open(args.prompt_file) as f:
-            yield from (line.rstrip("\n") for line in f if line.strip())
-    else:
-        print("enter a prompt (Ctrl-D to quit):", file=sys.stderr)
-        for line in sys.stdin:
-            if line.strip():
-                yield line.rstrip("\n")
+            return [line.rstrip("\n") for line in f if line.strip()]
+    return interactive_prompts()
+
+
+def interactive_prompts():
+    print("enter a prompt (Ctrl-D to quit):", file=sys.stderr)
+    for line in sys.stdin:
+        if line.strip():
+            yield line.rstrip("\n")
 
 
 def main(argv=None) -> int:
@@ -103,6 +108,7 @@ def main(argv=None) -> int:
 
     if args.trust_checkpoint:
         os.environ["KERPLE_TRUST_CHECKPOINT"] = "1"
+    texts = prompts(args)
     from megatron.evaluation.load import load_checkpoint_model
     from megatron.launcher import parse_overrides
     from megatron.tokenizer import build_tokenizer
@@ -113,7 +119,7 @@ def main(argv=None) -> int:
     tok = build_tokenizer(d.tokenizer_type, d.vocab_file, d.merge_file)
     gen = torch.Generator(device=args.device).manual_seed(args.seed)
     limit = model.position.max_length()
-    for text in prompts(args):
+    for text in texts:
         ids = tok.tokenize(text)
         if not ids:
             print("generate.py: the prompt tokenizes to nothing; skipped", file=sys.stderr)

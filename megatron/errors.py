@@ -78,6 +78,10 @@ def describe_os_error(e: OSError) -> str:
         return f"no permission to write or read{where} ({reason}): choose a writable directory or fix its permissions"
     if e.errno == errno.ENOENT:
         return f"no such file or directory{where}: check the path"
+    if e.errno == errno.ENOTDIR:
+        return f"a part of the path{where} is a file, not a directory: check the path"
+    if e.errno == errno.EEXIST:  # e.g. makedirs where a file of that name exists
+        return f"{where.strip() or 'the path'} already exists and is in the way ({reason}): choose another path or remove it"
     return f"{reason}{where}"
 
 

@@ -108,3 +108,18 @@ def test_a_tool_can_expect_plain_value_errors(monkeypatch, capsys):
     assert "x/*.json" in err and "Traceback" not in err
     with pytest.raises(ValueError):
         errors.run_cli(main, "prog")
+
+
+def test_a_file_in_the_way_is_named(tmp_path):
+    """makedirs over a file (EEXIST) or a file used as a directory (ENOTDIR): say what is in the way."""
+    import os
+
+    blocker = tmp_path / "results"
+    blocker.write_text("")
+    with pytest.raises(OSError) as exists:
+        os.makedirs(blocker)
+    with pytest.raises(OSError) as notdir:
+        open(blocker / "eval.json", "w")
+    assert str(blocker) in errors.describe_os_error(exists.value)
+    assert "already exists" in errors.describe_os_error(exists.value)
+    assert "is a file, not a directory" in errors.describe_os_error(notdir.value)
