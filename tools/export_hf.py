@@ -1,6 +1,7 @@
 #!/usr/bin/env python
 """Export a checkpoint (ours, or a NeoX/KERPLE one) as a Hugging Face model directory that
-AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True) loads.
+AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True) loads (the tokenizer too:
+AutoTokenizer.from_pretrained(out, trust_remote_code=True), as config.json names the remote code).
 
     python tools/export_hf.py --checkpoint runs/quickstart/checkpoints --out hf/quickstart
     python tools/export_hf.py --checkpoint CKPT --out OUT --dtype bf16 --iteration 400

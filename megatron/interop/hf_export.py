@@ -73,6 +73,12 @@ def save_tokenizer(cfg, out_dir: str) -> str | None:
     return d.tokenizer_type
 
 
+def _umask() -> int:
+    mask = os.umask(0)  # the only way to read it is to set it
+    os.umask(mask)
+    return mask
+
+
 def export_hf(model, cfg, out_dir: str, dtype: str = "fp32", tokenizer: bool = True) -> dict:
     """Write the HF directory for a loaded GPTModel and its config; returns a summary dict."""
     from safetensors.torch import save_file
@@ -96,6 +102,8 @@ def export_hf(model, cfg, out_dir: str, dtype: str = "fp32", tokenizer: bool = T
     for k in ("position.inv_freq", "position.slopes"):  # derived buffers stay exact in fp32
         if k in state:
             state[k] = model.state_dict()[k].float().contiguous().clone()
-    save_file(state, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    weights = os.path.join(out_dir, "model.safetensors")
+    save_file(state, weights, metadata={"format": "pt"})
+    os.chmod(weights, 0o666 & ~_umask())  # safetensors creates it 0600; every other file follows the umask
     tok_type = save_tokenizer(cfg, out_dir) if tokenizer else None
     return {"out": out_dir, "tensors": len(state), "tokenizer": tok_type, "pos_emb": cfg.model.pos_emb}

@@ -56,3 +56,33 @@ def test_every_scheme_exports(tmp_path, tiny_config, pos, window):
         for p in model.position.parameters():
             p.mul_(1.3)
     _hf_roundtrip(model, cfg, tmp_path / "hf")
+
+
+def test_exported_files_follow_the_umask_and_autotokenizer_loads(tmp_path, tiny_config):
+    """Every exported file, model.safetensors included (safetensors writes 0600), gets the usual
+    0666 & ~umask; and the README's AutoTokenizer line (trust_remote_code=True) loads the tokenizer."""
+    import stat
+
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from megatron.interop.hf_export import export_hf
+    from megatron.tokenizer import build_tokenizer
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel()
+    tok.train_from_iterator(["def main(): return 1\n"] * 20, trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.save(str(tmp_path / "tokenizer.json"))
+    cfg = tiny_config(tokenizer_type="HFTokenizer", vocab_file=str(tmp_path / "tokenizer.json"), padded_vocab_size=384)
+    model = GPTModel(cfg.model, 384).eval()
+    old = os.umask(0o022)
+    try:
+        export_hf(model, cfg, str(tmp_path / "hf"))
+    finally:
+        os.umask(old)
+    modes = {f: stat.S_IMODE(os.stat(tmp_path / "hf" / f).st_mode) for f in os.listdir(tmp_path / "hf")}
+    assert "model.safetensors" in modes and "tokenizer.json" in modes
+    assert modes == dict.fromkeys(modes, 0o644)
+    hf_tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"), trust_remote_code=True)
+    ours = build_tokenizer("HFTokenizer", str(tmp_path / "tokenizer.json"), None)
+    assert hf_tok("def main(): pass")["input_ids"] == ours.tokenize("def main(): pass")
