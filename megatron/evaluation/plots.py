@@ -5,10 +5,13 @@
 - plot_positionwise: Fig. 5, per-position perplexity exp(loss) at one length, plus the windowed
   baseline (a run evaluated with --window) drawn dashed when given.
 - plot_kernels: Figs. 2-4, the learned bias f_h(d) of every head against distance d.
-Figures are small (dpi 100) so result folders stay light in git.
+Figures are small (dpi 100) so result folders stay light in git. Log-scale perplexity axes carry
+a plain number on every tick for any range (ReadableLogLocator), and the train length is marked on
+the first two plots (beyond it the model extrapolates).
 """
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 import matplotlib
@@ -16,10 +19,48 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
+from matplotlib.ticker import FuncFormatter, Locator, MaxNLocator, NullLocator  # noqa: E402
 
 DPI = 100
 PLAIN = FuncFormatter(lambda v, _: f"{v:g}")  # 1024 and 12.5 rather than 2^10 and 1.25x10^1
+# Mantissas per decade, sparsest first: the first set that puts MIN_TICKS ticks in view is used.
+LOG_SUBS = ((1,), (1, 3), (1, 2, 5), (1, 2, 3, 5, 7), (1, 1.5, 2, 3, 4, 5, 6, 7, 8, 9))
+MIN_TICKS, MAX_TICKS = 5, 10
+TRAIN_LINE = {"color": "0.35", "ls": ":", "lw": 1.2}
+
+
+class ReadableLogLocator(Locator):
+    """Ticks for a log axis that are all labelled with plain numbers: decades (1, 10, 100) when the
+    range spans many, then 1-2-5 style mantissas, and inside a narrow range (110-190, where a log
+    axis has no decade tick at all) evenly spaced round numbers. No unlabelled minor ticks."""
+
+    def __call__(self):
+        return self.tick_values(*self.axis.get_view_interval())
+
+    def tick_values(self, vmin, vmax):
+        lo, hi = sorted((vmin, vmax))
+        if not (lo > 0 and math.isfinite(hi)):
+            return []
+        decades = range(math.floor(math.log10(lo)), math.floor(math.log10(hi)) + 1)
+        for subs in LOG_SUBS:
+            ticks = [m * 10.0**e for e in decades for m in subs if lo <= m * 10.0**e <= hi]
+            if len(ticks) >= MIN_TICKS:
+                return ticks[::math.ceil(len(ticks) / MAX_TICKS)]  # thinned only over very many decades
+        # Under one decade's worth of 1-9 ticks: round numbers, evenly spaced in value.
+        return [t for t in MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi) if lo <= t <= hi]
+
+
+def readable_log_y(ax) -> None:
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(ReadableLogLocator())
+    ax.yaxis.set_major_formatter(PLAIN)
+    ax.yaxis.set_minor_locator(NullLocator())
+
+
+def mark_train_length(ax, records) -> None:
+    """A dotted vertical line at each train length of the records (one for the usual single one)."""
+    for L in sorted({r.train_length for r in records if r.train_length}):
+        ax.axvline(L, **TRAIN_LINE, label=f"train length {L}")
 
 
 def _save(fig, path: str) -> str:
@@ -38,6 +79,10 @@ def _by_scheme(records) -> dict[str, list]:
 
 def plot_ppl_vs_length(records, path: str, title: str | None = None) -> str:
     """One line per scheme: mean perplexity over seeds at each length, shaded ±1 sample std."""
+    return _save(ppl_vs_length_figure(records, title), path)
+
+
+def ppl_vs_length_figure(records, title: str | None = None):
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for scheme, runs in _by_scheme(records).items():
         lengths = sorted({L for r in runs for L in r.ppl})
@@ -46,17 +91,16 @@ def plot_ppl_vs_length(records, path: str, title: str | None = None) -> str:
         std = np.array([np.std(v, ddof=1) if len(v) > 1 else 0.0 for v in vals])
         (line,) = ax.plot(lengths, mean, marker="o", ms=3, label=scheme)
         ax.fill_between(lengths, np.maximum(mean - std, 1e-9), mean + std, color=line.get_color(), alpha=0.2)
+    mark_train_length(ax, records)
     ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
     ax.xaxis.set_major_formatter(PLAIN)
-    ax.yaxis.set_major_formatter(PLAIN)
-    ax.yaxis.set_minor_formatter(NullFormatter())
+    readable_log_y(ax)
     ax.set_xlabel("evaluation length (tokens)")
     ax.set_ylabel("perplexity")
     ax.set_title(title or "perplexity vs length")
-    ax.grid(True, which="both", alpha=0.3)
+    ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return fig
 
 
 def _positionwise_curve(runs, length: int):
@@ -84,6 +128,10 @@ def _log_binned(x: np.ndarray, loss: np.ndarray, bins: int = 32):
 
 def plot_positionwise(records, path: str, windowed=None, length: int | None = None, title: str | None = None) -> str:
     """Fig. 5 at `length` (default: the longest length every scheme has a curve for)."""
+    return _save(positionwise_figure(records, length, windowed, title), path)
+
+
+def positionwise_figure(records, length: int | None = None, windowed=None, title: str | None = None):
     if length is None:
         curves = [set(r.positionwise) for r in records if r.positionwise]
         common = set.intersection(*curves) if curves else set()
@@ -99,16 +147,16 @@ def plot_positionwise(records, path: str, windowed=None, length: int | None = No
         curve = _positionwise_curve(runs, length)
         if curve is not None:
             ax.plot(*curve, lw=1.2, ls="--", color="black", label=f"{scheme} (baseline)")
-    ax.set_yscale("log")
+    mark_train_length(ax, [*records, *(windowed or [])])
     ax.set_xscale("log", base=2)
-    ax.yaxis.set_major_formatter(PLAIN)
-    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.xaxis.set_major_formatter(PLAIN)
+    readable_log_y(ax)
     ax.set_xlabel("position in the window (log-spaced bins)")
     ax.set_ylabel("perplexity exp(loss)")
     ax.set_title(f"{title + ': ' if title else ''}position-wise perplexity at length {length}")
-    ax.grid(True, which="both", alpha=0.3)
+    ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return fig
 
 
 def plot_kernels(kernels: dict, path: str) -> str:

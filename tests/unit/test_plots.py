@@ -1,0 +1,63 @@
+"""Readable plots: every tick shown on a log-scale perplexity axis has a number, whatever the
+range (inside one decade, across several), and the train length is marked."""
+import numpy as np
+import pytest
+
+from megatron.evaluation import plots
+from megatron.evaluation.results import RunResult
+
+LENGTHS = (32, 64, 128, 256, 512, 1024)
+
+
+def record(scheme, lo, hi, seed=1, train_length=64):
+    ppl = dict(zip(LENGTHS, np.geomspace(lo, hi, len(LENGTHS)).tolist()))
+    curve = np.log(np.geomspace(hi, lo, 256)).tolist()  # per-position loss: exp() spans hi..lo
+    return RunResult(path=f"{scheme}_{seed}", scheme=scheme, dataset="code", seed=seed, window=None,
+                     train_length=train_length, ppl=ppl, positionwise={1024: (4, curve)})
+
+
+def shown(ax, which):
+    """(value, label) of the y ticks inside the visible range, after drawing."""
+    ax.figure.canvas.draw()
+    lo, hi = ax.get_ylim()
+    axis = ax.yaxis
+    locs = axis.get_majorticklocs() if which == "major" else axis.get_minorticklocs()
+    labels = ax.get_yticklabels(minor=which == "minor")
+    texts = {round(t.get_position()[1], 9): t.get_text() for t in labels}
+    return [(v, texts.get(round(v, 9), "")) for v in locs if lo <= v <= hi]
+
+
+@pytest.mark.parametrize("lo,hi", [(110, 190), (120, 1330), (2.5, 4e4), (1.02, 1.08), (954, 1100)])
+@pytest.mark.parametrize("kind", ["ppl_vs_length", "positionwise"])
+def test_every_visible_tick_has_a_number(lo, hi, kind):
+    records = [record("kerple_log", lo, hi), record("alibi", lo * 1.01, hi * 0.99)]
+    if kind == "ppl_vs_length":
+        fig = plots.ppl_vs_length_figure(records)
+    else:
+        fig = plots.positionwise_figure(records, 1024)
+    ax = fig.axes[0]
+    major = shown(ax, "major")
+    assert len(major) >= 3, major  # enough numbers to read a value off the axis
+    for v, text in major + shown(ax, "minor"):
+        assert text.strip(), f"tick {v} has no label in range {lo}-{hi}: {major}"
+        assert float(text.replace("\u2212", "-")) == pytest.approx(v, rel=1e-3)  # plain numbers, no 10^x
+    plots.plt.close(fig)
+
+
+@pytest.mark.parametrize("kind", ["ppl_vs_length", "positionwise"])
+def test_train_length_is_marked(kind):
+    records = [record("kerple_log", 110, 190, seed=s) for s in (1, 2)]
+    fig = plots.ppl_vs_length_figure(records) if kind == "ppl_vs_length" else plots.positionwise_figure(records, 1024)
+    ax = fig.axes[0]
+    marks = [line for line in ax.get_lines() if "train length" in line.get_label()]
+    assert len(marks) == 1 and "64" in marks[0].get_label()
+    assert set(np.asarray(marks[0].get_xdata(), dtype=float)) == {64.0}
+    assert "train length 64" in [t.get_text() for t in ax.get_legend().get_texts()]
+    plots.plt.close(fig)
+
+
+def test_plot_files_are_still_written(tmp_path):
+    records = [record("kerple_log", 110, 190)]
+    for path in (plots.plot_ppl_vs_length(records, str(tmp_path / "a.png")),
+                 plots.plot_positionwise(records, str(tmp_path / "b.png"))):
+        assert open(path, "rb").read(4) == b"\x89PNG"
