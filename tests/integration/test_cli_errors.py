@@ -35,6 +35,10 @@ def test_train_error_is_one_message_and_debug_shows_the_traceback(tmp_path, toke
     one_message(cli("train.py", conf), "train.py", "fp16 training needs a GPU")
     debug = cli("train.py", conf, "--debug")
     assert debug.returncode != 0 and "Traceback" in debug.stderr and "fp16 training needs a GPU" in debug.stderr
+    # through deepy.py (training runs in its process): the same message, and --debug reaches train.py
+    one_message(cli("deepy.py", "train.py", conf), "train.py", "fp16 training needs a GPU")
+    debug = cli("deepy.py", "--debug", "train.py", conf)
+    assert debug.returncode != 0 and "Traceback" in debug.stderr and "fp16 training needs a GPU" in debug.stderr
 
 
 def test_deepy_debug_shows_the_traceback(tmp_path):
