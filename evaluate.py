@@ -101,7 +101,12 @@ def output_dir(args, ckpt: str) -> str:
 
 
 def check_output_dir(path: str) -> None:
-    """Create `path` and prove it is writable now: results must never be computed and then lost."""
+    """Prove now that files can be written in `path`: results must never be computed and then lost.
+    Directories created for the probe are removed again (a failed run leaves no empty eval/)."""
+    created, parent = [], os.path.abspath(path)
+    while not os.path.exists(parent) and os.path.dirname(parent) != parent:
+        created.append(parent)  # deepest first
+        parent = os.path.dirname(parent)
     try:
         os.makedirs(path, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
@@ -109,6 +114,12 @@ def check_output_dir(path: str) -> None:
     except OSError as e:
         raise UserError(f"cannot write results to the output directory {path!r} ({e.strerror or e}); "
                         "pass a writable --out directory (nothing was evaluated)") from e
+    finally:
+        for d in created:
+            try:
+                os.rmdir(d)
+            except OSError:
+                break
 
 
 def oom_fix(args, done: list, partial: str) -> str:
@@ -185,6 +196,7 @@ def evaluate_checkpoint(args, ckpt: str) -> None:
     }
 
     def save_partial(done: list) -> None:
+        os.makedirs(out_dir, exist_ok=True)
         rec = build_record(dict(meta, lengths=[r.length for r in done], incomplete=True,
                                 seconds=round(time.perf_counter() - start, 2)), done)
         with open(partial + ".tmp", "w") as f:

@@ -55,6 +55,11 @@ def test_evaluate_checks_the_output_directory_before_loading(tmp_path):
     proc = cli("evaluate.py", "--checkpoint", str(tmp_path / "no_checkpoint_here"), "--out", str(out))
     one_message(proc, "evaluate.py", str(out), "--out", "nothing was evaluated")
     assert "no_checkpoint_here" not in proc.stderr  # refused before the checkpoint was looked at
+    # a writable new directory passes the check and is not left behind when the run then fails
+    fresh = tmp_path / "new" / "eval"
+    proc = cli("evaluate.py", "--checkpoint", str(tmp_path / "no_checkpoint_here"), "--out", str(fresh))
+    one_message(proc, "evaluate.py", "no_checkpoint_here")
+    assert not (tmp_path / "new").exists()
 
 
 def test_generate_reads_the_prompt_file_before_loading(tmp_path):
