@@ -101,4 +101,10 @@ class ModelConfig:
                         "when pos-emb is learned"))
         if self.gpt_j_residual:
             out.append(("gpt_j_residual", "gpt-j-residual: true is not supported yet"))
+        if not out:  # the size needs a consistent shape (heads dividing the width)
+            from megatron.config.model_size import size_problem
+
+            too_big = size_problem(self)
+            if too_big:
+                out.append(too_big)
         return out
