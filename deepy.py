@@ -1,8 +1,7 @@
 #!/usr/bin/env python
 """Launch training the NeoX way: `python deepy.py train.py a.yml b.yml` (see megatron/launcher.py)."""
-import sys
-
+from megatron.errors import run_cli
 from megatron.launcher import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_cli(main, "deepy.py")

@@ -5,6 +5,7 @@ import argparse
 import sys
 
 from megatron.config import ConfigError, NeoXConfig, load_config
+from megatron.config.inputs import check_inputs
 from megatron.launcher import parse_overrides
 
 
@@ -22,6 +23,7 @@ def main() -> int:
             cfg = NeoXConfig.from_file(args.resolved_config)
         else:
             cfg = load_config(args.conf_file, overrides=parse_overrides(args.override))
+        check_inputs(cfg)  # every missing data/tokenizer/load path at once, before DeepSpeed starts
     except ConfigError as e:
         print(f"train.py: invalid configuration\n{e}", file=sys.stderr)
         return 2

@@ -37,7 +37,11 @@ def parse_overrides(items: list[str]) -> dict:
         if "=" not in item:
             raise SystemExit(f"deepy.py: --override {item!r} must look like KEY=VALUE (e.g. pos-emb=rotary)")
         k, v = item.split("=", 1)
-        out[k.strip()] = yaml.safe_load(v)
+        try:
+            out[k.strip()] = yaml.safe_load(v)
+        except yaml.YAMLError as e:
+            raise SystemExit(f"--override {item!r}: the value is not valid YAML "
+                             f"({getattr(e, 'problem', None) or e}); quote it, e.g. -o 'key=\"text\"'") from None
     return out
 
 
@@ -50,43 +54,57 @@ def config_paths(args) -> list[str]:
     return paths
 
 
-def dry_run(cfg) -> int:
-    from megatron.config.model_size import parameter_count
+def dry_vocab(cfg) -> tuple[int | None, str]:
+    """(padded vocab size or None, where it came from) without failing on a missing file."""
     from megatron.tokenizer import build_tokenizer, padded_vocab_size
 
     m, d = cfg.model, cfg.data
-    vocab, where = m.padded_vocab_size, "padded-vocab-size"
-    if vocab is None:
-        try:
-            raw = build_tokenizer(d.tokenizer_type, d.vocab_file, d.merge_file).vocab_size
-            where = f"tokenizer {d.tokenizer_type}"
-        except (ValueError, OSError):
-            if d.tokenizer_type not in KNOWN_VOCAB:
-                raise
-            raw, where = KNOWN_VOCAB[d.tokenizer_type], f"{d.tokenizer_type} default (vocab file not read)"
-        vocab = padded_vocab_size(raw, m.make_vocab_size_divisible_by, cfg.parallel.model_parallel_size)
+    if m.padded_vocab_size is not None:
+        return m.padded_vocab_size, "padded-vocab-size"
+    try:
+        raw = build_tokenizer(d.tokenizer_type, d.vocab_file, d.merge_file).vocab_size
+        where = f"tokenizer {d.tokenizer_type}"
+    except (ValueError, OSError):
+        if d.tokenizer_type not in KNOWN_VOCAB:
+            return None, f"unknown: the {d.tokenizer_type} files cannot be read"
+        raw, where = KNOWN_VOCAB[d.tokenizer_type], f"{d.tokenizer_type} default (vocab file not read)"
+    return padded_vocab_size(raw, m.make_vocab_size_divisible_by, cfg.parallel.model_parallel_size), where
+
+
+def dry_run(cfg) -> None:
+    """Print the settings, the vocabulary and the parameter count."""
+    from megatron.config.model_size import parameter_count
+
+    vocab, where = dry_vocab(cfg)
     print(cfg.describe())
-    print(f"vocab: {vocab} (from {where})")
+    print(f"vocab: {vocab} (from {where})" if vocab is not None else f"vocab: {where}")
     # Arithmetic, O(1) in depth (building the model, even on the meta device, took minutes for
     # 100,000 layers); equal to count_parameters(GPTModel(...)) by tests/unit/test_config_refusals.py.
-    print(f"parameters: {parameter_count(m, vocab):,}")
-    return 0
+    if vocab is None:
+        print(f"parameters: {parameter_count(cfg.model, 0):,} without the embeddings (vocabulary unknown)")
+    else:
+        print(f"parameters: {parameter_count(cfg.model, vocab):,}")
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Raises ConfigError (every problem at once) before anything is written or started;
+    deepy.py turns it into one message (megatron.errors.run_cli)."""
     from megatron.config import ConfigError, load_config
+    from megatron.config.inputs import input_problems
+    from megatron.errors import UserError
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        cfg = load_config(config_paths(args), overrides=parse_overrides(args.override))
-    except ConfigError as e:
-        print(f"deepy.py: invalid configuration\n{e}", file=sys.stderr)
-        return 2
+    cfg = load_config(config_paths(args), overrides=parse_overrides(args.override))
+    missing = input_problems(cfg)
     if args.dry_run:
-        return dry_run(cfg)
+        dry_run(cfg)
+        if missing:  # the settings are printed; the run itself would stop here
+            raise ConfigError(missing)
+        return 0
+    if missing:
+        raise ConfigError(missing)
     if not os.path.isfile(args.user_script):
-        print(f"deepy.py: script {args.user_script!r} not found (expected e.g. train.py)", file=sys.stderr)
-        return 2
+        raise UserError(f"script {args.user_script!r} not found (expected e.g. train.py)")
     os.makedirs(cfg.logging.run_dir, exist_ok=True)
     resolved = os.path.join(cfg.logging.run_dir, "resolved_config.yml")
     cfg.save(resolved)

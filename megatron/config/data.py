@@ -7,6 +7,9 @@ from megatron.config.fields import key
 
 TOKENIZER_TYPES = ("HFTokenizer", "GPT2BPETokenizer", "HFGPT2Tokenizer", "SPMTokenizer",
                    "CharLevelTokenizer", "TiktokenTokenizer")
+# The files each tokenizer type reads (megatron/tokenizer/); a GPT-2 .tiktoken vocab needs no merges.
+TOKENIZER_FILES = {"GPT2BPETokenizer": ("vocab_file", "merge_file"), "HFTokenizer": ("vocab_file",),
+                   "SPMTokenizer": ("vocab_file",), "TiktokenTokenizer": ("vocab_file",)}
 
 
 def parse_split(split: str) -> list[float] | None:
