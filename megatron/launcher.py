@@ -2,8 +2,10 @@
 
     python deepy.py [--dry-run] [-d DIR] [-o KEY=VALUE ...] train.py a.yml b.yml ...
 
-The resolved config is written to `<run_dir>/resolved_config.yml`; the training script receives
-only that path (`--resolved-config`), so every process reads the same validated settings.
+The resolved config is written to `<run_dir>/resolved_config.yml` and the original files to
+`<run_dir>/configs/` (they go into every checkpoint, see megatron/config/originals.py); the
+training script receives only the resolved path (`--resolved-config`), so every process reads the
+same validated settings. Nothing is written when the config or an input path is wrong.
 """
 from __future__ import annotations
 
@@ -91,11 +93,16 @@ def main(argv: list[str] | None = None) -> int:
     deepy.py turns it into one message (megatron.errors.run_cli)."""
     from megatron.config import ConfigError, load_config
     from megatron.config.inputs import input_problems
+    from megatron.config.originals import RESOLVED_NAME, write_originals
+    from megatron.config.paths import outside_run_dir
     from megatron.errors import UserError
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
     cfg = load_config(config_paths(args), overrides=parse_overrides(args.override))
     missing = input_problems(cfg)
+    note = outside_run_dir(cfg)
+    if note:
+        print(f"deepy.py: {note}", flush=True)
     if args.dry_run:
         dry_run(cfg)
         if missing:  # the settings are printed; the run itself would stop here
@@ -106,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     if not os.path.isfile(args.user_script):
         raise UserError(f"script {args.user_script!r} not found (expected e.g. train.py)")
     os.makedirs(cfg.logging.run_dir, exist_ok=True)
-    resolved = os.path.join(cfg.logging.run_dir, "resolved_config.yml")
+    resolved = os.path.join(cfg.logging.run_dir, RESOLVED_NAME)
+    write_originals(cfg.config_files, cfg.logging.run_dir)  # found beside resolved_config.yml on load
     cfg.save(resolved)
     if processes_per_node(cfg) > 1 or cfg.parallel.hostfile or (cfg.parallel.num_nodes or 1) > 1:
         return launch_with_deepspeed(cfg, args.user_script, resolved)

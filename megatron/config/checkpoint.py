@@ -8,8 +8,11 @@ from megatron.config.fields import key
 
 @dataclass(frozen=True)
 class CheckpointConfig:
-    save: str | None = key(None, "Directory to save checkpoints into; null = never save.")
-    load: str | None = key(None, "Directory to load the latest (or `iteration`) checkpoint from.")
+    save: str | None = key(None, "Directory to save checkpoints into; not set = <run-dir>/checkpoints "
+                           "when checkpoint-factor (save-interval) is set, null = never save.")
+    load: str | None = key(None, "Directory to load the latest (or `iteration`) checkpoint from; not set "
+                           "= save when save is derived from run-dir (re-running resumes), null = never. "
+                           "A directory other than save must hold a checkpoint.")
     save_interval: int | None = key(
         None, "KERPLE 2022 name of checkpoint-factor: save every this many iterations.", ge=1)
     checkpoint_factor: int | None = key(

@@ -86,3 +86,25 @@ def test_missing_inputs_fail_at_once_before_anything_is_written(tmp_path):
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), cfg], capture_output=True, text=True,
                           cwd=ROOT, timeout=120)
     assert proc.returncode == 2 and "no_such_prefix.bin" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_deepy_run_keeps_original_configs_in_checkpoints_and_follows_run_dir(tmp_path):
+    """A deepy-launched run's checkpoint holds configs/<each yml> (the README's claim: it held only
+    resolved_config.yml, the launcher's copy), and -o run-dir moves checkpoints and TensorBoard."""
+    from tests.conftest import train_config_dict
+    from tests.integration.fault_helpers import child_env, free_port
+
+    data = train_config_dict(tmp_path, write_token_dataset(str(tmp_path / "corpus"), num_docs=40), train_iters=2,
+                             save_interval=2)
+    del data["run-dir"]
+    base = write_yaml(tmp_path / "base.yml", data)
+    extra = write_yaml(tmp_path / "extra.yml", {"seed": 7})
+    run_dir = tmp_path / "moved"
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "deepy.py"), "train.py", base, extra, "-o",
+                           f"run-dir={run_dir}", "-o", f"master-port={free_port()}"],
+                          capture_output=True, text=True, cwd=ROOT, env=child_env(), timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    step = run_dir / "checkpoints" / "global_step2"
+    assert sorted(os.listdir(step / "configs")) == ["base.yml", "extra.yml"]
+    assert (step / "configs" / "extra.yml").read_text() == (tmp_path / "extra.yml").read_text()
+    assert os.listdir(run_dir / "tensorboard")
