@@ -21,7 +21,9 @@ class CheckpointConfig:
     keep_last_n_checkpoints: int | None = key(None, "Delete older checkpoints; null = keep all.", ge=1)
     checkpoint_scale: str = key("linear", "Spacing of saves.", choices=("linear", "log"))
     extra_save_iters: list[int] | None = key(None, "Also save at these iterations.")
-    no_save_optim: bool = key(False, "Do not save optimizer state.")
+    no_save_optim: bool = key(
+        False, "NeoX: do not save optimizer state. Here the optimizer state is always saved (DeepSpeed's "
+        "save has no switch for it); use tools/export_hf.py for weights only.", inert=True)
     no_load_optim: bool = key(False, "Do not load optimizer state.")
     no_save_rng: bool = key(False, "Do not save RNG state.")
     no_load_rng: bool = key(False, "Do not load RNG state.")

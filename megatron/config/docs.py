@@ -21,6 +21,11 @@ Aliases: {aliases}.
 """
 
 
+# The marker docs/config.md puts on keys declared inert=True (tests/unit/test_config_keys_used.py
+# accepts a documented key nobody reads only with it).
+NO_EFFECT = "*(accepted for NeoX compatibility, no effect)*"
+
+
 def _default(value) -> str:
     if value == "required":
         return "**required**"
@@ -54,7 +59,7 @@ def render() -> str:
             if bounds:
                 doc = f"{doc} Range: {bounds}."
             if KEYS[name].field.metadata.get("inert"):
-                doc = f"*(no effect on this stack)* {doc}"
+                doc = f"{NO_EFFECT} {doc}"
             out.append(f"| `{hyphen(name)}` | {_cell(type_s)} | {_cell(_default(default))} | {_cell(doc)} |")
         out.append("")
     return "\n".join(out)

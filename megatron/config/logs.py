@@ -18,7 +18,8 @@ class LoggingConfig:
     wandb_group: str | None = key(None, "W&B group.")
     wandb_team: str | None = key(None, "W&B entity (team).")
     wandb_run_name: str | None = key(None, "W&B run name.")
-    wandb_host: str = key("https://api.wandb.ai", "W&B server.")
+    wandb_host: str = key("https://api.wandb.ai", "NeoX's W&B server; W&B's own settings (`wandb login "
+                          "--host`, WANDB_BASE_URL) choose it here.", inert=True)
     wandb_mode: str = key(
         "offline", "W&B stays offline unless you opt in with online.",
         choices=("offline", "online", "disabled"))
