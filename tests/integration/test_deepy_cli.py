@@ -50,6 +50,9 @@ def test_missing_file_and_bad_override(tmp_path):
     assert proc.returncode == 2 and "nope.yml" in proc.stderr
     proc = deepy("--dry-run", "train.py", os.path.join(PAPER, "train.yml"), "-o", "pos-emb")
     assert proc.returncode != 0 and "KEY=VALUE" in proc.stderr
+    proc = deepy("--dry-run", "train.py", os.path.join(PAPER, "train.yml"), "-o", "weight-decay=.inf")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "weight-decay = inf (from overrides): not a finite number" in proc.stderr
 
 
 def test_dry_run_answers_in_seconds_for_any_depth():
@@ -81,6 +84,7 @@ def test_missing_inputs_fail_at_once_before_anything_is_written(tmp_path):
         err = proc.stderr
         assert "(3 problems)" in err and "run.yml" in err
         assert "no_such_prefix.bin and" in err and "vocab-file" in err and "old_run" in err
+        assert f"load {tmp_path / 'old_run'} is outside run-dir" in proc.stdout  # announced at start
     assert not (tmp_path / "run").exists()
     # train.py run directly checks the same, before DeepSpeed
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), cfg], capture_output=True, text=True,
