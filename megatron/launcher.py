@@ -39,6 +39,8 @@ def parse_overrides(items: list[str]) -> dict:
         if "=" not in item:
             raise SystemExit(f"deepy.py: --override {item!r} must look like KEY=VALUE (e.g. pos-emb=rotary)")
         k, v = item.split("=", 1)
+        if any(k.strip().replace("-", "_") == seen.replace("-", "_") for seen in out):
+            raise SystemExit(f"--override {k.strip()!r} is given twice; the last would silently win: keep one")
         try:
             out[k.strip()] = yaml.safe_load(v)
         except yaml.YAMLError as e:

@@ -35,3 +35,13 @@ def test_one_process_on_cpu_by_default(tiny_config):
         pytest.skip("a CUDA machine launches one process per visible GPU")
     assert processes_per_node(tiny_config()) == 1
     assert processes_per_node(tiny_config(num_gpus=2)) == 2
+
+
+def test_overrides_refuse_a_key_twice_and_bad_yaml():
+    from megatron.launcher import parse_overrides
+
+    assert parse_overrides(["num-layers=2", "pos-emb=rotary"]) == {"num-layers": 2, "pos-emb": "rotary"}
+    with pytest.raises(SystemExit, match="'num_layers' is given twice"):
+        parse_overrides(["num-layers=2", "num_layers=4"])
+    with pytest.raises(SystemExit, match="not valid YAML"):
+        parse_overrides(["optimizer={type: Adam"])
