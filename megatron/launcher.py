@@ -34,12 +34,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def parse_overrides(items: list[str]) -> dict:
+    from megatron.config.schema import canonical
+
     out = {}
     for item in items:
         if "=" not in item:
             raise SystemExit(f"deepy.py: --override {item!r} must look like KEY=VALUE (e.g. pos-emb=rotary)")
         k, v = item.split("=", 1)
-        if any(k.strip().replace("-", "_") == seen.replace("-", "_") for seen in out):
+        if any(canonical(k.strip()) == canonical(seen) for seen in out):
             raise SystemExit(f"--override {k.strip()!r} is given twice; the last would silently win: keep one")
         try:
             out[k.strip()] = yaml.safe_load(v)
