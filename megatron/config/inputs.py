@@ -62,8 +62,8 @@ def _tokenizer_problems(cfg) -> list[tuple[str, str]]:
         if path is None:
             out.append((name, f"tokenizer-type {d.tokenizer_type} needs {hyphen(name)}; it is not set"))
         elif not os.path.isfile(path):
-            out.append((name, f"no such file{_where(path)}; {d.tokenizer_type} needs it (or set "
-                        "padded-vocab-size so the tokenizer is not read)"))
+            skip = "" if d.eod_mask_loss else " (or set padded-vocab-size so the tokenizer is not read)"
+            out.append((name, f"no such file{_where(path)}; {d.tokenizer_type} needs it{skip}"))
     return out
 
 
