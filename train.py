@@ -5,6 +5,7 @@ traceback of an expected failure (bad config, data, checkpoint, full disk, out o
 import argparse
 
 from megatron.config import NeoXConfig, load_config
+from megatron.config.inputs import check_inputs
 from megatron.errors import run_cli
 from megatron.launcher import parse_overrides
 
@@ -22,6 +23,7 @@ def main() -> int:
         cfg = NeoXConfig.from_file(args.resolved_config)
     else:
         cfg = load_config(args.conf_file, overrides=parse_overrides(args.override))
+    check_inputs(cfg)  # every missing data/tokenizer/load path at once, before DeepSpeed starts
     from megatron.training.trainer import Trainer
 
     Trainer(cfg).train()

@@ -2,8 +2,10 @@
 
     python deepy.py [--dry-run] [--debug] [-d DIR] [-o KEY=VALUE ...] train.py a.yml b.yml ...
 
-The resolved config is written to `<run_dir>/resolved_config.yml`; the training script receives
-only that path (`--resolved-config`), so every process reads the same validated settings.
+The resolved config is written to `<run_dir>/resolved_config.yml` and the original files to
+`<run_dir>/configs/` (they go into every checkpoint, see megatron/config/originals.py); the
+training script receives only the resolved path (`--resolved-config`), so every process reads the
+same validated settings. Nothing is written when the config or an input path is wrong.
 `--debug` (taken off the command line by megatron.errors.run_cli, which sets KERPLE_DEBUG=1) is
 passed on to the training processes, so their expected failures show the full traceback too.
 """
@@ -31,19 +33,26 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                    help="set one config key after the files (YAML value), e.g. -o pos-emb=rotary")
     p.add_argument("--dry-run", action="store_true",
-                   help="validate, build the model on the meta device, print settings and exit")
+                   help="validate, check the input files, print the settings and parameter count and exit")
     return p.parse_args(argv)
 
 
 def parse_overrides(items: list[str]) -> dict:
     from megatron.config.errors import ConfigError
+    from megatron.config.schema import canonical
 
     out = {}
     for item in items:
         if "=" not in item:
             raise ConfigError(f"--override {item!r} must look like KEY=VALUE (e.g. pos-emb=rotary)")
         k, v = item.split("=", 1)
-        out[k.strip()] = yaml.safe_load(v)
+        if any(canonical(k.strip()) == canonical(seen) for seen in out):
+            raise ConfigError(f"--override {k.strip()!r} is given twice; the last would silently win: keep one")
+        try:
+            out[k.strip()] = yaml.safe_load(v)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"--override {item!r}: the value is not valid YAML "
+                             f"({getattr(e, 'problem', None) or e}); quote it, e.g. -o 'key=\"text\"'") from None
     return out
 
 
@@ -56,43 +65,65 @@ def config_paths(args) -> list[str]:
     return paths
 
 
-def dry_run(cfg) -> int:
-    import torch
-
-    from megatron.model import GPTModel, count_parameters
+def dry_vocab(cfg) -> tuple[int | None, str]:
+    """(padded vocab size or None, where it came from) without failing on a missing file."""
     from megatron.tokenizer import build_tokenizer, padded_vocab_size
 
     m, d = cfg.model, cfg.data
-    vocab, where = m.padded_vocab_size, "padded-vocab-size"
-    if vocab is None:
-        try:
-            raw = build_tokenizer(d.tokenizer_type, d.vocab_file, d.merge_file).vocab_size
-            where = f"tokenizer {d.tokenizer_type}"
-        except (ValueError, OSError):
-            if d.tokenizer_type not in KNOWN_VOCAB:
-                raise
-            raw, where = KNOWN_VOCAB[d.tokenizer_type], f"{d.tokenizer_type} default (vocab file not read)"
-        vocab = padded_vocab_size(raw, m.make_vocab_size_divisible_by, cfg.parallel.model_parallel_size)
-    with torch.device("meta"):  # shapes only: nothing is allocated
-        model = GPTModel(m, vocab)
+    if m.padded_vocab_size is not None:
+        return m.padded_vocab_size, "padded-vocab-size"
+    try:
+        raw = build_tokenizer(d.tokenizer_type, d.vocab_file, d.merge_file).vocab_size
+        where = f"tokenizer {d.tokenizer_type}"
+    except (ValueError, OSError):
+        if d.tokenizer_type not in KNOWN_VOCAB:
+            return None, f"unknown: the {d.tokenizer_type} files cannot be read"
+        raw, where = KNOWN_VOCAB[d.tokenizer_type], f"{d.tokenizer_type} default (vocab file not read)"
+    return padded_vocab_size(raw, m.make_vocab_size_divisible_by, cfg.parallel.model_parallel_size), where
+
+
+def dry_run(cfg) -> None:
+    """Print the settings, the vocabulary and the parameter count."""
+    from megatron.config.model_size import parameter_count
+
+    vocab, where = dry_vocab(cfg)
     print(cfg.describe())
-    print(f"vocab: {vocab} (from {where})")
-    print(f"parameters: {count_parameters(model):,}")
-    return 0
+    print(f"vocab: {vocab} (from {where})" if vocab is not None else f"vocab: {where}")
+    # Arithmetic, O(1) in depth (building the model, even on the meta device, took minutes for
+    # 100,000 layers); equal to count_parameters(GPTModel(...)) by tests/unit/test_config_refusals.py.
+    if vocab is None:
+        print(f"parameters: {parameter_count(cfg.model, 0):,} without the embeddings (vocabulary unknown)")
+    else:
+        print(f"parameters: {parameter_count(cfg.model, vocab):,}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    from megatron.config import load_config
+    """Raises ConfigError (every problem at once) before anything is written or started;
+    deepy.py turns it into one message (megatron.errors.run_cli)."""
+    from megatron.config import ConfigError, load_config
+    from megatron.config.inputs import input_problems
+    from megatron.config.originals import RESOLVED_NAME, write_originals
+    from megatron.config.paths import outside_run_dir
+    from megatron.errors import UserError
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
     cfg = load_config(config_paths(args), overrides=parse_overrides(args.override))
+    missing = input_problems(cfg)
+    note = outside_run_dir(cfg)
+    if note:
+        print(f"deepy.py: {note}", flush=True)
     if args.dry_run:
-        return dry_run(cfg)
+        dry_run(cfg)
+        if missing:  # the settings are printed; the run itself would stop here
+            raise ConfigError(missing)
+        return 0
+    if missing:
+        raise ConfigError(missing)
     if not os.path.isfile(args.user_script):
-        print(f"deepy.py: script {args.user_script!r} not found (expected e.g. train.py)", file=sys.stderr)
-        return 2
+        raise UserError(f"script {args.user_script!r} not found (expected e.g. train.py)")
     os.makedirs(cfg.logging.run_dir, exist_ok=True)
-    resolved = os.path.join(cfg.logging.run_dir, "resolved_config.yml")
+    resolved = os.path.join(cfg.logging.run_dir, RESOLVED_NAME)
+    write_originals(cfg.config_files, cfg.logging.run_dir)  # found beside resolved_config.yml on load
     cfg.save(resolved)
     if processes_per_node(cfg) > 1 or cfg.parallel.hostfile or (cfg.parallel.num_nodes or 1) > 1:
         return launch_with_deepspeed(cfg, args.user_script, resolved)
@@ -116,8 +147,10 @@ def runner_args(cfg, user_script: str, resolved: str) -> list[str]:
     p = cfg.parallel
     out = []
     if p.hostfile:
+        from megatron.config.errors import ConfigError
+
         if not os.path.isfile(p.hostfile):
-            raise SystemExit(f"deepy.py: hostfile {p.hostfile!r} does not exist; fix `hostfile:` or remove it")
+            raise ConfigError(f"hostfile {p.hostfile!r} does not exist; fix `hostfile:` or remove it")
         out += ["--hostfile", p.hostfile]
     if p.include:
         out += ["--include", p.include]

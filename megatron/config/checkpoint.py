@@ -8,8 +8,11 @@ from megatron.config.fields import key
 
 @dataclass(frozen=True)
 class CheckpointConfig:
-    save: str | None = key(None, "Directory to save checkpoints into; null = never save.")
-    load: str | None = key(None, "Directory to load the latest (or `iteration`) checkpoint from.")
+    save: str | None = key(None, "Directory to save checkpoints into; not set = <run-dir>/checkpoints "
+                           "when checkpoint-factor (save-interval) is set, null = never save.")
+    load: str | None = key(None, "Directory to load the latest (or `iteration`) checkpoint from; not set "
+                           "= save when save is derived from run-dir (re-running resumes), null = never. "
+                           "A directory other than save must hold a checkpoint.")
     save_interval: int | None = key(
         None, "KERPLE 2022 name of checkpoint-factor: save every this many iterations.", ge=1)
     checkpoint_factor: int | None = key(
@@ -18,7 +21,9 @@ class CheckpointConfig:
     keep_last_n_checkpoints: int | None = key(None, "Delete older checkpoints; null = keep all.", ge=1)
     checkpoint_scale: str = key("linear", "Spacing of saves.", choices=("linear", "log"))
     extra_save_iters: list[int] | None = key(None, "Also save at these iterations.")
-    no_save_optim: bool = key(False, "Do not save optimizer state.")
+    no_save_optim: bool = key(
+        False, "NeoX: do not save optimizer state. Here the optimizer state is always saved (DeepSpeed's "
+        "save has no switch for it); use tools/export_hf.py for weights only.", inert=True)
     no_load_optim: bool = key(False, "Do not load optimizer state.")
     no_save_rng: bool = key(False, "Do not save RNG state.")
     no_load_rng: bool = key(False, "Do not load RNG state.")

@@ -7,6 +7,9 @@ from megatron.config.fields import key
 
 TOKENIZER_TYPES = ("HFTokenizer", "GPT2BPETokenizer", "HFGPT2Tokenizer", "SPMTokenizer",
                    "CharLevelTokenizer", "TiktokenTokenizer")
+# The files each tokenizer type reads (megatron/tokenizer/); a GPT-2 .tiktoken vocab needs no merges.
+TOKENIZER_FILES = {"GPT2BPETokenizer": ("vocab_file", "merge_file"), "HFTokenizer": ("vocab_file",),
+                   "SPMTokenizer": ("vocab_file",), "TiktokenTokenizer": ("vocab_file",)}
 
 
 def parse_split(split: str) -> list[float] | None:
@@ -27,9 +30,15 @@ class DataConfig:
     train_data_paths: list[str] | None = key(None, "Training dataset prefixes (instead of data-path).")
     valid_data_paths: list[str] | None = key(None, "Validation dataset prefixes.")
     test_data_paths: list[str] | None = key(None, "Test dataset prefixes.")
-    train_data_weights: list[float] | None = key(None, "Blend weights of train-data-paths; null = equal.")
-    valid_data_weights: list[float] | None = key(None, "Blend weights of valid-data-paths; null = equal.")
-    test_data_weights: list[float] | None = key(None, "Blend weights of test-data-paths; null = equal.")
+    train_data_weights: list[float] | None = key(
+        None, "Blend weights of train-data-paths; blending several datasets is not implemented (one "
+        "prefix per split), so they change nothing.", inert=True)
+    valid_data_weights: list[float] | None = key(
+        None, "Blend weights of valid-data-paths; blending several datasets is not implemented (one "
+        "prefix per split), so they change nothing.", inert=True)
+    test_data_weights: list[float] | None = key(
+        None, "Blend weights of test-data-paths; blending several datasets is not implemented (one "
+        "prefix per split), so they change nothing.", inert=True)
     split: str = key("969, 30, 1", "Train, validation, test proportions of data-path's documents.")
     data_impl: str = key("infer", "Dataset format; only mmap (.bin/.idx) files are read, and infer "
                          "means mmap.", choices=("mmap", "infer", "cached", "lazy"), inert=True)
@@ -38,8 +47,10 @@ class DataConfig:
                                  "SentencePiece model).")
     merge_file: str | None = key(None, "GPT-2 BPE merges file.")
     eod_mask_loss: bool = key(False, "Exclude end-of-document tokens from the loss.")
-    mmap_warmup: bool = key(False, "Read the whole .bin once at start to warm the page cache.")
-    use_shared_fs: bool = key(True, "All nodes see the same filesystem (index caches built once).")
+    mmap_warmup: bool = key(False, "NeoX: read the whole .bin once at start to warm the page cache; the "
+                            ".bin is memory-mapped and read on demand here.", inert=True)
+    use_shared_fs: bool = key(True, "NeoX: all nodes see the same filesystem; here run-dir and the data "
+                              "must be on a shared filesystem for several nodes.", inert=True)
     data_cache_dir: str | None = key(
         None, "Where the sample-index .npy caches go; null = next to the data.")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import types
 import typing
 from collections.abc import Callable
@@ -109,6 +110,25 @@ def normalise_choice(value: str, choices: tuple[str, ...]) -> str | None:
     for c in choices:
         if c.lower() == value.lower():
             return c
+    return None
+
+
+def nonfinite_path(value, path: str = "") -> str | None:
+    """The first NaN/inf number inside a value: 'params.lr = nan' when nested, 'nan' when it is
+    the value itself; None if all numbers are finite. No config setting can work with one (a NaN weight decay trains to
+    the end on NaN losses), so they are refused wherever they appear, nested sections included."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{path} = {value}" if path else str(value)
+    if isinstance(value, dict):
+        children = [(f"{path}.{k}" if path else str(k), v) for k, v in value.items()]
+    elif isinstance(value, (list, tuple)):
+        children = [(f"{path}[{i}]", v) for i, v in enumerate(value)]
+    else:
+        return None
+    for child_path, v in children:
+        found = nonfinite_path(v, child_path)
+        if found:
+            return found
     return None
 
 

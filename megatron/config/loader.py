@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 import os
 from functools import partial
 
@@ -83,7 +82,6 @@ def _located(issues: list[tuple[str, str]], value_of, origins: dict) -> list[Pro
 
 def _derive(cfg, run_name: str):
     """Defaults that depend on other keys, filled in so the saved config states them."""
-    if cfg.logging.run_dir is None:
-        run_dir = cfg.checkpoint.save or os.path.join("runs", run_name)
-        cfg = dataclasses.replace(cfg, logging=dataclasses.replace(cfg.logging, run_dir=run_dir))
-    return cfg
+    from megatron.config.paths import derive_paths
+
+    return derive_paths(cfg, run_name)

@@ -10,14 +10,16 @@ from megatron.config.fields import key
 
 @dataclass(frozen=True)
 class LoggingConfig:
-    log_dir: str | None = key(None, "Directory for stdout/stderr copies.")
-    tensorboard_dir: str | None = key(None, "TensorBoard event directory; null = no TensorBoard.")
+    log_dir: str | None = key(None, "Directory for stdout/stderr copies; not set = <run-dir>/logs, null = none.")
+    tensorboard_dir: str | None = key(
+        None, "TensorBoard event directory; not set = <run-dir>/tensorboard, null = no TensorBoard.")
     use_wandb: bool = key(False, "Log to Weights & Biases.")
     wandb_project: str = key("neox", "W&B project.")
     wandb_group: str | None = key(None, "W&B group.")
     wandb_team: str | None = key(None, "W&B entity (team).")
     wandb_run_name: str | None = key(None, "W&B run name.")
-    wandb_host: str = key("https://api.wandb.ai", "W&B server.")
+    wandb_host: str = key("https://api.wandb.ai", "NeoX's W&B server; W&B's own settings (`wandb login "
+                          "--host`, WANDB_BASE_URL) choose it here.", inert=True)
     wandb_mode: str = key(
         "offline", "W&B stays offline unless you opt in with online.",
         choices=("offline", "online", "disabled"))
@@ -28,7 +30,8 @@ class LoggingConfig:
     wall_clock_breakdown: bool = key(False, "Time forward/backward/step separately.")
     progress_bar: bool = key(True, "Show a progress bar on rank 0.")
     run_dir: str | None = key(
-        None, "Where the resolved config and logs go; null = `save` if set, else "
+        None, "Where the run writes: resolved config, original config files, metrics, and every "
+        "output path not set (save, load, tensorboard-dir, log-dir); null = `save` if set, else "
         "runs/<first config file's name>.")
 
     def check(self) -> list[tuple[str, str]]:

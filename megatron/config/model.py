@@ -61,7 +61,8 @@ class ModelConfig:
     hidden_dropout: float = key(0.0, "Dropout after attention and MLP.", ge=0, lt=1)
     attention_dropout: float = key(0.0, "Dropout on attention probabilities.", ge=0, lt=1)
     apply_query_key_layer_scaling: bool = key(
-        False, "Megatron's Q.K scaling by layer number (numerically equivalent result).")
+        False, "Megatron's Q.K scaling by layer number, an fp16 overflow guard with a numerically "
+        "equivalent result; scores are computed without it here.", inert=True)
     use_bias_in_norms: bool = key(True, "Bias in the norm layers.")
     use_bias_in_attn_linear: bool = key(True, "Bias in the attention QKV and output projections.")
     use_bias_in_mlp: bool = key(True, "Bias in the MLP projections.")
@@ -71,7 +72,8 @@ class ModelConfig:
         None, "Padded vocabulary size; null = derived at run time from the tokenizer.", ge=1)
     gpt_j_residual: bool = key(False, "GPT-J parallel residual (not supported yet: must be false).")
     output_layer_parallelism: str = key(
-        "column", "How the output layer is split under tensor parallelism.", choices=("column", "row"))
+        "column", "How the output layer is split under tensor parallelism; only column (by vocabulary, "
+        "NeoX's default) is implemented.", choices=("column",), inert=True)
     scaled_upper_triang_masked_softmax_fusion: bool = key(False, _FUSION_DOC, inert=True)
     scaled_masked_softmax_fusion: bool = key(False, _FUSION_DOC, inert=True)
     bias_gelu_fusion: bool = key(False, _FUSION_DOC, inert=True)
@@ -101,4 +103,10 @@ class ModelConfig:
                         "when pos-emb is learned"))
         if self.gpt_j_residual:
             out.append(("gpt_j_residual", "gpt-j-residual: true is not supported yet"))
+        if not out:  # the size needs a consistent shape (heads dividing the width)
+            from megatron.config.model_size import size_problem
+
+            too_big = size_problem(self)
+            if too_big:
+                out.append(too_big)
         return out

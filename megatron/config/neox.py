@@ -45,8 +45,14 @@ class NeoXConfig:
 
     @classmethod
     def from_file(cls, path) -> NeoXConfig:
+        """A config file; a resolved_config.yml also gets the original files stored beside it
+        (megatron/config/originals.py) as config_files, so checkpoints keep them."""
         from megatron.config.loader import load_config
-        return load_config([path])
+        from megatron.config.originals import read_originals
+
+        cfg = load_config([path])
+        originals = read_originals(path)
+        return dataclasses.replace(cfg, config_files=originals) if originals else cfg
 
     def to_flat_dict(self) -> dict:
         """{underscore_key: value} for every key, resolved; plain JSON/YAML types only."""

@@ -2,6 +2,7 @@
 built by our code from these, not by DeepSpeed)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from megatron.config.fields import key
@@ -81,9 +82,10 @@ def _num(x) -> float | None:
     if isinstance(x, bool):
         return None
     try:
-        return float(x)
+        value = float(x)
     except (TypeError, ValueError):
         return None
+    return value if math.isfinite(value) else None  # 'nan'/'inf' strings are no numbers here
 
 
 def _optimizer_problems(opt: dict) -> list[str]:

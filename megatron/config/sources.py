@@ -21,23 +21,73 @@ class Entry:
     origin: str  # file path, "overrides" or "replace()"
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that records keys set twice in one mapping (PyYAML silently keeps the last)."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self.duplicates: list[tuple[object, int, int]] = []  # (key, first line, second line)
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            first: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` merges are allowed
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                try:
+                    if key in first:
+                        self.duplicates.append((key, first[key], line))
+                    else:
+                        first[key] = line
+                except TypeError:  # an unhashable key: the base constructor reports it
+                    pass
+        return super().construct_mapping(node, deep)
+
+
+def _strict_load(text: str):
+    """(data, duplicates) of one YAML document."""
+    loader = _StrictLoader(text)
+    try:
+        return loader.get_single_data(), loader.duplicates
+    finally:
+        loader.dispose()
+
+
+def _decode(path: str, raw: bytes) -> tuple[str | None, Problem | None]:
+    try:
+        return raw.decode("utf-8"), None
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        return None, Problem(FILE, f"config file {path} is not UTF-8 text: byte {e.start} (line {line}) is "
+                             f"0x{raw[e.start]:02x}; save the file as UTF-8")
+
+
 def read_file(path) -> tuple[str | None, dict | None, Problem | None]:
     """(raw text, top-level mapping, problem)."""
     path = os.fspath(path)
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        with open(path, "rb") as f:
+            raw = f.read()
     except FileNotFoundError:
         return None, None, Problem(FILE, f"config file not found: {path} (current directory: {os.getcwd()})")
     except OSError as e:
         return None, None, Problem(FILE, f"cannot read config file {path}: {e.strerror}")
+    text, problem = _decode(path, raw)
+    if problem:
+        return None, None, problem
     try:
-        data = yaml.safe_load(text)
+        data, duplicates = _strict_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else path
         what = getattr(e, "problem", None) or str(e)
         return text, None, Problem(FILE, f"YAML syntax error in {where}: {what}")
+    if duplicates:  # the later value would silently win: ask which one the user means
+        what = "; ".join(f"{k!r} (lines {a} and {b})" for k, a, b in duplicates)
+        return text, None, Problem(FILE, f"config file {path} sets the same key twice in one mapping: {what}; "
+                                   "keep one")
     if data is None:  # an empty file (or only comments) sets nothing
         data = {}
     if not isinstance(data, dict):

@@ -25,10 +25,15 @@ class TrainingConfig:
     exit_interval: int | None = key(None, "Exit after an iteration divisible by this.", ge=1)
     checkpoint_activations: bool = key(False, "Recompute activations in backward (saves memory).")
     checkpoint_num_layers: int = key(1, "Layers per activation-checkpoint chunk.", ge=1)
-    partition_activations: bool = key(False, "Split checkpointed activations across model-parallel ranks.")
-    contiguous_checkpointing: bool = key(False, "Copy checkpointed activations into one buffer.")
-    checkpoint_in_cpu: bool = key(False, "Keep checkpointed activations in CPU memory.")
-    synchronize_each_layer: bool = key(False, "Synchronise CUDA after each checkpointed layer.")
+    partition_activations: bool = key(
+        False, "NeoX: split checkpointed activations across model-parallel ranks (DeepSpeed "
+        "checkpointing); activations are recomputed by torch.utils.checkpoint here.", inert=True)
+    contiguous_checkpointing: bool = key(
+        False, "NeoX: copy checkpointed activations into one buffer (DeepSpeed checkpointing).", inert=True)
+    checkpoint_in_cpu: bool = key(
+        False, "NeoX: keep checkpointed activations in CPU memory (DeepSpeed checkpointing).", inert=True)
+    synchronize_each_layer: bool = key(
+        False, "NeoX: synchronise CUDA after each checkpointed layer (DeepSpeed checkpointing).", inert=True)
     num_workers: int = key(2, "DataLoader worker processes.", ge=0)
 
     def check(self) -> list[tuple[str, str]]:

@@ -8,7 +8,15 @@ from __future__ import annotations
 import difflib
 
 from megatron.config.errors import MISSING, UNKNOWN, VALUE, Problem
-from megatron.config.fields import choices_of, coerce, default_of, normalise_choice, range_problem, type_str
+from megatron.config.fields import (
+    choices_of,
+    coerce,
+    default_of,
+    nonfinite_path,
+    normalise_choice,
+    range_problem,
+    type_str,
+)
 from megatron.config.schema import ALIASES, KEYS, KeyInfo, hyphen
 
 
@@ -37,6 +45,11 @@ def type_value(info: KeyInfo, raw, origin: str) -> tuple[object, Problem | None]
     ok, value = coerce(raw, info.type)
     if not ok:
         return None, value_problem(info.name, raw, origin, f"expected {type_str(info.type)}")
+    bad = nonfinite_path(value)
+    if bad is not None:
+        inside = f" ({bad})" if " = " in bad else ""
+        return None, value_problem(info.name, raw, origin, f"not a finite number{inside}; NaN and "
+                                   "infinity cannot train: give a finite value")
     choices = choices_of(info.field)
     if choices and isinstance(value, str):
         norm = normalise_choice(value, choices)

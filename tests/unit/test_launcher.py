@@ -3,6 +3,7 @@ import os
 
 import pytest
 
+from megatron.config import ConfigError
 from megatron.launcher import processes_per_node, runner_args
 from tests.conftest import ROOT
 
@@ -24,7 +25,7 @@ def test_include_replaces_num_gpus(tiny_config):
 
 def test_missing_hostfile_is_a_clear_error(tiny_config):
     cfg = tiny_config(hostfile="/nonexistent/hostfile")
-    with pytest.raises(SystemExit, match="hostfile '/nonexistent/hostfile' does not exist"):
+    with pytest.raises(ConfigError, match="hostfile '/nonexistent/hostfile' does not exist"):
         runner_args(cfg, "train.py", "r.yml")
 
 
@@ -46,3 +47,13 @@ def test_debug_reaches_the_training_processes(tiny_config, monkeypatch):
     assert "--debug" not in runner_args(tiny_config(), "train.py", "r.yml")
     monkeypatch.setenv(DEBUG_ENV, "1")
     assert runner_args(tiny_config(), "train.py", "r.yml")[-4:] == ["train.py", "--resolved-config", "r.yml", "--debug"]
+
+
+def test_overrides_refuse_a_key_twice_and_bad_yaml():
+    from megatron.launcher import parse_overrides
+
+    assert parse_overrides(["num-layers=2", "pos-emb=rotary"]) == {"num-layers": 2, "pos-emb": "rotary"}
+    with pytest.raises(ConfigError, match="'num_layers' is given twice"):
+        parse_overrides(["num-layers=2", "num_layers=4"])
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        parse_overrides(["optimizer={type: Adam"])

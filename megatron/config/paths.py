@@ -1,0 +1,59 @@
+"""Where a run writes: every output path a user does not set derives from `run-dir`.
+
+    run-dir          given, else `save` if given (NeoX configs), else runs/<first config's name>
+    save             given, else <run-dir>/checkpoints when a save interval is set (else never)
+    load             given, else the derived save (re-running resumes this run; load = save)
+    tensorboard-dir  given, else <run-dir>/tensorboard
+    log-dir          given, else <run-dir>/logs
+
+So `-o run-dir=runs/x` moves everything, and never resumes from another run's checkpoints. A key
+given as null stays null (no save, no load, no TensorBoard). A key that is given keeps its value
+(NeoX semantics: relative to the current directory); when save or load is outside run-dir the
+launcher says so in one line (`outside_run_dir`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from megatron.config.schema import canonical
+
+
+def given_keys(cfg) -> set[str]:
+    """The flat keys some file, override or replace() set (null included)."""
+    return {canonical(e.key) for e in cfg._sources}
+
+
+def derive_paths(cfg, run_name: str):
+    """cfg with the paths above filled in (the resolved config then states them explicitly)."""
+    given = given_keys(cfg)
+    log, ck = cfg.logging, cfg.checkpoint
+    run_dir = log.run_dir
+    if run_dir is None:
+        run_dir = ck.save or os.path.join("runs", run_name)
+    save, load = ck.save, ck.load
+    if "save" not in given and ck.interval is not None:
+        save = os.path.join(run_dir, "checkpoints")
+        if "load" not in given:
+            load = save
+    tensorboard = log.tensorboard_dir if "tensorboard_dir" in given else os.path.join(run_dir, "tensorboard")
+    log_dir = log.log_dir if "log_dir" in given else os.path.join(run_dir, "logs")
+    return dataclasses.replace(
+        cfg,
+        logging=dataclasses.replace(log, run_dir=run_dir, tensorboard_dir=tensorboard, log_dir=log_dir),
+        checkpoint=dataclasses.replace(ck, save=save, load=load))
+
+
+def _inside(path: str, directory: str) -> bool:
+    path, directory = os.path.realpath(path), os.path.realpath(directory)
+    return path == directory or path.startswith(directory + os.sep)
+
+
+def outside_run_dir(cfg) -> str | None:
+    """One line when save/load are not under run-dir (a run that resumes or writes elsewhere)."""
+    run_dir = cfg.logging.run_dir
+    away = [f"{name} {path}" for name, path in (("save", cfg.checkpoint.save), ("load", cfg.checkpoint.load))
+            if path and not _inside(path, run_dir)]
+    if not away:
+        return None
+    return f"note: {' and '.join(away)} {'is' if len(away) == 1 else 'are'} outside run-dir {run_dir} (set in the config)"

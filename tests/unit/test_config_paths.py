@@ -1,0 +1,56 @@
+"""Output paths not set by the user derive from run-dir (megatron/config/paths.py)."""
+from __future__ import annotations
+
+import os
+
+from megatron.config import NeoXConfig, load_config
+from megatron.config.paths import outside_run_dir
+from tests.conftest import ROOT, TINY_MODEL
+
+QUICKSTART = os.path.join(ROOT, "configs", "quickstart.yml")
+
+
+def paths(cfg) -> tuple:
+    return (cfg.logging.run_dir, cfg.checkpoint.save, cfg.checkpoint.load, cfg.logging.tensorboard_dir,
+            cfg.logging.log_dir)
+
+
+def test_quickstart_writes_and_resumes_under_its_run_dir():
+    cfg = load_config([QUICKSTART])
+    assert paths(cfg) == ("runs/quickstart", "runs/quickstart/checkpoints", "runs/quickstart/checkpoints",
+                          "runs/quickstart/tensorboard", "runs/quickstart/logs")
+    assert outside_run_dir(cfg) is None
+
+
+def test_run_dir_override_moves_checkpoints_tensorboard_and_logs():
+    """-o run-dir=runs/x used to move only metrics and the resolved config: checkpoints and
+    TensorBoard stayed in runs/quickstart/, which the next run silently resumed from."""
+    cfg = load_config([QUICKSTART], overrides={"run-dir": "runs/x"})
+    assert paths(cfg) == ("runs/x", "runs/x/checkpoints", "runs/x/checkpoints", "runs/x/tensorboard", "runs/x/logs")
+    rotary = load_config([QUICKSTART, os.path.join(ROOT, "configs", "quickstart_rotary.yml")])
+    assert rotary.checkpoint.save == "runs/quickstart_rotary/checkpoints"
+
+
+def test_given_paths_and_nulls_are_kept_and_outside_paths_are_announced():
+    base = {**TINY_MODEL, "run-dir": "runs/a", "save-interval": 5}
+    cfg = load_config([], overrides={**base, "save": "elsewhere/ck", "tensorboard-dir": None})
+    assert cfg.checkpoint.save == "elsewhere/ck" and cfg.checkpoint.load is None  # NeoX: load only if given
+    assert cfg.logging.tensorboard_dir is None
+    assert outside_run_dir(cfg) == "note: save elsewhere/ck is outside run-dir runs/a (set in the config)"
+    cfg = load_config([], overrides={**base, "load": "old/ck"})
+    assert cfg.checkpoint.save == "runs/a/checkpoints" and "load old/ck is outside" in outside_run_dir(cfg)
+    no_save = load_config([], overrides={**TINY_MODEL, "run-dir": "runs/a"})
+    assert no_save.checkpoint.save is None and no_save.checkpoint.load is None  # no interval: never saves
+
+
+def test_neox_config_without_run_dir_keeps_run_dir_equal_to_save():
+    cfg = load_config([], overrides={**TINY_MODEL, "save": "ck", "load": "ck", "save-interval": 5})
+    assert cfg.logging.run_dir == "ck" and outside_run_dir(cfg) is None
+
+
+def test_resolved_config_states_derived_paths_and_replace_rederives(tmp_path):
+    cfg = load_config([QUICKSTART])
+    cfg.save(tmp_path / "resolved_config.yml")
+    again = NeoXConfig.from_file(tmp_path / "resolved_config.yml")
+    assert paths(again) == paths(cfg)
+    assert paths(cfg.replace(run_dir="runs/y"))[1] == "runs/y/checkpoints"

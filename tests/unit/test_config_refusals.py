@@ -1,0 +1,103 @@
+"""Config values that cannot work are refused at load, naming the key and the file: NaN/inf,
+models no machine can hold, a key set twice in one file, a file that is not UTF-8. And the
+parameter count deepy.py --dry-run prints is computed in O(1), exactly."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from megatron.config import ConfigError, load_config
+from megatron.config.model_size import MAX_PARAMETERS, parameter_count
+from megatron.positional.registry import scheme_names
+
+TINY = {"num-layers": 2, "hidden-size": 32, "num-attention-heads": 4, "seq-length": 64,
+        "train-iters": 3, "train_micro_batch_size_per_gpu": 2}
+
+
+def write(tmp_path, name, text) -> str:
+    path = tmp_path / name
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return str(path)
+
+
+def tiny_text(**extra) -> str:
+    return "".join(f"{k}: {v}\n" for k, v in {**TINY, **extra}.items())
+
+
+def problems(paths, overrides=None) -> str:
+    with pytest.raises(ConfigError) as e:
+        load_config(paths, overrides=overrides)
+    return str(e.value)
+
+
+# ---- NaN / inf ------------------------------------------------------------------------------
+def test_nan_and_inf_refused_in_files_nested_and_overrides(tmp_path):
+    path = write(tmp_path, "bad.yml", tiny_text(**{"weight-decay": ".inf"}) +
+                 "optimizer: {type: Adam, params: {lr: .nan, betas: [0.9, 0.99]}}\n")
+    err = problems([path], overrides={"min-lr": float("-inf")})
+    assert "weight-decay" in err and "bad.yml" in err and "inf" in err
+    assert "optimizer" in err and "params.lr" in err and "nan" in err
+    assert "min-lr" in err and "overrides" in err
+    assert err.count("not a finite number") == 3
+
+
+def test_nan_as_a_string_for_a_number_is_refused(tmp_path):
+    path = write(tmp_path, "bad.yml", tiny_text(**{"hidden-dropout": "nan"}) +
+                 "optimizer: {type: Adam, params: {lr: 'inf'}}\n")
+    err = problems([path])
+    assert "hidden-dropout" in err and "not a finite number" in err
+    assert "params.lr must be a number > 0" in err
+
+
+# ---- model size -----------------------------------------------------------------------------
+def test_model_no_machine_can_hold_is_refused_with_its_size(tmp_path):
+    path = write(tmp_path, "huge.yml", tiny_text(**{"num-layers": 10**5, "hidden-size": 10**5,
+                                                    "num-attention-heads": 8}))
+    err = problems([path])
+    assert "num-layers" in err and "huge.yml" in err
+    # 1e5 layers * (12h^2 + 13h) + the final norm 2h, h = 1e5 (vocabulary and positions not counted)
+    assert "at least 12,000,130,000,200,000 parameters" in err and "PB" in err and "1e+13" in err
+
+
+def test_largest_real_models_still_load():
+    # ~1.8e12 parameters (a GPT-4-class guess) is below the limit
+    cfg = load_config([], overrides={**TINY, "num-layers": 120, "hidden-size": 36864, "num-attention-heads": 96,
+                                     "padded-vocab-size": 100352})
+    assert parameter_count(cfg.model, 100352) < MAX_PARAMETERS
+
+
+@pytest.mark.parametrize("scheme", scheme_names())
+@pytest.mark.parametrize("extra", [
+    {},
+    {"norm": "rmsnorm", "no-weight-tying": True, "use-bias-in-mlp": False},
+    {"use-bias-in-norms": False, "use-bias-in-attn-linear": False, "intermediate-size": 100},
+], ids=["default", "rmsnorm-untied", "no-bias-ffn100"])
+def test_arithmetic_count_equals_the_built_model(scheme, extra):
+    from megatron.model import GPTModel, count_parameters
+
+    cfg = load_config([], overrides={**TINY, "num-layers": 3, "hidden-size": 64, "pos-emb": scheme, **extra})
+    with torch.device("meta"):
+        built = count_parameters(GPTModel(cfg.model, 136))
+    assert parameter_count(cfg.model, 136) == built
+
+
+# ---- one file, read strictly ----------------------------------------------------------------
+def test_same_key_twice_names_key_file_and_lines(tmp_path):
+    path = write(tmp_path, "twice.yml", tiny_text() + "# later\nnum-layers: 4\n")
+    err = problems([path])
+    assert "'num-layers'" in err and "twice.yml" in err and "lines 1 and 8" in err
+
+
+def test_same_key_twice_in_a_nested_mapping_and_json_style(tmp_path):
+    path = write(tmp_path, "nested.yml", "{\n" + "".join(f'"{k}": {v},\n' for k, v in TINY.items()) +
+                 '"optimizer": {"type": "Adam",\n  "params": {"lr": 0.001, "lr": 0.002}}\n}\n')
+    err = problems([path])
+    assert "'lr'" in err and "nested.yml" in err and "lines 9 and 9" in err
+
+
+def test_non_utf8_file_names_file_and_byte_offset(tmp_path):
+    text = tiny_text().encode() + b"# caf\xe9\n"
+    path = write(tmp_path, "latin1.yml", text)
+    err = problems([path])
+    assert "latin1.yml" in err and "UTF-8" in err and f"byte {len(tiny_text().encode()) + 5}" in err
+    assert "line 7" in err
