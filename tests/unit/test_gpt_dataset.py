@@ -38,7 +38,7 @@ def loop_sample_idx(sizes, doc_idx, seq_length, num_epochs, tokens_per_epoch):
 def make_dataset(tmp_path, sizes, seed=0, name="ds"):
     rng = np.random.RandomState(seed)
     prefix = str(tmp_path / name)
-    b = MMapIndexedDatasetBuilder(prefix + ".bin", dtype=np.uint16)
+    b = MMapIndexedDatasetBuilder(prefix + ".bin", dtype=np.uint16, overwrite=True)
     for n in sizes:
         b.add_item(rng.randint(0, 60000, size=n))
         b.end_document()
