@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 from megatron.data.corpora import CORPORA
 from megatron.data.corpora.pile import pile_corpus
 from megatron.data.corpora.prepare import prepare_corpus
+from megatron.errors import UserError, run_cli
 
 
 def parse_args(argv=None):
@@ -43,26 +44,27 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
     args = parse_args(argv)
     name, corpus = args.corpus, None
     try:
         if name == "pile":
             if not args.input or not args.name:
-                raise ValueError("pile needs --input FILE.jsonl.zst[,...] and --name NAME")
+                raise UserError("pile needs --input FILE.jsonl.zst[,...] and --name NAME")
             name, corpus = args.name, pile_corpus(args.input.split(","), args.name)
         elif args.with_texlive:
             if name != "latex":
-                raise ValueError("--with-texlive only applies to the latex corpus")
+                raise UserError("--with-texlive only applies to the latex corpus")
             name = "latex_full"
         s = prepare_corpus(name, args.data_dir, args.vocab_size, args.max_mb, args.max_files, args.force, args.workers,
                            tokenizer=args.tokenizer, corpus=corpus)
-    except ValueError as e:
-        sys.exit(f"error: {e}")
+    except ValueError as e:  # the corpus/fetch/tokenizer helpers' ValueErrors already name the file and the fix
+        raise e if isinstance(e, UserError) else UserError(str(e)) from e
     print(f"{s['corpus']}: {s['files']} files, {s['mb']:.2f} MB, {s['documents']} documents, {s['tokens']} tokens, "
           f"vocab size {s['vocab_size']}, {s['seconds']:.1f}s")
     print(f"data-path {s['data_prefix']}  (tokenizer-type {s['tokenizer_type']}, vocab-file {s['tokenizer']})")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main, "prepare_data.py")
