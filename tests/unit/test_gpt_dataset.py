@@ -14,6 +14,7 @@ from megatron.data.gpt_dataset import (
     split_ranges,
 )
 from megatron.data.indexed import MMapIndexedDataset, MMapIndexedDatasetBuilder
+from megatron.errors import DataError
 
 
 def loop_sample_idx(sizes, doc_idx, seq_length, num_epochs, tokens_per_epoch):
@@ -162,9 +163,49 @@ def test_too_short_split(tmp_path):
         build_train_valid_test_datasets(prefix, "9,1,0", 4, 0, (10, 10, 10), cache_dir=str(tmp_path))
 
 
-def test_stale_cache_is_reported(tmp_path):
-    prefix = make_dataset(tmp_path, [50] * 4)
+def test_cache_is_rebuilt_for_other_data_with_the_same_totals(tmp_path, capsys):
+    """Same document count and token total, different documents: the cached maps used to be reused
+    (a bare AssertionError, or silently wrong samples). They are keyed on the documents' sizes."""
+    prefix = make_dataset(tmp_path, [50, 70, 60, 20])
+    first = GPTDataset("train", prefix, np.arange(4), MMapIndexedDataset(prefix), 5, 8, seed=0)
+    before = [first[i]["text"].tolist() for i in range(len(first))]
+    prefix = make_dataset(tmp_path, [20, 60, 70, 50], seed=1)  # same prefix, 4 docs, 200 tokens, other sizes
+    capsys.readouterr()
+    ds = GPTDataset("train", prefix, np.arange(4), MMapIndexedDataset(prefix), 5, 8, seed=0)
+    assert "were built for other data or are damaged; rebuilding" in capsys.readouterr().out
+    fresh_dir = tmp_path / "fresh"
+    fresh = GPTDataset("train", prefix, np.arange(4), MMapIndexedDataset(prefix), 5, 8, seed=0, cache_dir=str(fresh_dir))
+    assert [ds[i]["text"].tolist() for i in range(len(ds))] == [fresh[i]["text"].tolist() for i in range(len(fresh))]
+    assert [ds[i]["text"].tolist() for i in range(len(ds))] != before
+    capsys.readouterr()
     GPTDataset("train", prefix, np.arange(4), MMapIndexedDataset(prefix), 5, 8, seed=0)
-    prefix = make_dataset(tmp_path, [60] * 4)  # same prefix, new contents
-    with pytest.raises(ValueError, match="do not match.*delete the three files"):
-        GPTDataset("train", prefix, np.arange(4), MMapIndexedDataset(prefix), 5, 8, seed=0)
+    assert "built" not in capsys.readouterr().out  # and then reused
+
+
+@pytest.mark.parametrize("damage", ["torn", "garbage", "key"])
+def test_torn_or_corrupt_cache_is_rebuilt(tmp_path, capsys, damage):
+    prefix = make_dataset(tmp_path, [50] * 4)
+    ref = GPTDataset("train", prefix, np.arange(4), MMapIndexedDataset(prefix), 5, 8, seed=0)
+    expected = [ref[i]["text"].tolist() for i in range(len(ref))]
+    sample = next(tmp_path.glob("*_sample_idx.npy"))
+    if damage == "torn":
+        sample.write_bytes(sample.read_bytes()[:-7])
+    elif damage == "garbage":
+        sample.write_bytes(b"\x00" * 64)
+    else:
+        next(tmp_path.glob("*_key.json")).write_text('{"key": ')
+    capsys.readouterr()
+    ds = GPTDataset("train", prefix, np.arange(4), MMapIndexedDataset(prefix), 5, 8, seed=0)
+    assert "rebuilding" in capsys.readouterr().out
+    assert [ds[i]["text"].tolist() for i in range(len(ds))] == expected
+    assert not list(tmp_path.glob("*.tmp*"))
+
+
+def test_token_ids_beyond_the_vocabulary_name_the_file(tmp_path):
+    prefix = make_dataset(tmp_path, [50] * 4)  # ids up to 60000
+    ds = GPTDataset("train", prefix, np.arange(4), MMapIndexedDataset(prefix), 5, 8, seed=0, vocab_size=1000)
+    with pytest.raises(DataError, match=r"ds\.bin: train sample 0 holds token id \d+, outside the vocabulary of 1000 "
+                                        r"ids.*rebuild it with tools/preprocess_data\.py and this model's tokenizer"):
+        ds[0]
+    ok = build_eval_windows(prefix, "1,1,0", "valid", 8, seed=0, cache_dir=str(tmp_path), vocab_size=60000)
+    assert ok[0]["text"].max() < 60000
