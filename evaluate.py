@@ -14,7 +14,6 @@ eval.md and positionwise.csv into --out (default: <checkpoint>/../eval).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -76,8 +75,9 @@ def train_speed(cfg) -> dict | None:
     path = os.path.join(cfg.logging.run_dir, "metrics.jsonl")
     if not os.path.isfile(path):
         return None
-    with open(path) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
+    from megatron.training.metrics_file import read_metrics
+
+    rows = read_metrics(path)  # skips a killed writer's partial last line
     steps = [r["elapsed_time_per_iteration_ms"] for r in rows if r.get("kind") == "train"]
     ms = sorted(steps[1:] or steps)  # the first step pays for warm-up
     return {"sec_per_step": ms[len(ms) // 2] / 1000.0, "steps": len(steps)} if ms else None
