@@ -28,6 +28,18 @@ from megatron.data.indexed import MMapIndexedDataset, bin_path
 from megatron.errors import DataError
 
 SPLIT_NAMES = ("train", "valid", "test")
+
+
+class SampleError(DataError):
+    """A bad sample, raised in __getitem__, which may run in a DataLoader worker process. torch
+    re-raises a worker's exception in the trainer as type(e)("Caught ... Original Traceback ...:
+    <message>"); this class keeps only the message, so the user still reads one line."""
+
+    def __init__(self, message: str):
+        marker = f"{type(self).__name__}: "
+        if message.startswith("Caught ") and "Original Traceback" in message and marker in message:
+            message = message.rsplit(marker, 1)[1].strip()
+        super().__init__(message)
 # Where index maps go when the data directory is read-only (relative to the current run's cwd).
 FALLBACK_CACHE_DIR = os.path.join("cache", "index_maps")
 
@@ -259,7 +271,7 @@ class GPTDataset(torch.utils.data.Dataset):
         lo, hi = int(sample.min()), int(sample.max())
         if lo < 0 or hi >= self.vocab_size:
             bad = hi if hi >= self.vocab_size else lo
-            raise DataError(f"{bin_path(self.data_prefix)}: {self.name} sample {i} holds token id {bad}, outside the "
+            raise SampleError(f"{bin_path(self.data_prefix)}: {self.name} sample {i} holds token id {bad}, outside the "
                             f"vocabulary of {self.vocab_size} ids: the data was tokenized with another tokenizer; "
                             "rebuild it with tools/preprocess_data.py and this model's tokenizer (vocab-file), or "
                             "set vocab-file/tokenizer-type to the ones it was built with")

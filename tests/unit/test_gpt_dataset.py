@@ -3,6 +3,7 @@ import os
 
 import numpy as np
 import pytest
+import torch
 
 from megatron.data.gpt_dataset import (
     GPTDataset,
@@ -209,3 +210,7 @@ def test_token_ids_beyond_the_vocabulary_name_the_file(tmp_path):
         ds[0]
     ok = build_eval_windows(prefix, "1,1,0", "valid", 8, seed=0, cache_dir=str(tmp_path), vocab_size=60000)
     assert ok[0]["text"].max() < 60000
+    loader = torch.utils.data.DataLoader(ds, num_workers=1)  # as in training: the error crosses a process
+    with pytest.raises(DataError) as info:
+        next(iter(loader))
+    assert str(info.value).startswith(f"{prefix}.bin: train sample 0 holds") and "Traceback" not in str(info.value)
