@@ -214,3 +214,17 @@ def test_token_ids_beyond_the_vocabulary_name_the_file(tmp_path):
     with pytest.raises(DataError) as info:
         next(iter(loader))
     assert str(info.value).startswith(f"{prefix}.bin: train sample 0 holds") and "Traceback" not in str(info.value)
+
+
+def test_training_datasets_check_the_vocabulary(tmp_path, token_dataset):
+    from megatron.config import load_config
+    from megatron.training.data_setup import build_datasets
+    from tests.conftest import train_config_dict, write_yaml
+
+    cfg = load_config([write_yaml(tmp_path / "c.yml", train_config_dict(tmp_path, token_dataset))])
+    train, valid, _ = build_datasets(cfg, 4, vocab_size=120)  # the corpus' ids are 0..119
+    assert train[0]["text"].max() < 120 and valid[0]["text"].max() < 120
+    train, valid, _ = build_datasets(cfg, 4, vocab_size=2)
+    for ds in (train, valid):
+        with pytest.raises(DataError, match=rf"tiny_text_document\.bin: {ds.name} sample 0 holds token id .* of 2 ids"):
+            ds[0]
