@@ -124,11 +124,16 @@ def maps_key(indexed_dataset, documents: np.ndarray) -> str:
     those counts (and the document ids), read from the .idx: unlike size+mtime it survives a copy
     of the data (no needless rebuild) and catches a rewrite that keeps the size, the same document
     and token totals, or an old mtime (tar, rsync -t), and a .bin rewritten with the same sizes
-    rightly keeps its maps. Cost: one pass over 4 bytes per document (~1 s per 200M documents)."""
-    documents = np.asarray(documents)
+    rightly keeps its maps. Cost: one pass over 4 bytes per document (~10 ms per million)."""
+    documents, sizes = np.asarray(documents), np.asarray(indexed_dataset.sizes)
     h = hashlib.blake2b(digest_size=16)
-    h.update(np.ascontiguousarray(documents, dtype=np.int64).tobytes())
-    h.update(np.ascontiguousarray(np.asarray(indexed_dataset.sizes)[documents], dtype=np.int32).tobytes())
+    first = int(documents[0]) if documents.size else 0
+    if documents.size and int(documents[-1]) - first + 1 == documents.size and (np.diff(documents) == 1).all():
+        h.update(f"range {first} {documents.size}".encode())  # a split is a range: hash the sizes in place
+        h.update(np.ascontiguousarray(sizes[first:first + documents.size], dtype=np.int32).data)
+    else:
+        h.update(np.ascontiguousarray(documents, dtype=np.int64).data)
+        h.update(np.ascontiguousarray(sizes[documents], dtype=np.int32).data)
     return h.hexdigest()
 
 

@@ -170,7 +170,7 @@ def test_sizes_pointers_doc_idx_checked_against_bin(tmp_path):
         (HEADER + 12 + 16, struct.pack("<q", 11), r"item 2 starts at byte 11 but the sizes before it put it at 10"),
         (HEADER + 36, struct.pack("<q", 1), r"the document index starts at 1, not 0"),
         (HEADER + 36 + 16, struct.pack("<q", 0), r"the document index decreases at entry 2"),
-        (HEADER + 36 + 24, struct.pack("<q", 4), r"the document index points outside the 3 items"),
+        (HEADER + 36 + 24, struct.pack("<q", 4), r"the document index points past the 3 items \(its last entry is 4\)"),
     ]
     for offset, data, match in cases:
         (tmp_path / "ds.idx").write_bytes(good)
