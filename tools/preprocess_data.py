@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from anywhere
@@ -43,8 +44,13 @@ def get_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def _exit_on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)  # unwinds like Ctrl-C, so the dataset's temporaries are removed
+
+
 def main(argv=None) -> int:
     args = get_args(argv)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     if args.dataset_impl != "mmap":
         raise DataError(f"--dataset-impl {args.dataset_impl} is not supported (legacy format); use --dataset-impl mmap")
     try:

@@ -1,8 +1,10 @@
 """preprocess(): documents from jsonl / jsonl.zst -> one item per document, eod appended on request."""
 import json
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -135,3 +137,19 @@ def test_tokenizer_failure_in_a_worker_names_the_document(tmp_path, workers):
     with pytest.raises(DataError, match=r"in\.jsonl:3: the tokenizer failed on this document \(Unpicklable: "):
         preprocess([src], FailingTokenizer(), str(tmp_path / "o"), workers=workers)
     assert list(tmp_path.glob("o_*")) == []
+
+
+def test_killed_run_leaves_no_temporaries(tmp_path):
+    """SIGTERM (a job's time limit) and Ctrl-C end the run without a .bin.tmp left behind."""
+    src = write_jsonl(tmp_path / "big.jsonl", [f"document number {i} " * 20 for i in range(50_000)])
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        cmd = [sys.executable, str(ROOT / "tools" / "preprocess_data.py"), "--input", src, "--tokenizer-type",
+               "CharLevelTokenizer", "--output-prefix", str(tmp_path / "out"), "--log-interval", "0"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 60
+        while not list(tmp_path.glob("out_*.tmp*")) and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.02)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 128 + sig and "Traceback" not in err, err
+        assert list(tmp_path.glob("out_*")) == []
