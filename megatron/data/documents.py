@@ -9,6 +9,7 @@ knows (.txt, .zip, .tar.gz, .json.zst, ...) are still read by it, with its error
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -19,6 +20,8 @@ from megatron.errors import DataError
 TEXT_KEY = "text"  # NeoX always reads the text from "text"; --jsonl-keys only names the output
 _READ_BYTES = 1 << 20
 FORMATS = ".jsonl, .jsonl.zst, .json.zst, .txt, .gz, .zip, .tar.gz (as lm_dataformat reads them)"
+_EXTENSIONS = ("openwebtext.tar.xz", "_data.xz", ".dat.zst", ".jsonl", ".jsonl.zst", ".jsonl.zst.tar", ".json.zst",
+               ".txt", ".zip", ".tar.gz", ".json.gz", ".gz")  # lm_dataformat.VALID_EXTENSIONS
 
 
 class Document(NamedTuple):
@@ -135,12 +138,14 @@ def _read_other(path: str) -> Iterator[Document]:
 
 
 def list_files(inputs: list[str]) -> list[str]:
-    """Files of each input (a directory contributes its readable files, sorted), as lm_dataformat."""
-    import lm_dataformat
-
+    """Files of each input: a file as given, a directory's readable files sorted by name (what
+    lm_dataformat.listdir_or_file does, without importing it for the formats read here)."""
     files = []
     for path in inputs:
-        found = lm_dataformat.listdir_or_file(path)
+        if os.path.isdir(path):
+            found = [os.path.join(path, n) for n in sorted(os.listdir(path)) if n.endswith(_EXTENSIONS)]
+        else:
+            found = [path] if os.path.isfile(path) and path.endswith(_EXTENSIONS) else []
         if not found:
             raise DataError(f"input {path!r} has no readable files; supported: {FORMATS}")
         files += found

@@ -147,9 +147,10 @@ def test_killed_run_leaves_no_temporaries(tmp_path):
                "CharLevelTokenizer", "--output-prefix", str(tmp_path / "out"), "--log-interval", "0"]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 60
-        while not list(tmp_path.glob("out_*.tmp*")) and proc.poll() is None and time.time() < deadline:
-            time.sleep(0.02)
+        while not any(p.stat().st_size for p in tmp_path.glob("out_*.tmp*")) and proc.poll() is None \
+                and time.time() < deadline:  # wait until tokens are being written
+            time.sleep(0.01)
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 128 + sig and "Traceback" not in err, err
-        assert list(tmp_path.glob("out_*")) == []
+        assert list(tmp_path.glob("out_*")) == [], (sig, err)
