@@ -68,23 +68,34 @@ def _plain_bytes(path: str) -> Iterator[bytes]:
             yield chunk
 
 
-def _lines(chunks: Iterator[bytes]) -> Iterator[bytes]:
-    """Lines without their newline. The last, unterminated, line comes only after the source is
-    exhausted, so a truncation error is raised before a half line could be parsed."""
+def _line_blocks(chunks: Iterator[bytes]) -> Iterator[list]:
+    """Lists of lines (without newlines), as str when the block is valid UTF-8 (json then skips
+    its encoding detection) and as bytes otherwise (parse_line names the bad line). The last,
+    unterminated, line comes only after the source is exhausted, so a truncation error is raised
+    before a half line could be parsed."""
     tail = b""
     for chunk in chunks:
-        lines = (tail + chunk).split(b"\n")
-        tail = lines.pop()
-        yield from lines
+        block = tail + chunk
+        end = block.rfind(b"\n") + 1
+        block, tail = block[:end], block[end:]
+        if block:
+            yield _split(block[:-1])
     if tail:
-        yield tail
+        yield _split(tail)
 
 
-def parse_line(line: bytes, where: str) -> tuple[str, dict] | None:
+def _split(block: bytes) -> list:
+    try:
+        return block.decode("utf-8").split("\n")
+    except UnicodeDecodeError:
+        return block.split(b"\n")
+
+
+def parse_line(line: str | bytes, where: str) -> tuple[str, dict] | None:
     """(text, meta) of one JSON line (None for a blank line); DataError naming `where`."""
     if not line.strip():
         return None
-    if b"\x00" in line:
+    if ("\x00" if isinstance(line, str) else b"\x00") in line:
         raise DataError(f"{where}: the line contains a NUL byte (binary data, or a corrupt or truncated file); "
                         "remove that line or regenerate the file")
     try:
@@ -114,11 +125,13 @@ def parse_line(line: bytes, where: str) -> tuple[str, dict] | None:
 
 def _read_jsonl(path: str) -> Iterator[Document]:
     chunks = _zstd_bytes(path) if path.endswith(".zst") else _plain_bytes(path)
-    for lineno, line in enumerate(_lines(chunks), start=1):
-        where = f"{path}:{lineno}"
-        parsed = parse_line(line, where)
-        if parsed and parsed[0]:
-            yield Document(parsed[0], path, lineno, parsed[1])
+    lineno = 0
+    for lines in _line_blocks(chunks):
+        for line in lines:
+            lineno += 1
+            parsed = parse_line(line, f"{path}:{lineno}")
+            if parsed and parsed[0]:
+                yield Document(parsed[0], path, lineno, parsed[1])
 
 
 def _read_other(path: str) -> Iterator[Document]:
