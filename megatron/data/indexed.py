@@ -158,7 +158,9 @@ class MMapIndexedDatasetBuilder:
             # index over the new .bin), move the new .bin in, and publish the .idx LAST: a
             # dataset is complete exactly when its .idx exists. A crash between the steps leaves
             # a .bin without .idx, which the reader reports as missing (only with overwrite=True,
-            # i.e. when the old dataset was meant to go).
+            # i.e. when the old dataset was meant to go). A reader that opened the old .idx an
+            # instant before and the new .bin an instant after holds a mixed pair: its open-time
+            # validation (sizes and pointers against the .bin size) refuses it.
             remove_quietly(idx_path)
             os.replace(self._tmp_bin_path, self._bin_path)
             os.replace(tmp_idx, idx_path)
