@@ -12,6 +12,9 @@ samples share one boundary token, so as (input = x[:-1], target = x[1:]) pairs e
 the stream after the first is predicted exactly once per epoch.
 
 NeoX builds sample_idx with a C++ loop; we get the identical array from cumsum + searchsorted.
+
+The cache keeps NeoX's file names and adds `<stem>_key.json`, a hash of the documents' sizes the
+maps were built from (maps_key): maps for other data, or torn/corrupt files, are rebuilt.
 """
 from __future__ import annotations
 
@@ -180,6 +183,7 @@ class GPTDataset(torch.utils.data.Dataset):
     max_samples truncates the dataset to its first max_samples samples in served order.
     Index maps are cached in cache_dir (default: next to the data; if that directory is not
     writable, FALLBACK_CACHE_DIR under the current working directory) and memory-mapped.
+    vocab_size: samples holding token ids outside [0, vocab_size) raise a DataError (None: unchecked).
     """
 
     def __init__(self, name, data_prefix, documents: np.ndarray, indexed_dataset, num_samples, seq_length, seed,
