@@ -75,9 +75,14 @@ def train_speed(cfg) -> dict | None:
     path = os.path.join(cfg.logging.run_dir, "metrics.jsonl")
     if not os.path.isfile(path):
         return None
+    from megatron.errors import DataError
     from megatron.training.metrics_file import read_metrics
 
-    rows = read_metrics(path)  # skips a killed writer's partial last line
+    try:
+        rows = read_metrics(path)  # skips a killed writer's partial last line
+    except DataError as e:  # optional information: a damaged file must not cost the evaluation
+        print(f"evaluate.py: warning: no train_speed: {e}", file=sys.stderr)
+        return None
     steps = [r["elapsed_time_per_iteration_ms"] for r in rows if r.get("kind") == "train"]
     ms = sorted(steps[1:] or steps)  # the first step pays for warm-up
     return {"sec_per_step": ms[len(ms) // 2] / 1000.0, "steps": len(steps)} if ms else None

@@ -28,7 +28,7 @@ def test_partial_last_line_is_skipped_everywhere(tmp_path):
     assert evaluate.train_speed(cfg) == {"sec_per_step": 0.3, "steps": 4}
 
 
-def test_corrupt_middle_line_names_file_and_line(tmp_path):
+def test_corrupt_middle_line_names_file_and_line(tmp_path, capsys):
     path = tmp_path / "metrics.jsonl"
     path.write_text(json.dumps(ROWS[0]) + "\n" + '{"kind": "tr\n' + json.dumps(ROWS[1]) + "\n")
     with pytest.raises(DataError, match=r"metrics\.jsonl:2: not a JSON row .*delete that line"):
@@ -36,6 +36,10 @@ def test_corrupt_middle_line_names_file_and_line(tmp_path):
     path.write_text(json.dumps(ROWS[0]) + "\n[1, 2]\n")
     with pytest.raises(DataError, match=r"metrics\.jsonl:2: a JSON list, not a metrics row"):
         read_metrics(path)
+    import evaluate  # the evaluation is not lost over it: train_speed is left out, with a warning
+
+    assert evaluate.train_speed(types.SimpleNamespace(logging=types.SimpleNamespace(run_dir=str(tmp_path)))) is None
+    assert "warning: no train_speed: " in capsys.readouterr().err
 
 
 def test_resumed_writer_cuts_the_half_row_first(tiny_config, tmp_path):
