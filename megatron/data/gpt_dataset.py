@@ -228,8 +228,8 @@ class GPTDataset(torch.utils.data.Dataset):
             if maps is not None:
                 return maps
         if os.path.exists(paths["doc"]):
-            print(f" > cached {self.name} index maps {paths['doc']} (and _sample/_shuffle) were built for other data "
-                  f"or are damaged; rebuilding them for {data_prefix}", flush=True)
+            print(f" > cached {self.name} index maps {paths['doc']} (and _sample/_shuffle) were built for other data, "
+                  f"have no _key.json (made by another tool) or are damaged; rebuilding them for {data_prefix}", flush=True)
         t0 = time.time()
         np_rng = np.random.RandomState(seed=seed)  # consumed in NeoX's order: doc, then shuffle
         doc_idx = build_doc_idx(documents, num_epochs, np_rng, shuffle)
