@@ -10,6 +10,7 @@ import itertools
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
 
@@ -21,7 +22,7 @@ from megatron.data.indexed import (
     dataset_exists,
     idx_path,
 )
-from megatron.errors import DataError
+from megatron.errors import DataError, UserError
 
 _BATCH = 256  # documents per tokenize_batch call in the single-process path
 _POOL_BATCH = 64  # documents per task sent to a worker process (NeoX's imap used chunks of 25)
@@ -111,6 +112,9 @@ def _encoded_docs(docs, tokenizer, append_eod, workers, use_ftfy):
         while pending:
             batch, future = pending.popleft()
             yield from zip(batch, future.result())
+    except BrokenProcessPool as e:
+        raise UserError(f"a tokenizer worker process died while encoding the documents from {batch[0].where} on "
+                        f"({e}); killed for memory? use fewer --workers") from e
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 

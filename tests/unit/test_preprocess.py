@@ -13,7 +13,7 @@ import zstandard
 
 from megatron.data.indexed import MMapIndexedDataset
 from megatron.data.preprocess import preprocess
-from megatron.errors import DataError
+from megatron.errors import DataError, UserError
 from megatron.tokenizer import build_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -157,3 +157,17 @@ def test_killed_run_leaves_no_temporaries(tmp_path):
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 128 + sig and "Traceback" not in err, err
         assert list(tmp_path.glob("out_*")) == [], (sig, err)
+
+
+class DyingTokenizer(FailingTokenizer):
+    def tokenize_batch(self, texts):
+        if any("DIE" in t for t in texts):
+            os._exit(1)  # a worker killed (e.g. for memory): the pool used to wait forever
+        return super().tokenize_batch(texts)
+
+
+def test_dead_worker_is_an_error_not_a_hang(tmp_path):
+    src = write_jsonl(tmp_path / "in.jsonl", ["fine", "DIE here"])
+    with pytest.raises(UserError, match=r"a tokenizer worker process died .*in\.jsonl:1 on.*fewer --workers"):
+        preprocess([src], DyingTokenizer(), str(tmp_path / "o"), workers=2)
+    assert list(tmp_path.glob("o_*")) == []
