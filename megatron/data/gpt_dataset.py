@@ -140,13 +140,15 @@ def maps_key(indexed_dataset, documents: np.ndarray) -> str:
     return h.hexdigest()
 
 
-def _load_maps(paths: dict, key: str, rows: dict) -> dict | None:
-    """The three cached maps if they were built for `key` and have the expected shapes, else None
-    (missing, built for other data, or torn/corrupt: the caller rebuilds)."""
+def _load_maps(paths: dict, key: str | None, rows: dict) -> dict | None:
+    """The three cached maps, memory-mapped, if they were built for `key` (None: do not check)
+    and have the expected shapes, else None (missing, built for other data, or torn/corrupt: the
+    caller rebuilds)."""
     try:
-        with open(paths["key"]) as f:
-            if json.load(f).get("key") != key:
-                return None
+        if key is not None:
+            with open(paths["key"]) as f:
+                if json.load(f).get("key") != key:
+                    return None
         maps = {kind: np.load(paths[kind], mmap_mode="r", allow_pickle=False) for kind in rows}
     except (OSError, ValueError, EOFError, AttributeError):  # missing, not JSON / not .npy, truncated
         return None
@@ -244,11 +246,9 @@ class GPTDataset(torch.utils.data.Dataset):
             json.dump({"key": key, "data": os.path.abspath(data_prefix)}, f)
         print(f" > built {self.name} index maps: {num_epochs} epoch(s), {shuffle_idx.size} samples "
               f"in {time.time() - t0:.2f}s -> {os.path.dirname(paths['doc'])}", flush=True)
-        maps = _load_maps(paths, key, rows)
-        if maps is None:  # another process replaced them in between with maps for other data
-            raise DataError(f"the index maps {paths['doc']} (and _sample/_shuffle) changed while being written: "
-                            f"is another run using {data_prefix} with different data? run one at a time")
-        return maps
+        # Memory-mapped like cached maps. Not checked against the key: another rank may be writing
+        # the same (identical) maps and has removed the key for the moment.
+        return _load_maps(paths, None, rows) or {"doc": doc_idx, "sample": sample_idx, "shuffle": shuffle_idx}
 
     def __len__(self) -> int:
         return self._len

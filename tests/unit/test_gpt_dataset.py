@@ -228,3 +228,30 @@ def test_training_datasets_check_the_vocabulary(tmp_path, token_dataset):
     for ds in (train, valid):
         with pytest.raises(DataError, match=rf"tiny_text_document\.bin: {ds.name} sample 0 holds token id .* of 2 ids"):
             ds[0]
+
+
+def _build_in_child(prefix, queue):
+    try:
+        ds = GPTDataset("train", prefix, np.arange(40), MMapIndexedDataset(prefix), 500, 8, seed=0)
+        queue.put(np.asarray(ds.shuffle_idx).tolist()[:50])
+    except Exception as e:  # noqa: BLE001 - reported to the parent
+        queue.put(repr(e))
+
+
+def test_ranks_building_the_same_maps_at_once_agree(tmp_path):
+    """Every rank builds the maps when none are cached; their atomic writes race harmlessly."""
+    import multiprocessing as mp
+
+    prefix = make_dataset(tmp_path, [37] * 40)
+    ctx = mp.get_context("fork")
+    for _ in range(3):
+        for f in tmp_path.glob("*_indexmap_*"):
+            f.unlink()
+        queue = ctx.Queue()
+        procs = [ctx.Process(target=_build_in_child, args=(prefix, queue)) for _ in range(4)]
+        for p in procs:
+            p.start()
+        results = [queue.get(timeout=60) for _ in procs]
+        for p in procs:
+            p.join(timeout=60)
+        assert all(r == results[0] for r in results) and isinstance(results[0], list), results
