@@ -49,8 +49,8 @@ def _zstd_bytes(path: str) -> Iterator[bytes]:
                 try:
                     out = dobj.decompress(chunk)
                 except zstandard.ZstdError as e:
-                    raise DataError(f"{path} is not a valid zstd file ({e}); check that it is the .zst you meant "
-                                    "(re-download or recompress it), or drop the .zst suffix if it is plain jsonl") from e
+                    raise DataError(f"{path} cannot be decompressed ({e}): not zstd, or corrupt; re-download or "
+                                    "recompress it, or drop the .zst suffix if it is plain jsonl") from e
                 if out:
                     yield out
                 if dobj.eof:  # the frame ended: anything after it is the next frame

@@ -68,13 +68,16 @@ def test_cli(tmp_path):
 # ------------------------------------------------------------------- bad inputs: one clear error, nothing lost
 
 TRUNCATED = zstandard.ZstdCompressor().compress(b"".join(b'{"text": "doc %d"}\n' % i for i in range(500)))[:-20]
+FLIPPED = bytearray(zstandard.ZstdCompressor(write_checksum=True).compress(b'{"text": "some words"}\n' * 300))
+FLIPPED[len(FLIPPED) // 2] ^= 0xFF  # one bit-rotten byte: the frame checksum catches it
 BAD_INPUTS = {  # file name -> (content, the error it must give)
     "broken.jsonl": (b'{"text": "ok"}\n{"text": "no end\n', r"broken\.jsonl:2: invalid JSON"),
     "nul.jsonl": (b'{"text": "ok"}\n\x00\x00\x00\n', r"nul\.jsonl:2: the line contains a NUL byte"),
     "null.jsonl": (b'{"text": "ok"}\n{"text": null}\n', r'null\.jsonl:2: "text" is null, not a string'),
     "nokey.jsonl": (b'{"body": "x", "meta": {}}\n', r'nokey\.jsonl:1: no "text" key \(keys: body, meta\)'),
     "utf.jsonl": (b'{"text": "\xff"}\n', r"utf\.jsonl:1: not UTF-8"),
-    "garbage.jsonl.zst": (b"this is not zstd at all", r"garbage\.jsonl\.zst is not a valid zstd file"),
+    "garbage.jsonl.zst": (b"this is not zstd at all", r"garbage\.jsonl\.zst cannot be decompressed .*not zstd"),
+    "flipped.jsonl.zst": (FLIPPED, r"flipped\.jsonl\.zst cannot be decompressed \(.*checksum\): not zstd, or corrupt"),
     "cut.jsonl.zst": (TRUNCATED, r"cut\.jsonl\.zst is truncated: its zstd stream ends in the middle of a frame"),
     "empty.jsonl": (b"\n\n", r"no documents in .*empty\.jsonl.*existing .*out_text_document\.bin/\.idx are unchanged"),
 }

@@ -34,7 +34,7 @@ def write_jsonl_zst(docs, path: str, level: int = 3) -> int:
     """Write {"text", "meta"} lines, zstd-compressed (lm_dataformat.Reader reads this), atomically."""
     n = 0
     with atomic_output(path) as tmp, open(tmp, "wb") as raw, \
-            zstandard.ZstdCompressor(level=level).stream_writer(raw, closefd=False) as zf:
+            zstandard.ZstdCompressor(level=level, write_checksum=True).stream_writer(raw, closefd=False) as zf:
         for text, meta in docs:
             zf.write((json.dumps({"text": text, "meta": meta}, ensure_ascii=False) + "\n").encode("utf-8"))
             n += 1
