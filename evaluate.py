@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 
+from megatron.data.atomic import atomic_output
 from megatron.errors import OutOfMemory, UserError, is_out_of_memory, out_of_memory, run_cli
 
 PARTIAL = "eval.partial.json"  # not eval.json: globs and run_matrix's "done" check must not take it
@@ -83,8 +84,14 @@ def train_speed(cfg) -> dict | None:
     path = os.path.join(cfg.logging.run_dir, "metrics.jsonl")
     if not os.path.isfile(path):
         return None
-    with open(path) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
+    from megatron.errors import DataError
+    from megatron.training.metrics_file import read_metrics
+
+    try:
+        rows = read_metrics(path)  # skips a killed writer's partial last line
+    except DataError as e:  # optional information: a damaged file must not cost the evaluation
+        print(f"evaluate.py: warning: no train_speed: {e}", file=sys.stderr)
+        return None
     steps = [r["elapsed_time_per_iteration_ms"] for r in rows if r.get("kind") == "train"]
     ms = sorted(steps[1:] or steps)  # the first step pays for warm-up
     return {"sec_per_step": ms[len(ms) // 2] / 1000.0, "steps": len(steps)} if ms else None
@@ -199,9 +206,8 @@ def evaluate_checkpoint(args, ckpt: str) -> None:
         os.makedirs(out_dir, exist_ok=True)
         rec = build_record(dict(meta, lengths=[r.length for r in done], incomplete=True,
                                 seconds=round(time.perf_counter() - start, 2)), done)
-        with open(partial + ".tmp", "w") as f:
+        with atomic_output(partial, fsync=False) as tmp, open(tmp, "w") as f:
             json.dump(rec, f, indent=1)
-        os.replace(partial + ".tmp", partial)
 
     results = run_lengths(args, model, cfg, lengths, prefix, split, partial, save_partial)
     rec = build_record(dict(meta, seconds=round(time.perf_counter() - start, 2)), results)

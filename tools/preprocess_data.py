@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from anywhere
 
 from megatron.data.preprocess import preprocess
-from megatron.errors import UserError, run_cli
+from megatron.errors import DataError, UserError, run_cli
 from megatron.tokenizer import TOKENIZER_TYPES, build_tokenizer
 
 
@@ -35,21 +36,31 @@ def get_args(argv=None) -> argparse.Namespace:
     g = p.add_argument_group("output data")
     g.add_argument("--output-prefix", required=True)
     g.add_argument("--dataset-impl", default="mmap", choices=["lazy", "cached", "mmap"])
+    g.add_argument("--overwrite", action="store_true",
+                   help="replace a dataset that already exists at the output prefix (refused otherwise)")
     g = p.add_argument_group("runtime")
     g.add_argument("--workers", type=int, default=1)
     g.add_argument("--log-interval", type=int, default=100)
     return p.parse_args(argv)
 
 
+def _exit_on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)  # unwinds like Ctrl-C, so the dataset's temporaries are removed
+
+
 def main(argv=None) -> int:
     args = get_args(argv)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     if args.dataset_impl != "mmap":
-        raise UserError(f"--dataset-impl {args.dataset_impl} is not supported (legacy format); use --dataset-impl mmap")
-    tokenizer = build_tokenizer(args.tokenizer_type, args.vocab_file, args.merge_file)
+        raise DataError(f"--dataset-impl {args.dataset_impl} is not supported (legacy format); use --dataset-impl mmap")
+    try:
+        tokenizer = build_tokenizer(args.tokenizer_type, args.vocab_file, args.merge_file)
+    except ValueError as e:  # the tokenizers' own messages already name the file and the fix
+        raise e if isinstance(e, UserError) else UserError(str(e)) from e
     for key in args.jsonl_keys:
         stats = preprocess(args.input, tokenizer, args.output_prefix, key=key, append_eod=args.append_eod,
                            num_docs=args.num_docs, workers=args.workers, log_interval=args.log_interval,
-                           ftfy=args.ftfy)
+                           ftfy=args.ftfy, overwrite=args.overwrite)
         print(f"wrote {stats['prefix']}.{{bin,idx}}: {stats['documents']} documents, {stats['tokens']} tokens "
               f"({stats['dtype']}) in {stats['seconds']:.1f}s = {stats['docs_per_s']:.1f} docs/s")
     return 0

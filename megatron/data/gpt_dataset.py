@@ -12,18 +12,37 @@ samples share one boundary token, so as (input = x[:-1], target = x[1:]) pairs e
 the stream after the first is predicted exactly once per epoch.
 
 NeoX builds sample_idx with a C++ loop; we get the identical array from cumsum + searchsorted.
+
+The cache keeps NeoX's file names and adds `<stem>_key.json`, a hash of the documents' sizes the
+maps were built from (maps_key): maps for other data, or torn/corrupt files, are rebuilt.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import time
 
 import numpy as np
 import torch
 
-from megatron.data.indexed import MMapIndexedDataset
+from megatron.data.atomic import atomic_output, remove_quietly
+from megatron.data.indexed import MMapIndexedDataset, bin_path
+from megatron.errors import DataError
 
 SPLIT_NAMES = ("train", "valid", "test")
+
+
+class SampleError(DataError):
+    """A bad sample, raised in __getitem__, which may run in a DataLoader worker process. torch
+    re-raises a worker's exception in the trainer as type(e)("Caught ... Original Traceback ...:
+    <message>"); this class keeps only the message, so the user still reads one line."""
+
+    def __init__(self, message: str):
+        marker = f"{type(self).__name__}: "
+        if message.startswith("Caught ") and "Original Traceback" in message and marker in message:
+            message = message.rsplit(marker, 1)[1].strip()
+        super().__init__(message)
 # Where index maps go when the data directory is read-only (relative to the current run's cwd).
 FALLBACK_CACHE_DIR = os.path.join("cache", "index_maps")
 
@@ -96,10 +115,45 @@ def build_shuffle_idx(size: int, np_rng: np.random.RandomState, shuffle: bool = 
 
 
 def _save_npy_atomic(path: str, arr: np.ndarray) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:  # a file object stops np.save from appending ".npy" to the name
+    with atomic_output(path) as tmp, open(tmp, "wb") as f:  # a file object stops np.save from appending ".npy"
         np.save(f, arr, allow_pickle=False)
-    os.replace(tmp, path)
+
+
+def maps_key(indexed_dataset, documents: np.ndarray) -> str:
+    """Identity of the data the index maps are computed from, for the cache.
+
+    The maps are a function of the numbers in their file name (samples, seq_length, seed) and of
+    the token counts of the split's documents, nothing else. So the key is a hash of exactly
+    those counts (and the document ids), read from the .idx: unlike size+mtime it survives a copy
+    of the data (no needless rebuild) and catches a rewrite that keeps the size, the same document
+    and token totals, or an old mtime (tar, rsync -t), and a .bin rewritten with the same sizes
+    rightly keeps its maps. Cost: one pass over 4 bytes per document (~10 ms per million)."""
+    documents, sizes = np.asarray(documents), np.asarray(indexed_dataset.sizes)
+    h = hashlib.blake2b(digest_size=16)
+    first = int(documents[0]) if documents.size else 0
+    if documents.size and int(documents[-1]) - first + 1 == documents.size and (np.diff(documents) == 1).all():
+        h.update(f"range {first} {documents.size}".encode())  # a split is a range: hash the sizes in place
+        h.update(np.ascontiguousarray(sizes[first:first + documents.size], dtype=np.int32).data)
+    else:
+        h.update(np.ascontiguousarray(documents, dtype=np.int64).data)
+        h.update(np.ascontiguousarray(sizes[documents], dtype=np.int32).data)
+    return h.hexdigest()
+
+
+def _load_maps(paths: dict, key: str | None, rows: dict) -> dict | None:
+    """The three cached maps, memory-mapped, if they were built for `key` (None: do not check)
+    and have the expected shapes, else None (missing, built for other data, or torn/corrupt: the
+    caller rebuilds)."""
+    try:
+        if key is not None:
+            with open(paths["key"]) as f:
+                if json.load(f).get("key") != key:
+                    return None
+        maps = {kind: np.load(paths[kind], mmap_mode="r", allow_pickle=False) for kind in rows}
+    except (OSError, ValueError, EOFError, AttributeError):  # missing, not JSON / not .npy, truncated
+        return None
+    ok = all(maps[k].shape[:1] == (rows[k],) and maps[k].dtype.kind in "iu" for k in rows)
+    return maps if ok and maps["sample"].ndim == 2 and maps["sample"].shape[1] == 2 else None
 
 
 def _writable_cache_dir(cache_dir: str | None, data_prefix: str) -> str:
@@ -119,7 +173,9 @@ def _index_map_paths(directory: str, data_prefix: str, name: str, num_samples: i
     stem = f"{os.path.basename(data_prefix)}_{name}_indexmap_{num_samples}ns_{seq_length}sl_{seed}s"
     if not shuffle:
         stem += "_noshuffle"  # must never collide with the shuffled maps
-    return {kind: os.path.join(directory, f"{stem}_{kind}_idx.npy") for kind in ("doc", "sample", "shuffle")}
+    paths = {kind: os.path.join(directory, f"{stem}_{kind}_idx.npy") for kind in ("doc", "sample", "shuffle")}
+    paths["key"] = os.path.join(directory, f"{stem}_key.json")  # ours: which data the maps belong to
+    return paths
 
 
 class GPTDataset(torch.utils.data.Dataset):
@@ -129,16 +185,18 @@ class GPTDataset(torch.utils.data.Dataset):
     max_samples truncates the dataset to its first max_samples samples in served order.
     Index maps are cached in cache_dir (default: next to the data; if that directory is not
     writable, FALLBACK_CACHE_DIR under the current working directory) and memory-mapped.
+    vocab_size: samples holding token ids outside [0, vocab_size) raise a DataError (None: unchecked).
     """
 
     def __init__(self, name, data_prefix, documents: np.ndarray, indexed_dataset, num_samples, seq_length, seed,
-                 cache_dir=None, shuffle=True, max_samples=None, stream_order=False):
+                 cache_dir=None, shuffle=True, max_samples=None, stream_order=False, vocab_size=None):
         self.name, self.indexed_dataset, self.seq_length = name, indexed_dataset, seq_length
+        self.data_prefix, self.vocab_size = data_prefix, vocab_size
         documents = np.asarray(documents)
         assert documents.size == 0 or (documents.min() >= 0 and documents.max() < len(indexed_dataset))
         tokens_per_epoch = int(np.sum(indexed_dataset.sizes[documents], dtype=np.int64))
         if tokens_per_epoch < seq_length + 1:
-            raise ValueError(
+            raise DataError(
                 f"the {name} split of {data_prefix} has {len(documents)} documents and {tokens_per_epoch} tokens, "
                 f"but one sample needs seq_length+1 = {seq_length + 1} tokens; use more data, a shorter "
                 f"sequence length, or a split that gives {name} a bigger share"
@@ -146,14 +204,11 @@ class GPTDataset(torch.utils.data.Dataset):
         if num_samples is None:  # one epoch: every full window once
             num_samples = (tokens_per_epoch - 1) // seq_length
         num_epochs = num_epochs_needed(tokens_per_epoch, seq_length, num_samples)
-        paths = self._find_or_build(data_prefix, documents, num_samples, num_epochs, tokens_per_epoch, seed, cache_dir, shuffle)
-        self.doc_idx = np.load(paths["doc"], mmap_mode="r")
-        self.sample_idx = np.load(paths["sample"], mmap_mode="r")
-        self.shuffle_idx = np.load(paths["shuffle"], mmap_mode="r")
-        expected_rows = (num_epochs * tokens_per_epoch - 1) // seq_length + 1
-        if len(self.doc_idx) != num_epochs * len(documents) or self.sample_idx.shape[0] != expected_rows:
-            raise ValueError(f"cached index maps {paths['doc']} (and _sample/_shuffle) do not match {data_prefix}, "
-                             "which must have changed since they were built; delete the three files to rebuild them")
+        rows = {"doc": num_epochs * len(documents), "sample": (num_epochs * tokens_per_epoch - 1) // seq_length + 1}
+        rows["shuffle"] = rows["sample"] - 1
+        maps = self._find_or_build(data_prefix, documents, num_samples, num_epochs, tokens_per_epoch, seed, cache_dir,
+                                   shuffle, rows)
+        self.doc_idx, self.sample_idx, self.shuffle_idx = maps["doc"], maps["sample"], maps["shuffle"]
         self.num_samples, self.num_epochs, self.tokens_per_epoch = num_samples, num_epochs, tokens_per_epoch
         self._len = self.sample_idx.shape[0] - 1
         # stream_order serves windows in document-stream order (ignoring shuffle_idx), so that a
@@ -162,25 +217,38 @@ class GPTDataset(torch.utils.data.Dataset):
         if max_samples is not None:
             self._len = min(self._len, int(max_samples))
 
-    def _find_or_build(self, data_prefix, documents, num_samples, num_epochs, tokens_per_epoch, seed, cache_dir, shuffle):
-        key = (data_prefix, self.name, num_samples, self.seq_length, seed, shuffle)
+    def _find_or_build(self, data_prefix, documents, num_samples, num_epochs, tokens_per_epoch, seed, cache_dir,
+                       shuffle, rows):
+        names = (data_prefix, self.name, num_samples, self.seq_length, seed, shuffle)
+        key = maps_key(self.indexed_dataset, documents)
+        paths = _index_map_paths(_writable_cache_dir(cache_dir, data_prefix), *names)
+        candidates = [paths]
         if cache_dir is None:  # maps already next to the data (maybe read-only) are reused as they are
-            paths = _index_map_paths(os.path.dirname(os.path.abspath(data_prefix)), *key)
-            if all(os.path.isfile(p) for p in paths.values()):
-                return paths
-        paths = _index_map_paths(_writable_cache_dir(cache_dir, data_prefix), *key)
-        if all(os.path.isfile(p) for p in paths.values()):
-            return paths
+            candidates.insert(0, _index_map_paths(os.path.dirname(os.path.abspath(data_prefix)), *names))
+        for found in candidates:
+            maps = _load_maps(found, key, rows)
+            if maps is not None:
+                return maps
+        if os.path.exists(paths["doc"]):
+            print(f" > cached {self.name} index maps {paths['doc']} (and _sample/_shuffle) were built for other data, "
+                  f"have no _key.json (made by another tool) or are damaged; rebuilding them for {data_prefix}", flush=True)
         t0 = time.time()
         np_rng = np.random.RandomState(seed=seed)  # consumed in NeoX's order: doc, then shuffle
         doc_idx = build_doc_idx(documents, num_epochs, np_rng, shuffle)
         sample_idx = build_sample_idx(self.indexed_dataset.sizes, doc_idx, self.seq_length, num_epochs, tokens_per_epoch)
         shuffle_idx = build_shuffle_idx(sample_idx.shape[0] - 1, np_rng, shuffle)
+        # The key goes first and last: removed before the maps change, so no reader pairs it with
+        # maps of other data, and written (atomically, like each map) once all three are in place.
+        remove_quietly(paths["key"])
         for kind, arr in (("doc", doc_idx), ("sample", sample_idx), ("shuffle", shuffle_idx)):
             _save_npy_atomic(paths[kind], arr)
+        with atomic_output(paths["key"]) as tmp, open(tmp, "w") as f:
+            json.dump({"key": key, "data": os.path.abspath(data_prefix)}, f)
         print(f" > built {self.name} index maps: {num_epochs} epoch(s), {shuffle_idx.size} samples "
               f"in {time.time() - t0:.2f}s -> {os.path.dirname(paths['doc'])}", flush=True)
-        return paths
+        # Memory-mapped like cached maps. Not checked against the key: another rank may be writing
+        # the same (identical) maps and has removed the key for the moment.
+        return _load_maps(paths, None, rows) or {"doc": doc_idx, "sample": sample_idx, "shuffle": shuffle_idx}
 
     def __len__(self) -> int:
         return self._len
@@ -200,7 +268,22 @@ class GPTDataset(torch.utils.data.Dataset):
             pieces.append(get(int(self.doc_idx[doc_l]), length=off_l + 1))
             sample = np.concatenate(pieces)
         assert sample.shape[0] == self.seq_length + 1, (sample.shape, self.seq_length)
+        if self.vocab_size is not None:
+            self._check_vocab(sample, i)
         return {"text": np.array(sample, dtype=np.int64)}
+
+    def _check_vocab(self, sample: np.ndarray, i: int) -> None:
+        """Token ids outside [0, vocab_size) mean the data was built with another tokenizer; the
+        embedding would fail with a bare IndexError (or, below the padded size, silently train on
+        rows no token maps to). Per sample, since the cost (a min/max over seq_length+1 ids,
+        ~2 us) is paid only for what is read, at any corpus size."""
+        lo, hi = int(sample.min()), int(sample.max())
+        if lo < 0 or hi >= self.vocab_size:
+            bad = hi if hi >= self.vocab_size else lo
+            raise SampleError(f"{bin_path(self.data_prefix)}: {self.name} sample {i} holds token id {bad}, outside the "
+                            f"vocabulary of {self.vocab_size} ids: the data was tokenized with another tokenizer; "
+                            "rebuild it with tools/preprocess_data.py and this model's tokenizer (vocab-file), or "
+                            "set vocab-file/tokenizer-type to the ones it was built with")
 
 
 def _split_documents(indexed: MMapIndexedDataset, split: str, split_name: str) -> np.ndarray:
@@ -209,7 +292,7 @@ def _split_documents(indexed: MMapIndexedDataset, split: str, split_name: str) -
 
 
 def build_train_valid_test_datasets(data_prefix, split, seq_length, seed, num_samples=(0, 0, 0),
-                                    seq_length_val=None, cache_dir=None):
+                                    seq_length_val=None, cache_dir=None, vocab_size=None):
     """(train, valid, test) GPTDatasets; None where num_samples is 0. num_samples entries may be
     None for one epoch. valid/test use seq_length_val when given (KERPLE trains short, evaluates long)."""
     if len(num_samples) != 3:
@@ -222,12 +305,13 @@ def build_train_valid_test_datasets(data_prefix, split, seq_length, seed, num_sa
             continue
         length = seq_length if name == "train" or seq_length_val is None else seq_length_val
         documents = _split_documents(indexed, split, name)
-        datasets.append(GPTDataset(name, data_prefix, documents, indexed, n, length, seed, cache_dir=cache_dir))
+        datasets.append(GPTDataset(name, data_prefix, documents, indexed, n, length, seed, cache_dir=cache_dir,
+                                   vocab_size=vocab_size))
     return tuple(datasets)
 
 
 def build_eval_windows(data_prefix, split, split_name, seq_length, seed, max_windows=None, cache_dir=None,
-                       stream_order=True) -> GPTDataset:
+                       stream_order=True, vocab_size=None) -> GPTDataset:
     """One epoch of the split's shuffled document stream cut into windows of seq_length+1 tokens
     (neighbours share one boundary token, so targets never overlap), truncated to the first
     max_windows. This is the KERPLE paper's evaluation at any length.
@@ -242,4 +326,4 @@ def build_eval_windows(data_prefix, split, split_name, seq_length, seed, max_win
     indexed = MMapIndexedDataset(data_prefix)
     documents = _split_documents(indexed, split, split_name)
     return GPTDataset(split_name, data_prefix, documents, indexed, None, seq_length, seed,
-                      cache_dir=cache_dir, max_samples=max_windows, stream_order=stream_order)
+                      cache_dir=cache_dir, max_samples=max_windows, stream_order=stream_order, vocab_size=vocab_size)

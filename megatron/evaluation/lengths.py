@@ -44,7 +44,8 @@ def evaluate_length(model, data_prefix: str, split: str, split_name: str, length
     limit = max_windows
     if max_tokens:
         limit = min(limit or 10**12, max(1, max_tokens // length))
-    ds = build_eval_windows(data_prefix, split, split_name, length, seed, max_windows=limit, cache_dir=cache_dir)
+    ds = build_eval_windows(data_prefix, split, split_name, length, seed, max_windows=limit, cache_dir=cache_dir,
+                            vocab_size=getattr(model, "vocab_size", None))  # a bad id: DataError, not IndexError
     start = time.perf_counter()
     pos_sum = torch.zeros(length, dtype=torch.float64)
     n = len(ds)

@@ -18,11 +18,11 @@ from megatron.data.gpt_dataset import build_eval_windows
 from megatron.evaluation.lengths import LengthResult
 
 
-def stream_tokens(data_prefix, split, split_name, seed, num_targets, cache_dir=None) -> np.ndarray:
+def stream_tokens(data_prefix, split, split_name, seed, num_targets, cache_dir=None, vocab_size=None) -> np.ndarray:
     """The first num_targets+1 tokens of the split's (seeded, shuffled) document stream."""
     chunk = min(num_targets, 4096)
     ds = build_eval_windows(data_prefix, split, split_name, chunk, seed,
-                            max_windows=-(-num_targets // chunk), cache_dir=cache_dir)
+                            max_windows=-(-num_targets // chunk), cache_dir=cache_dir, vocab_size=vocab_size)
     pieces = [ds[0]["text"]] + [ds[i]["text"][1:] for i in range(1, len(ds))]  # windows share one token
     tokens = np.concatenate(pieces)
     return tokens[: num_targets + 1]
@@ -44,7 +44,9 @@ def strided_windows(num_targets: int, length: int, stride: int) -> list[tuple[in
 @torch.no_grad()
 def evaluate_strided(model, data_prefix, split, split_name, length: int, stride: int, seed: int,
                      max_tokens: int, device="cpu", cache_dir=None, progress=True) -> LengthResult:
-    tokens = torch.from_numpy(stream_tokens(data_prefix, split, split_name, seed, max_tokens, cache_dir).astype(np.int64))
+    vocab_size = getattr(model, "vocab_size", None)  # a token id beyond it: DataError naming the file
+    tokens = torch.from_numpy(stream_tokens(data_prefix, split, split_name, seed, max_tokens, cache_dir,
+                                            vocab_size).astype(np.int64))
     n = tokens.numel() - 1
     start_time, total, count = time.perf_counter(), 0.0, 0
     windows = strided_windows(n, length, stride)

@@ -2,10 +2,11 @@
 that HFTokenizer loads. <|endoftext|> is id 0 and <|padding|> id 1, the GPT-NeoX-20B layout."""
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from megatron.data.atomic import atomic_output
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|padding|>")
 
@@ -31,7 +32,6 @@ def train_bytelevel_bpe(texts: Iterable[str], vocab_size: int, out_path: str, mi
         show_progress=False,
     )
     tokenizer.train_from_iterator(texts, trainer=trainer, length=length)
-    tmp = out_path + ".tmp"
-    tokenizer.save(tmp)
-    os.replace(tmp, out_path)
+    with atomic_output(out_path) as tmp:  # a tokenizer, like a dataset, is published whole or not at all
+        tokenizer.save(tmp)
     return tokenizer

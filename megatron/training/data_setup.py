@@ -24,15 +24,16 @@ def _single(paths: list[str] | None, key: str) -> str | None:
     return paths[0]
 
 
-def build_datasets(cfg, train_batch_size: int):
-    """Returns (train, valid, test) datasets; an entry is None when its sample count is 0."""
+def build_datasets(cfg, train_batch_size: int, vocab_size: int | None = None):
+    """Returns (train, valid, test) datasets; an entry is None when its sample count is 0.
+    Samples holding token ids outside [0, vocab_size) are refused, naming the data file."""
     d, t, m = cfg.data, cfg.training, cfg.model
     counts = sample_counts(cfg, train_batch_size)
     val_len = t.seq_length_val or m.seq_length
     if d.data_path:
         return build_train_valid_test_datasets(
             d.data_path, d.split, m.seq_length, t.seed, num_samples=counts,
-            seq_length_val=t.seq_length_val, cache_dir=d.data_cache_dir,
+            seq_length_val=t.seq_length_val, cache_dir=d.data_cache_dir, vocab_size=vocab_size,
         )
     prefixes = (_single(d.train_data_paths, "train-data-paths"),
                 _single(d.valid_data_paths, "valid-data-paths"),
@@ -48,5 +49,6 @@ def build_datasets(cfg, train_batch_size: int):
             continue
         indexed = MMapIndexedDataset(prefix)
         docs = np.arange(len(indexed), dtype=np.int32)
-        out.append(GPTDataset(name, prefix, docs, indexed, n, length, t.seed, cache_dir=d.data_cache_dir))
+        out.append(GPTDataset(name, prefix, docs, indexed, n, length, t.seed, cache_dir=d.data_cache_dir,
+                              vocab_size=vocab_size))
     return tuple(out)

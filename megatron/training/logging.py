@@ -13,6 +13,8 @@ from collections import defaultdict
 
 from tqdm import tqdm
 
+from megatron.training.metrics_file import metrics_path, trim_partial_line
+
 
 class MetricsLogger:
     def __init__(self, cfg, run_dir: str, enabled: bool = True, total_iters: int = 0, start_iter: int = 0):
@@ -29,7 +31,8 @@ class MetricsLogger:
         os.makedirs(run_dir, exist_ok=True)
         # Appends, so a resumed run continues the same file (rows may repeat after a crash: the
         # last row for an iteration is the one that counts).
-        self.jsonl = open(os.path.join(run_dir, "metrics.jsonl"), "a")
+        trim_partial_line(metrics_path(run_dir))  # a killed writer's half row must not prefix the next row
+        self.jsonl = open(metrics_path(run_dir), "a")
         if self.cfg.progress_bar and total_iters > start_iter:
             self.bar = tqdm(total=total_iters, initial=start_iter, desc="train", dynamic_ncols=True,
                             file=sys.stdout, disable=None, mininterval=2.0)

@@ -75,7 +75,7 @@ class Trainer:
         self.checkpointer = Checkpointer(cfg, self.vocab_size, self.dist.is_rank0)
         client = self.checkpointer.load(self.engine)
         self.iteration = client["iteration"] if client else 0
-        self.datasets = build_datasets(cfg, self.batch)
+        self.datasets = build_datasets(cfg, self.batch, self.tokenizer.vocab_size if self.tokenizer else self.vocab_size)
         self.log = MetricsLogger(cfg, self.run_dir, self.dist.is_rank0, cfg.training.train_iters, self.iteration)
         self.log.console(f"model: {count_parameters(model):,} parameters | pos-emb {cfg.model.pos_emb} | "
                          f"attention backend {model.backend(self.dist.device, self._dtype()).name} | "

@@ -1,12 +1,13 @@
 """Run training in a child process and read its per-step losses back (metrics.jsonl)."""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 
+from megatron.errors import DataError
 from megatron.training.distributed import free_port
+from megatron.training.metrics_file import metrics_path, read_metrics
 from tests.conftest import ROOT, write_yaml
 
 
@@ -40,17 +41,14 @@ def run_deepy(config: str, *overrides: str, timeout: int = 300) -> str:
 def train_losses(run_dir) -> dict[int, float]:
     """iteration -> lm_loss; when a crashed run repeated iterations, the last row wins."""
     losses = {}
-    path = os.path.join(str(run_dir), "metrics.jsonl")
-    with open(path) as f:
-        for line in f:
-            row = json.loads(line)
-            if row["kind"] == "train":
-                losses[row["iteration"]] = row["lm_loss"]
+    for row in read_metrics(metrics_path(str(run_dir))):
+        if row["kind"] == "train":
+            losses[row["iteration"]] = row["lm_loss"]
     return losses
 
 
 def last_iteration(run_dir) -> int:
     try:
         return max(train_losses(run_dir), default=0)
-    except (FileNotFoundError, json.JSONDecodeError):
+    except (FileNotFoundError, DataError):
         return 0

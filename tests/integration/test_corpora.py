@@ -15,6 +15,7 @@ import zlib
 
 import lm_dataformat
 import pytest
+import zstandard
 
 from megatron.data.corpora import get_corpus
 from megatron.data.corpora.fetch import apt_download, extract_members
@@ -23,6 +24,7 @@ from megatron.data.corpora.pile import pile_corpus
 from megatron.data.corpora.prepare import prepare_corpus, write_jsonl_zst
 from megatron.data.corpora.rdata import read_lazyload_db
 from megatron.data.indexed import MMapIndexedDataset
+from megatron.errors import DataError
 from megatron.tokenizer.offline import fetch_tokenizer
 from tests.conftest import ROOT
 
@@ -202,6 +204,20 @@ def test_pile_files_go_through_the_same_path(tmp_path):
     assert docs[0][1]["pile_set_name"] == "Pile-CC"
     with pytest.raises(ValueError, match="pile: input 'nope.jsonl.zst' does not exist"):
         pile_corpus(["nope.jsonl.zst"], "x")
+
+
+def test_truncated_or_empty_pile_input_publishes_nothing(tmp_path):
+    """A cut .zst used to give a silently shorter corpus; an empty one a 0-document dataset."""
+    src = tmp_path / "in.jsonl.zst"
+    write_jsonl_zst(((f"document {i}{LONG}", {}) for i in range(50)), str(src))
+    src.write_bytes(src.read_bytes()[:-40])
+    data = tmp_path / "data"
+    with pytest.raises(DataError, match=r"in\.jsonl\.zst is truncated: its zstd stream ends in the middle"):
+        prepare_corpus("mine", str(data), vocab_size=300, corpus=pile_corpus([str(src)], "mine"), log=lambda *_: None)
+    src.write_bytes(zstandard.ZstdCompressor().compress(b"\n"))
+    with pytest.raises(DataError, match=r"the corpus gave no documents, so .*mine\.jsonl\.zst would be empty"):
+        prepare_corpus("mine", str(data), vocab_size=300, corpus=pile_corpus([str(src)], "mine"), log=lambda *_: None)
+    assert os.listdir(data / "mine") == []  # no archive, no temporaries
 
 
 def fake_deb(path, files: dict):

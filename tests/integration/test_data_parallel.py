@@ -1,9 +1,9 @@
 """DP=2 (two processes through deepy.py's DeepSpeed launch, gloo) equals DP=1 at the same global
 batch: the same samples per step, gradients averaged instead of accumulated."""
-import json
 
 import pytest
 
+from megatron.training.metrics_file import read_metrics
 from tests.conftest import train_config_dict
 from tests.integration.fault_helpers import run_deepy, train_losses, write_config
 
@@ -22,6 +22,6 @@ def test_dp2_equals_dp1(tmp_path, token_dataset, zero_stage):
     assert sorted(a) == sorted(b) == [1, 2, 3, 4, 5]
     for it in a:
         assert b[it] == pytest.approx(a[it], abs=1e-5), (it, a[it], b[it])
-    stats = [json.loads(line) for line in open(tmp_path / "dp2" / "metrics.jsonl")][0]
-    assert stats["bias_p_mean"] == pytest.approx(
-        [json.loads(line) for line in open(tmp_path / "dp1" / "metrics.jsonl")][0]["bias_p_mean"], abs=1e-6)
+    stats = read_metrics(tmp_path / "dp2" / "metrics.jsonl")[0]
+    one_stats = read_metrics(tmp_path / "dp1" / "metrics.jsonl")[0]
+    assert stats["bias_p_mean"] == pytest.approx(one_stats["bias_p_mean"], abs=1e-6)

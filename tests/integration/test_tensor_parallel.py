@@ -146,10 +146,9 @@ def _validation_loss_tp1(ckpt: str) -> float:
 
 
 def test_tp2_checkpoint_evaluates_with_tp1(tmp_path, token_dataset, capsys):
-    import json
-
     from megatron.parallel.merge_checkpoint import write_merged_checkpoint
     from megatron.training.checkpoint import load_model_state
+    from megatron.training.metrics_file import read_metrics
     from tests.conftest import train_config_dict
     from tests.integration.fault_helpers import run_deepy, write_config
 
@@ -162,8 +161,7 @@ def test_tp2_checkpoint_evaluates_with_tp1(tmp_path, token_dataset, capsys):
     assert "| tp 2" in out, out[-2000:]
     step = os.path.join(ck, "global_step2")
     assert {"mp_rank_00_model_states.pt", "mp_rank_01_model_states.pt"} <= set(os.listdir(step))
-    with open(tmp_path / "run" / "metrics.jsonl") as f:
-        tp2_loss = [r for r in map(json.loads, f) if r["kind"] == "validation"][-1]["lm_loss"]
+    tp2_loss = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["kind"] == "validation"][-1]["lm_loss"]
 
     # Automatic merge on load, with its one-line message.
     merged_loss = _validation_loss_tp1(ck)

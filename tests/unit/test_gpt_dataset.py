@@ -3,6 +3,7 @@ import os
 
 import numpy as np
 import pytest
+import torch
 
 from megatron.data.gpt_dataset import (
     GPTDataset,
@@ -14,6 +15,7 @@ from megatron.data.gpt_dataset import (
     split_ranges,
 )
 from megatron.data.indexed import MMapIndexedDataset, MMapIndexedDatasetBuilder
+from megatron.errors import DataError
 
 
 def loop_sample_idx(sizes, doc_idx, seq_length, num_epochs, tokens_per_epoch):
@@ -38,7 +40,7 @@ def loop_sample_idx(sizes, doc_idx, seq_length, num_epochs, tokens_per_epoch):
 def make_dataset(tmp_path, sizes, seed=0, name="ds"):
     rng = np.random.RandomState(seed)
     prefix = str(tmp_path / name)
-    b = MMapIndexedDatasetBuilder(prefix + ".bin", dtype=np.uint16)
+    b = MMapIndexedDatasetBuilder(prefix + ".bin", dtype=np.uint16, overwrite=True)
     for n in sizes:
         b.add_item(rng.randint(0, 60000, size=n))
         b.end_document()
@@ -162,9 +164,94 @@ def test_too_short_split(tmp_path):
         build_train_valid_test_datasets(prefix, "9,1,0", 4, 0, (10, 10, 10), cache_dir=str(tmp_path))
 
 
-def test_stale_cache_is_reported(tmp_path):
-    prefix = make_dataset(tmp_path, [50] * 4)
+def test_cache_is_rebuilt_for_other_data_with_the_same_totals(tmp_path, capsys):
+    """Same document count and token total, different documents: the cached maps used to be reused
+    (a bare AssertionError, or silently wrong samples). They are keyed on the documents' sizes."""
+    prefix = make_dataset(tmp_path, [50, 70, 60, 20])
+    first = GPTDataset("train", prefix, np.arange(4), MMapIndexedDataset(prefix), 5, 8, seed=0)
+    before = [first[i]["text"].tolist() for i in range(len(first))]
+    prefix = make_dataset(tmp_path, [20, 60, 70, 50], seed=1)  # same prefix, 4 docs, 200 tokens, other sizes
+    capsys.readouterr()
+    ds = GPTDataset("train", prefix, np.arange(4), MMapIndexedDataset(prefix), 5, 8, seed=0)
+    assert "were built for other data, have no _key.json" in capsys.readouterr().out
+    fresh_dir = tmp_path / "fresh"
+    fresh = GPTDataset("train", prefix, np.arange(4), MMapIndexedDataset(prefix), 5, 8, seed=0, cache_dir=str(fresh_dir))
+    assert [ds[i]["text"].tolist() for i in range(len(ds))] == [fresh[i]["text"].tolist() for i in range(len(fresh))]
+    assert [ds[i]["text"].tolist() for i in range(len(ds))] != before
+    capsys.readouterr()
     GPTDataset("train", prefix, np.arange(4), MMapIndexedDataset(prefix), 5, 8, seed=0)
-    prefix = make_dataset(tmp_path, [60] * 4)  # same prefix, new contents
-    with pytest.raises(ValueError, match="do not match.*delete the three files"):
-        GPTDataset("train", prefix, np.arange(4), MMapIndexedDataset(prefix), 5, 8, seed=0)
+    assert "built" not in capsys.readouterr().out  # and then reused
+
+
+@pytest.mark.parametrize("damage", ["torn", "garbage", "key"])
+def test_torn_or_corrupt_cache_is_rebuilt(tmp_path, capsys, damage):
+    prefix = make_dataset(tmp_path, [50] * 4)
+    ref = GPTDataset("train", prefix, np.arange(4), MMapIndexedDataset(prefix), 5, 8, seed=0)
+    expected = [ref[i]["text"].tolist() for i in range(len(ref))]
+    sample = next(tmp_path.glob("*_sample_idx.npy"))
+    if damage == "torn":
+        sample.write_bytes(sample.read_bytes()[:-7])
+    elif damage == "garbage":
+        sample.write_bytes(b"\x00" * 64)
+    else:
+        next(tmp_path.glob("*_key.json")).write_text('{"key": ')
+    capsys.readouterr()
+    ds = GPTDataset("train", prefix, np.arange(4), MMapIndexedDataset(prefix), 5, 8, seed=0)
+    assert "rebuilding" in capsys.readouterr().out
+    assert [ds[i]["text"].tolist() for i in range(len(ds))] == expected
+    assert not list(tmp_path.glob("*.tmp*"))
+
+
+def test_token_ids_beyond_the_vocabulary_name_the_file(tmp_path):
+    prefix = make_dataset(tmp_path, [50] * 4)  # ids up to 60000
+    ds = GPTDataset("train", prefix, np.arange(4), MMapIndexedDataset(prefix), 5, 8, seed=0, vocab_size=1000)
+    with pytest.raises(DataError, match=r"ds\.bin: train sample 0 holds token id \d+, outside the vocabulary of 1000 "
+                                        r"ids.*rebuild it with tools/preprocess_data\.py and this model's tokenizer"):
+        ds[0]
+    ok = build_eval_windows(prefix, "1,1,0", "valid", 8, seed=0, cache_dir=str(tmp_path), vocab_size=60000)
+    assert ok[0]["text"].max() < 60000
+    loader = torch.utils.data.DataLoader(ds, num_workers=1)  # as in training: the error crosses a process
+    with pytest.raises(DataError) as info:
+        next(iter(loader))
+    assert str(info.value).startswith(f"{prefix}.bin: train sample 0 holds") and "Traceback" not in str(info.value)
+
+
+def test_training_datasets_check_the_vocabulary(tmp_path, token_dataset):
+    from megatron.config import load_config
+    from megatron.training.data_setup import build_datasets
+    from tests.conftest import train_config_dict, write_yaml
+
+    cfg = load_config([write_yaml(tmp_path / "c.yml", train_config_dict(tmp_path, token_dataset))])
+    train, valid, _ = build_datasets(cfg, 4, vocab_size=120)  # the corpus' ids are 0..119
+    assert train[0]["text"].max() < 120 and valid[0]["text"].max() < 120
+    train, valid, _ = build_datasets(cfg, 4, vocab_size=2)
+    for ds in (train, valid):
+        with pytest.raises(DataError, match=rf"tiny_text_document\.bin: {ds.name} sample 0 holds token id .* of 2 ids"):
+            ds[0]
+
+
+def _build_in_child(prefix, queue):
+    try:
+        ds = GPTDataset("train", prefix, np.arange(40), MMapIndexedDataset(prefix), 500, 8, seed=0)
+        queue.put(np.asarray(ds.shuffle_idx).tolist()[:50])
+    except Exception as e:  # noqa: BLE001 - reported to the parent
+        queue.put(repr(e))
+
+
+def test_ranks_building_the_same_maps_at_once_agree(tmp_path):
+    """Every rank builds the maps when none are cached; their atomic writes race harmlessly."""
+    import multiprocessing as mp
+
+    prefix = make_dataset(tmp_path, [37] * 40)
+    ctx = mp.get_context("fork")
+    for _ in range(3):
+        for f in tmp_path.glob("*_indexmap_*"):
+            f.unlink()
+        queue = ctx.Queue()
+        procs = [ctx.Process(target=_build_in_child, args=(prefix, queue)) for _ in range(4)]
+        for p in procs:
+            p.start()
+        results = [queue.get(timeout=60) for _ in procs]
+        for p in procs:
+            p.join(timeout=60)
+        assert all(r == results[0] for r in results) and isinstance(results[0], list), results

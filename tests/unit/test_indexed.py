@@ -14,8 +14,8 @@ from megatron.data.indexed import (
 )
 
 
-def build(prefix, docs, dtype=np.uint16):
-    b = MMapIndexedDatasetBuilder(f"{prefix}.bin", dtype=dtype)
+def build(prefix, docs, dtype=np.uint16, overwrite=False):
+    b = MMapIndexedDatasetBuilder(f"{prefix}.bin", dtype=dtype, overwrite=overwrite)
     for d in docs:
         b.add_item(d)
         b.end_document()
@@ -94,7 +94,7 @@ def test_truncated_bin(tmp_path):
     prefix = str(tmp_path / "ds")
     build(prefix, [[1, 2, 3]] * 4)
     (tmp_path / "ds.bin").write_bytes((tmp_path / "ds.bin").read_bytes()[:10])
-    with pytest.raises(IndexedDatasetError, match=r"ds\.bin is truncated.*24 bytes.*has 10"):
+    with pytest.raises(IndexedDatasetError, match=r"ds\.bin: the \.bin is truncated.*24 bytes.*has 10"):
         MMapIndexedDataset(prefix)
 
 
@@ -126,6 +126,101 @@ def test_missing_file_says_which(tmp_path, missing):
 def test_crash_before_finalize_leaves_no_dataset(tmp_path):
     prefix = str(tmp_path / "ds")
     build(prefix, [[1, 2]])
-    b = MMapIndexedDatasetBuilder(f"{prefix}.bin", dtype=np.uint16)
+    b = MMapIndexedDatasetBuilder(f"{prefix}.bin", dtype=np.uint16, overwrite=True)
     b.add_item([9, 9, 9])  # "crash" here: the old pair must still be intact and consistent
     assert MMapIndexedDataset(prefix)[0].tolist() == [1, 2]
+
+
+# ------------------------------------------------------------------- the index must match the .bin
+
+HEADER = 34  # magic 9 + version 8 + dtype 1 + n 8 + doc_count 8
+
+
+def patch(path, offset, data):
+    raw = bytearray(path.read_bytes())
+    raw[offset:offset + len(data)] = data
+    path.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("code,match", [
+    (4, r"the \.bin is truncated: the index describes 9 int32 tokens \(36 bytes\) but the \.bin has 18 bytes "
+        r"\(2 bytes per token: the index's dtype code is wrong"),
+    (1, r"the index describes 9 uint8 tokens \(9 bytes\) but the \.bin has 18 bytes \(2 bytes per token"),
+    (3, r"item 1 starts at byte 4 but the sizes before it put it at 6"),  # int16: same itemsize, so the
+])                                                                      # sizes still agree; code 3 vs uint16
+def test_wrong_dtype_code_is_refused(tmp_path, code, match):
+    prefix = str(tmp_path / "ds")
+    build(prefix, [[1, 2, 3], [4, 5, 6], [7, 8, 9]])
+    patch(tmp_path / "ds.idx", 17, bytes([code]))
+    if code == 3:  # int16 has the uint16 item size: make the pointers disagree too, as a corrupt file would
+        patch(tmp_path / "ds.idx", HEADER + 12 + 8, struct.pack("<q", 4))
+    with pytest.raises(IndexedDatasetError, match=rf"ds\.idx does not match .*ds\.bin: {match}.*delete both files"):
+        MMapIndexedDataset(prefix)
+
+
+def test_sizes_pointers_doc_idx_checked_against_bin(tmp_path):
+    prefix = str(tmp_path / "ds")
+    build(prefix, [[1, 2, 3], [4, 5], [6]])  # n=3, sizes at 34, pointers at 46, doc_idx at 70
+    good = (tmp_path / "ds.idx").read_bytes()
+    cases = [
+        (HEADER + 4, struct.pack("<i", 3),
+         r"the \.bin is truncated: the index describes 7 uint16 tokens \(14 bytes\) but the \.bin has 12 bytes;"),
+        (HEADER, struct.pack("<2i", 2, 3), r"item 1 starts at byte 6 but the sizes before it put it at 4"),
+        (HEADER + 8, struct.pack("<i", -1), r"item 2 has a negative size -1"),
+        (HEADER + 12 + 16, struct.pack("<q", 11), r"item 2 starts at byte 11 but the sizes before it put it at 10"),
+        (HEADER + 36, struct.pack("<q", 1), r"the document index starts at 1, not 0"),
+        (HEADER + 36 + 16, struct.pack("<q", 0), r"the document index decreases at entry 2"),
+        (HEADER + 36 + 24, struct.pack("<q", 4), r"the document index points past the 3 items \(its last entry is 4\)"),
+    ]
+    for offset, data, match in cases:
+        (tmp_path / "ds.idx").write_bytes(good)
+        patch(tmp_path / "ds.idx", offset, data)
+        with pytest.raises(IndexedDatasetError, match=r"ds\.idx does not match .*ds\.bin: " + match):
+            MMapIndexedDataset(prefix)
+    (tmp_path / "ds.idx").write_bytes(good)
+    (tmp_path / "ds.bin").write_bytes((tmp_path / "ds.bin").read_bytes() + b"\0\0")  # a .bin from another build
+    with pytest.raises(IndexedDatasetError, match=r"describes 6 uint16 tokens \(12 bytes\) but the \.bin has 14"):
+        MMapIndexedDataset(prefix)
+
+
+def test_check_files_is_the_cheap_header_check(tmp_path):
+    prefix = str(tmp_path / "ds")
+    build(prefix, [[1, 2, 3], [4, 5]])
+    MMapIndexedDataset.check_files(prefix)
+    patch(tmp_path / "ds.idx", 17, bytes([4]))  # int32: the last item now ends past the .bin
+    with pytest.raises(IndexedDatasetError, match=r"ds\.idx does not match.*truncated"):
+        MMapIndexedDataset.check_files(prefix)
+    (tmp_path / "ds.bin").unlink()
+    with pytest.raises(IndexedDatasetError, match=r"ds\.bin does not exist"):
+        MMapIndexedDataset.check_files(prefix)
+
+
+# ------------------------------------------------------------------- publishing
+
+
+def test_existing_dataset_is_not_replaced_without_overwrite(tmp_path):
+    prefix = str(tmp_path / "ds")
+    build(prefix, [[1, 2]])
+    with pytest.raises(IndexedDatasetError, match=r"ds\.bin and .*ds\.idx already exist.*--overwrite"):
+        build(prefix, [[7]])
+    assert MMapIndexedDataset(prefix)[0].tolist() == [1, 2]
+    build(prefix, [[7]], overwrite=True)
+    assert MMapIndexedDataset(prefix)[0].tolist() == [7]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds.bin", "ds.idx"]
+
+
+def test_empty_result_is_not_published_and_leaves_no_temporaries(tmp_path):
+    prefix = str(tmp_path / "ds")
+    build(prefix, [[1, 2]])
+    with pytest.raises(IndexedDatasetError, match=r"no items were written.*existing dataset there is unchanged"):
+        build(prefix, [], overwrite=True)
+    assert MMapIndexedDataset(prefix)[0].tolist() == [1, 2]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds.bin", "ds.idx"]
+
+
+def test_failure_inside_the_builder_removes_temporaries(tmp_path):
+    prefix = str(tmp_path / "ds")
+    with pytest.raises(ValueError, match="does not fit"), MMapIndexedDatasetBuilder(f"{prefix}.bin", np.uint16) as b:
+        b.add_item([1, 2])
+        b.add_item([70000])
+    assert list(tmp_path.iterdir()) == []

@@ -17,6 +17,8 @@ import sys
 import tarfile
 import zipfile
 
+from megatron.data.atomic import atomic_output
+
 
 def sha256_file(path: str) -> str:
     h = hashlib.sha256()
@@ -121,9 +123,8 @@ def _write(dest: str, name: str, data: bytes) -> int:
     if not path.startswith(os.path.abspath(dest) + os.sep) and not path.startswith(os.path.normpath(dest) + os.sep):
         raise ValueError(f"refusing to extract {name!r} outside {dest}")
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".tmp", "wb") as f:
+    with atomic_output(path, fsync=False) as tmp, open(tmp, "wb") as f:  # many small files: no fsync each
         f.write(data)
-    os.replace(path + ".tmp", path)
     return 1
 
 
@@ -141,7 +142,7 @@ def fetch_and_extract(kind: str, package: str, version: str, data_dir: str, keep
     n = extract_members(archive, root, keep)
     if n == 0:
         raise ValueError(f"{archive} holds none of the expected files; is {package}=={version} the right package?")
-    with open(marker, "w") as f:
+    with atomic_output(marker) as tmp, open(tmp, "w") as f:  # the marker says "complete": write it last, whole
         f.write(f"{os.path.basename(archive)} {sha256_file(archive)} {n} files\n")
     log(f"[fetch] {package} {version}: {n} files extracted into {root}")
     return root

@@ -9,6 +9,8 @@ import hashlib
 import os
 
 from megatron.data.corpora.clean import iter_clean
+from megatron.data.documents import read_documents
+from megatron.errors import DataError
 
 
 def pile_corpus(inputs: list[str], name: str):
@@ -17,18 +19,15 @@ def pile_corpus(inputs: list[str], name: str):
 
     inputs = [p.strip() for p in inputs if p.strip()]
     if not inputs:
-        raise ValueError("pile: no input given; pass --input FILE.jsonl.zst[,FILE2...]")
+        raise DataError("pile: no input given; pass --input FILE.jsonl.zst[,FILE2...]")
     missing = [p for p in inputs if not os.path.exists(p)]
     if missing:
-        raise ValueError(f"pile: input {missing[0]!r} does not exist; pass existing .jsonl.zst files to --input")
+        raise DataError(f"pile: input {missing[0]!r} does not exist; pass existing .jsonl.zst files to --input")
 
     def documents(max_files=None, max_mb=None, stats=None, **_):
-        import lm_dataformat
-
-        def stream():
-            for path in inputs:
-                for text, meta in lm_dataformat.Reader(path).stream_data(get_meta=True):
-                    yield text, {**(meta if isinstance(meta, dict) else {}), "input": os.path.basename(path)}
+        def stream():  # read_documents: line-numbered errors, truncated .zst detected
+            for doc in read_documents(inputs):
+                yield doc.text, {**doc.meta, "input": os.path.basename(doc.path)}
         yield from iter_clean(stream(), max_files, max_mb, stats, min_chars=1)
 
     ident = hashlib.sha256("\n".join(f"{os.path.abspath(p)}:{os.path.getsize(p)}" for p in inputs).encode()).hexdigest()

@@ -17,9 +17,11 @@ import time
 
 import zstandard
 
+from megatron.data.atomic import atomic_output
 from megatron.data.corpora import Corpus, get_corpus
 from megatron.data.indexed import IndexedDatasetError, MMapIndexedDataset
 from megatron.data.preprocess import iter_documents, output_prefix_for, preprocess
+from megatron.errors import DataError
 from megatron.tokenizer import build_tokenizer
 from megatron.tokenizer.hf import HFTokenizer
 from megatron.tokenizer.offline import OFFLINE_TOKENIZERS, fetch_tokenizer
@@ -30,12 +32,15 @@ STATE_FILE = "prepare_state.json"
 
 def write_jsonl_zst(docs, path: str, level: int = 3) -> int:
     """Write {"text", "meta"} lines, zstd-compressed (lm_dataformat.Reader reads this), atomically."""
-    tmp, n = path + ".tmp", 0
-    with open(tmp, "wb") as raw, zstandard.ZstdCompressor(level=level).stream_writer(raw, closefd=False) as zf:
+    n = 0
+    with atomic_output(path) as tmp, open(tmp, "wb") as raw, \
+            zstandard.ZstdCompressor(level=level, write_checksum=True).stream_writer(raw, closefd=False) as zf:
         for text, meta in docs:
             zf.write((json.dumps({"text": text, "meta": meta}, ensure_ascii=False) + "\n").encode("utf-8"))
             n += 1
-    os.replace(tmp, path)
+        if n == 0:  # inside the with: the empty archive is removed, not published
+            raise DataError(f"the corpus gave no documents, so {path} would be empty; check the corpus options "
+                            "(--max-mb, --max-files, --input)")
     return n
 
 
@@ -48,10 +53,8 @@ def _load_state(out_dir: str) -> dict:
 
 
 def _save_state(out_dir: str, state: dict) -> None:
-    tmp = os.path.join(out_dir, STATE_FILE + ".tmp")
-    with open(tmp, "w") as f:
+    with atomic_output(os.path.join(out_dir, STATE_FILE)) as tmp, open(tmp, "w") as f:
         json.dump(state, f, indent=1, sort_keys=True)
-    os.replace(tmp, os.path.join(out_dir, STATE_FILE))
 
 
 def _tokenizer_ok(path: str) -> bool:
@@ -131,7 +134,10 @@ def prepare_corpus(name: str, data_dir: str = "data", vocab_size: int = 8192, ma
     def build_tokens():
         for stale in glob.glob(glob.escape(output_prefix_for(out_prefix)) + "_*_indexmap_*"):
             os.remove(stale)  # GPTDataset index maps of the previous .bin would no longer match
-        stats = preprocess([archive], build_tokenizer(tok_type, tok_path), out_prefix, append_eod=True, workers=workers)
+        # overwrite: this step is rerun only when its inputs changed (or --force); preprocess still
+        # publishes only a complete, validated, non-empty dataset, through the one builder.
+        stats = preprocess([archive], build_tokenizer(tok_type, tok_path), out_prefix, append_eod=True, workers=workers,
+                           overwrite=True)
         return {"documents": stats["documents"], "tokens": stats["tokens"], "dtype": stats["dtype"]}
 
     dataset = output_prefix_for(out_prefix)
