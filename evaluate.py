@@ -46,6 +46,9 @@ def parse_args(argv=None):
     p.add_argument("--out", default=None, help="output directory (with several checkpoints: one subdirectory each)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    from megatron.interop.safe_load import add_load_flags
+
+    add_load_flags(p)
     return p.parse_args(argv)
 
 
@@ -128,7 +131,7 @@ def evaluate_checkpoint(args, ckpt: str) -> int:
         overrides["attention-backend"] = args.attention_backend
     tag = f"global_step{args.iteration}" if args.iteration is not None else None
     try:
-        model, cfg, client = load_checkpoint_model(ckpt, tag, overrides, args.device)
+        model, cfg, client = load_checkpoint_model(ckpt, tag, overrides, args.device, args.allow_nonfinite)
     except (CheckpointError, ConfigError) as e:
         print(f"evaluate.py: {e}", file=sys.stderr)
         return 2
@@ -164,7 +167,10 @@ def evaluate_checkpoint(args, ckpt: str) -> int:
 
 
 def main(argv=None) -> int:
+    from megatron.interop.safe_load import apply_trust_flag
+
     args = parse_args(argv)
+    apply_trust_flag(args)
     worst = 0
     for ckpt in args.checkpoint:
         worst = max(worst, evaluate_checkpoint(args, ckpt))

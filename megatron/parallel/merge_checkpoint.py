@@ -57,12 +57,15 @@ def load_merged(paths: list[str], read) -> tuple[dict, dict]:
     return module, client
 
 
-def write_merged_checkpoint(input_dir: str, output_dir: str, iteration: int | None = None) -> str:
+def write_merged_checkpoint(input_dir: str, output_dir: str, iteration: int | None = None,
+                            allow_nonfinite: bool = False) -> str:
     """Write the TP=1 version of a (TP>1) checkpoint to output_dir; returns its step directory."""
     from megatron.config import NeoXConfig
     from megatron.training.checkpoint import load_model_state, tag_for
+    from megatron.training.checkpoint_latest import write_latest
 
-    module, client, tag_dir = load_model_state(input_dir, tag_for(iteration) if iteration is not None else None)
+    module, client, tag_dir = load_model_state(input_dir, tag_for(iteration) if iteration is not None else None,
+                                               allow_nonfinite)
     tag = os.path.basename(os.path.normpath(tag_dir))
     out = os.path.join(output_dir, tag)
     if os.path.abspath(out) == os.path.abspath(tag_dir):
@@ -76,8 +79,5 @@ def write_merged_checkpoint(input_dir: str, output_dir: str, iteration: int | No
         cfg = NeoXConfig.from_file(resolved)
         cfg.replace(model_parallel_size=1).save(os.path.join(out, "resolved_config.yml"),
                                                 header=f"merged to TP=1 from {tag_dir}")
-    tmp = os.path.join(output_dir, f"latest.tmp{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.write(tag)
-    os.replace(tmp, os.path.join(output_dir, "latest"))  # last: never names a partial directory
+    write_latest(output_dir, tag)  # last: never names a partial directory
     return out

@@ -57,9 +57,12 @@ def _put(state: dict, key: str, value: torch.Tensor, where: str) -> None:
     state[key] = value
 
 
-def merge_pipeline_to_sequential(tag_dir: str) -> dict[str, torch.Tensor]:
-    """State_dict for GPTModel (strict) from a pipeline checkpoint's `global_stepN` directory."""
-    layers = {i: torch.load(p, map_location="cpu", weights_only=True) for i, p in layer_files(tag_dir).items()}
+def merge_pipeline_to_sequential(tag_dir: str, read=None) -> dict[str, torch.Tensor]:
+    """State_dict for GPTModel (strict) from a pipeline checkpoint's `global_stepN` directory.
+    `read(path) -> dict` reads one layer file (default: the safe reader, megatron/interop/safe_load.py)."""
+    if read is None:
+        from megatron.interop.safe_load import read_checkpoint_file as read
+    layers = {i: read(p) for i, p in layer_files(tag_dir).items()}
     norms = [i for i, sd in layers.items() if any(k.startswith("norm.") for k in sd)]
     if len(norms) != 1:
         raise ValueError(f"{tag_dir}: expected exactly one final-norm layer file, found {len(norms)}")
