@@ -1,4 +1,4 @@
-"""Every checkpoint file, ours included, is read here: torch.load(weights_only=True) + an allow-list.
+"""Every checkpoint file, ours included, is read here: PyTorch's restricted unpickler + an allow-list.
 
 A full unpickle runs whatever code the file names, so a crafted `mp_rank_00_model_states.pt` (ours
 or anyone's) would run code in evaluate.py, generate.py, tools/* and training's `load:`. Files are
@@ -120,7 +120,7 @@ def _restricted_load(path: str, **kwargs):
 def safe_torch_load(path: str, trust: bool = False, map_location="cpu", **kwargs):
     """The object in `path`, read with weights_only=True (plus the allow-list) unless `trust`
     (or KERPLE_TRUST_CHECKPOINT=1). kwargs: torch.load's (mmap=...)."""
-    kwargs.pop("weights_only", None)  # DeepSpeed passes weights_only=False: never honoured here
+    kwargs.pop("weights_only", None)  # DeepSpeed asks for the full unpickler: only `trust` gives it
     if not os.path.isfile(path):
         raise CheckpointError(f"{path} is missing: the checkpoint directory is incomplete")
     trust = trust or trusted_from_env()

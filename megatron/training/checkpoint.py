@@ -208,9 +208,10 @@ class Checkpointer:
         if engine.load_universal_checkpoint() and not trust:
             raise CheckpointError(f"load: {c.load!r}: DeepSpeed reads universal checkpoints with its own full "
                                   f"(code-executing) unpickler, which safe loading cannot check; {TRUST_HINT}")
-        install_safe_loading(engine, trust, c.allow_nonfinite_weights)
+        tag_dir = os.path.join(c.load, tag)
+        install_safe_loading(engine, trust, c.allow_nonfinite_weights, tag_dir)
         load_optim = not (c.no_load_optim or c.finetune)
-        with safe_zero_to_fp32(trust, c.allow_nonfinite_weights):
+        with safe_zero_to_fp32(trust, c.allow_nonfinite_weights, tag_dir):
             return engine.load_checkpoint(
                 c.load, tag=tag,
                 load_optimizer_states=load_optim,
@@ -360,7 +361,7 @@ def _load_zero3(ckpt_dir: str, tag: str, first_model_file: str,
     client = _client_state(read_checkpoint_file(first_model_file, allow_nonfinite=allow_nonfinite))
     print(f"[checkpoint] consolidated the ZeRO-3 partitions of {os.path.join(ckpt_dir, tag)}", flush=True)
     try:
-        with safe_zero_to_fp32(allow_nonfinite=allow_nonfinite):
+        with safe_zero_to_fp32(allow_nonfinite=allow_nonfinite, tag_dir=os.path.join(ckpt_dir, tag)):
             state = get_fp32_state_dict_from_zero_checkpoint(ckpt_dir, tag=tag)
     except UserError:  # refused by the safe reader (unsafe, non-finite, missing): its message names the file
         raise

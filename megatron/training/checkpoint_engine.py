@@ -1,7 +1,7 @@
 """DeepSpeed's checkpoint reads, routed through our safe loader.
 
 `engine.load_checkpoint` reads every file (model states, ZeRO optimizer partitions, pipeline layer
-files) through `engine.checkpoint_engine.load`, which is torch.load(weights_only=False): a crafted
+files) through `engine.checkpoint_engine.load`, which unpickles fully (weights_only off): a crafted
 file runs code. `install_safe_loading` wraps whatever checkpoint engine DeepSpeed built: saving is
 unchanged, every load goes through megatron/interop/safe_load.read_checkpoint_file (weights_only=True
 + allow-list, the full unpickler only when trusted, then the NaN/inf check).
@@ -21,33 +21,53 @@ Two DeepSpeed paths bypass the checkpoint engine: ZeRO-3 without optimizer state
 from __future__ import annotations
 
 import contextlib
+import os
 
 import torch
+
+
+def _check_inside(path: str, tag_dir: str | None) -> str:
+    """`path` when it lies inside the step being loaded. DeepSpeed's ZeRO-3 path without optimizer
+    states reads the step `latest` names whatever tag it was given: refuse that mix-up loudly."""
+    path = str(path)
+    if tag_dir is not None:
+        root = os.path.realpath(tag_dir)
+        if not os.path.realpath(path).startswith(root + os.sep):
+            from megatron.training.checkpoint import CheckpointError
+
+            raise CheckpointError(f"DeepSpeed went to read {path}, outside the checkpoint being loaded ({tag_dir}); "
+                                  "with ZeRO-3 and finetune / no-load-optim it loads the step `latest` names: point "
+                                  "`latest` at the step you want, or leave `iteration:` unset")
+    return path
 
 
 class SafeLoadingCheckpointEngine:
     """A DeepSpeed checkpoint engine whose `load` is our safe reader; everything else delegates."""
 
-    def __init__(self, inner, trust: bool = False, allow_nonfinite: bool = False):
+    def __init__(self, inner, trust: bool = False, allow_nonfinite: bool = False, tag_dir: str | None = None):
         self.inner = inner
         self.trust = trust
         self.allow_nonfinite = allow_nonfinite
+        self.tag_dir = tag_dir
 
     def load(self, path: str, map_location=None):
         from megatron.interop.safe_load import read_checkpoint_file
 
-        return read_checkpoint_file(str(path), self.trust, self.allow_nonfinite, map_location or "cpu")
+        return read_checkpoint_file(_check_inside(path, self.tag_dir), self.trust, self.allow_nonfinite,
+                                    map_location or "cpu")
 
     def __getattr__(self, name):  # save, create, commit, makedirs, ... stay DeepSpeed's
         return getattr(self.inner, name)
 
 
-def install_safe_loading(engine, trust: bool = False, allow_nonfinite: bool = False) -> None:
-    """Make every checkpoint read of `engine` (and of its pipeline module) go through the safe reader."""
+def install_safe_loading(engine, trust: bool = False, allow_nonfinite: bool = False,
+                         tag_dir: str | None = None) -> None:
+    """Make every checkpoint read of `engine` (and of its pipeline module) go through the safe reader;
+    with `tag_dir`, only files inside that step directory may be read."""
     inner = engine.checkpoint_engine
     if isinstance(inner, SafeLoadingCheckpointEngine):
         inner = inner.inner
-    engine.checkpoint_engine = SafeLoadingCheckpointEngine(inner, trust, allow_nonfinite)
+    engine.checkpoint_engine = SafeLoadingCheckpointEngine(inner, trust, allow_nonfinite, tag_dir)
 
 
 class _TorchWithSafeLoad:
@@ -61,17 +81,18 @@ class _TorchWithSafeLoad:
 
 
 @contextlib.contextmanager
-def safe_zero_to_fp32(trust: bool = False, allow_nonfinite: bool = False):
+def safe_zero_to_fp32(trust: bool = False, allow_nonfinite: bool = False, tag_dir: str | None = None):
     """While active, deepspeed.utils.zero_to_fp32 reads its files with the safe reader.
 
-    zero_to_fp32 calls torch.load(weights_only=False) directly (no checkpoint engine); its module
+    zero_to_fp32 unpickles fully itself (no checkpoint engine, weights_only off); its module
     global `torch` is swapped for a proxy whose `load` is ours, and restored on exit."""
     from deepspeed.utils import zero_to_fp32
 
     from megatron.interop.safe_load import read_checkpoint_file
 
     def load(path, map_location=None, **kwargs):
-        return read_checkpoint_file(str(path), trust, allow_nonfinite, map_location or "cpu", **kwargs)
+        return read_checkpoint_file(_check_inside(path, tag_dir), trust, allow_nonfinite, map_location or "cpu",
+                                    **kwargs)
 
     saved = zero_to_fp32.torch
     zero_to_fp32.torch = _TorchWithSafeLoad(load)

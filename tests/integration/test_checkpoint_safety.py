@@ -224,3 +224,23 @@ def test_evaluation_retries_a_step_pruned_while_reading(ck, monkeypatch):
     budget = len(pruned) + 1
     with pytest.raises(CheckpointError, match=r"global_step14 was deleted while it was being read.*--iteration"):
         load_checkpoint_model(ck, "global_step14")
+
+
+def test_zero3_finetune_reads_through_the_safe_reader(tmp_path, token_dataset, monkeypatch):
+    """ZeRO-3 without optimizer states: DeepSpeed consolidates through zero_to_fp32, which bypasses
+    its checkpoint engine; the files still go through the safe reader, inside the requested step."""
+    import megatron.interop.safe_load as safe_load
+    from megatron.training.trainer import Trainer
+
+    ck = str(tmp_path / "ck")
+    conf = train_config_dict(tmp_path, token_dataset, train_iters=2, save=ck, save_interval=1, eval_iters=1,
+                             zero_optimization={"stage": 3})
+    Trainer(load_config([write_yaml(tmp_path / "z3.yml", conf)])).train()
+    read = []
+    real = safe_load.read_checkpoint_file
+    monkeypatch.setattr(safe_load, "read_checkpoint_file", lambda path, *a, **kw: read.append(path) or real(path, *a, **kw))
+    tune = hyphenate({**conf, "load": ck, "save": None, "finetune": True, "run-dir": str(tmp_path / "tune")})
+    assert Trainer(load_config([write_yaml(tmp_path / "tune.yml", tune)])).iteration == 0
+    assert any("optim_states" in p for p in read) and all("/global_step2/" in p for p in read)
+    with pytest.raises(CheckpointError, match="outside the checkpoint being loaded .*global_step1"):
+        Trainer(load_config([write_yaml(tmp_path / "tune1.yml", {**tune, "iteration": 1})]))
