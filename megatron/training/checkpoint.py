@@ -295,21 +295,41 @@ def _free_bytes(path: str) -> int | None:
 DISK_FULL_BYTES = 64 << 20  # less than this free after a failed write: call it a full disk
 
 
+def describe_write_failure(error: BaseException | None, free: int | None) -> str:
+    """'the disk is full (<error>; 3 MiB free there)' or 'writing failed (...)'."""
+    full = (getattr(error, "errno", None) == errno.ENOSPC) or (free is not None and free < DISK_FULL_BYTES)
+    detail = " ".join(str(error).split())[:200] if error is not None else "it failed on another rank"
+    left = f"{free / 2**20:.0f} MiB free there" if free is not None else "free space unknown"
+    return f"{'the disk is full' if full else 'writing failed'} ({detail}; {left})"
+
+
 def save_failure_message(save_dir: str, tag: str, error: BaseException | None, free: int | None) -> str:
     """What failed, where, what `latest` still names, and the fix."""
-    full = (getattr(error, "errno", None) == errno.ENOSPC) or (free is not None and free < DISK_FULL_BYTES)
-    detail = str(error).strip().splitlines()[0][:200] if error is not None else "it failed on another rank"
-    left = f"{free / 2**20:.0f} MiB free there" if free is not None else "free space unknown"
-    what = "the disk is full" if full else "writing failed"
     try:
         previous = read_latest(save_dir)
     except CheckpointError:
         previous = None
     kept = (f"{os.path.join(save_dir, LATEST)} still names {previous}, the last complete checkpoint"
             if previous else f"there is no earlier complete checkpoint in {save_dir}")
-    return (f"could not save checkpoint {tag} into {save_dir}: {what} ({detail}; {left}); {kept}, and the "
+    return (f"could not save checkpoint {tag} into {save_dir}: {describe_write_failure(error, free)}; {kept}, and the "
             f"partial {tag}{INCOMPLETE} was removed. Free space there (or set `save:` to another directory) "
             f"and resume with `load:`")
+
+
+def torch_save_file(obj, path: str) -> None:
+    """torch.save for the tools that write checkpoints (merge, convert): a failed write (disk full)
+    becomes CheckpointSaveError naming the file; the partial file is removed. They write `latest`
+    last, so it is unchanged."""
+    try:
+        torch.save(obj, path)
+    except (OSError, RuntimeError) as e:
+        if not _is_write_failure(e):
+            raise
+        free = _free_bytes(os.path.dirname(path) or ".")
+        if os.path.exists(path):
+            os.remove(path)
+        raise CheckpointSaveError(f"could not write {path}: {describe_write_failure(e, free)}; `latest` next to "
+                                  "it was not changed. Free space there or choose another --output") from e
 
 
 def load_model_state(ckpt_dir: str, tag: str | None = None,

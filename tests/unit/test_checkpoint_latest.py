@@ -63,3 +63,22 @@ def test_nonfinite_tensors_are_named():
         check_finite(state, "x.pt")
     check_finite(state, "x.pt", allow=True)
     check_finite({"module": {"a": torch.ones(2, dtype=torch.bfloat16)}}, "y.pt")
+
+
+def test_tool_write_failure_is_one_clear_error(tmp_path, monkeypatch):
+    """merge/convert write with torch_save_file: a full disk names the file, the partial is removed."""
+    import megatron.training.checkpoint as checkpoint
+
+    def disk_full(obj, path):
+        open(path, "wb").close()
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed writing file "
+                           "data/0: file write failed")
+
+    monkeypatch.setattr(checkpoint.torch, "save", disk_full)
+    monkeypatch.setattr(checkpoint, "_free_bytes", lambda path: 0)
+    path = str(tmp_path / "mp_rank_00_model_states.pt")
+    with pytest.raises(checkpoint.CheckpointSaveError, match=rf"could not write {path}: the disk is full \(.*file "
+                                                             r"write failed; 0 MiB free there\); `latest` next to it "
+                                                             r"was not changed"):
+        checkpoint.torch_save_file({"a": 1}, path)
+    assert os.listdir(tmp_path) == []
