@@ -28,6 +28,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="set one config key after the files (YAML value), e.g. -o pos-emb=rotary")
     p.add_argument("--dry-run", action="store_true",
                    help="validate, build the model on the meta device, print settings and exit")
+    from megatron.interop.safe_load import add_trust_flag
+
+    add_trust_flag(p)  # passed on to the training processes (see runner_args)
     return p.parse_args(argv)
 
 
@@ -79,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     from megatron.config import ConfigError, load_config
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    from megatron.interop.safe_load import apply_trust_flag
+
+    apply_trust_flag(args)
     try:
         cfg = load_config(config_paths(args), overrides=parse_overrides(args.override))
     except ConfigError as e:
@@ -128,7 +134,10 @@ def runner_args(cfg, user_script: str, resolved: str) -> list[str]:
     if p.master_addr:
         out += ["--master_addr", p.master_addr]
     out += ["--master_port", str(p.master_port), "--launcher", p.launcher]
-    return out + [user_script, "--resolved-config", resolved]
+    from megatron.interop.safe_load import trusted_from_env
+
+    trust = ["--trust-checkpoint"] if trusted_from_env() else []  # other nodes do not inherit our environment
+    return out + [user_script, "--resolved-config", resolved, *trust]
 
 
 def launch_with_deepspeed(cfg, user_script: str, resolved: str) -> int:

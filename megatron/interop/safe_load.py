@@ -25,9 +25,9 @@ import torch
 from megatron.training.checkpoint import CheckpointError
 
 TRUST_ENV = "KERPLE_TRUST_CHECKPOINT"
-TRUST_HINT = (f"if you trust where it came from, pass --trust-checkpoint (evaluate.py, generate.py, "
-              f"tools/export_hf.py, tools/convert_neox_checkpoint.py, tools/merge_tp_checkpoint.py) or set "
-              f"{TRUST_ENV}=1 (train.py / deepy.py `load:`)")
+TRUST_HINT = (f"if you trust where it came from, pass --trust-checkpoint (evaluate.py, generate.py, train.py, "
+              f"deepy.py, tools/export_hf.py, tools/convert_neox_checkpoint.py, tools/merge_tp_checkpoint.py) or "
+              f"set {TRUST_ENV}=1")
 
 # Data-only DeepSpeed classes its ZeRO/fp16 optimizer files contain (checked by saving real
 # checkpoints through the Trainer: tests/integration/test_checkpoint_safety.py). Named, not
@@ -44,11 +44,15 @@ class UnsafeCheckpointError(CheckpointError):
     """A file safe loading refuses: only the explicit trust switch reads it."""
 
 
-def add_load_flags(parser) -> None:
-    """--trust-checkpoint and --allow-nonfinite, the same on every CLI that reads checkpoints."""
+def add_trust_flag(parser) -> None:
     parser.add_argument("--trust-checkpoint", action="store_true",
                         help="read checkpoint files with the full (code-executing) unpickler when safe loading "
                              f"(weights_only=True) refuses them; only for files you trust (same as {TRUST_ENV}=1)")
+
+
+def add_load_flags(parser) -> None:
+    """--trust-checkpoint and --allow-nonfinite, the same on every CLI that reads checkpoints."""
+    add_trust_flag(parser)
     parser.add_argument("--allow-nonfinite", action="store_true",
                         help="load a checkpoint even when its tensors hold NaN/inf (refused by default)")
 

@@ -82,3 +82,16 @@ def test_tool_write_failure_is_one_clear_error(tmp_path, monkeypatch):
                                                              r"was not changed"):
         checkpoint.torch_save_file({"a": 1}, path)
     assert os.listdir(tmp_path) == []
+
+
+def test_trust_flag_reaches_the_training_processes(tiny_config, monkeypatch):
+    """deepy.py --trust-checkpoint: the launched train.py processes (other nodes too) get the flag."""
+    from megatron.interop.safe_load import apply_trust_flag
+    from megatron.launcher import parse_args, runner_args
+
+    monkeypatch.setenv("KERPLE_TRUST_CHECKPOINT", "")  # restored (unset) after the test
+    cfg = tiny_config()
+    assert runner_args(cfg, "train.py", "r.yml")[-1] == "r.yml"
+    apply_trust_flag(parse_args(["train.py", "a.yml", "--trust-checkpoint"]))
+    assert runner_args(cfg, "train.py", "r.yml")[-3:] == ["--resolved-config", "r.yml", "--trust-checkpoint"]
+    assert os.environ["KERPLE_TRUST_CHECKPOINT"] == "1"
