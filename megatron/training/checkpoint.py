@@ -33,6 +33,7 @@ from megatron.errors import EXIT_SYSTEM_ERROR, UserError
 from megatron.training.checkpoint_latest import (  # noqa: F401 - read_latest/tag_for are used by importers
     LATEST,
     clean_stale_tmp,
+    fsync_dir,
     read_latest,
     resolve_tag,
     tag_for,
@@ -135,7 +136,8 @@ class Checkpointer:
         if os.path.isdir(final):  # re-saving a step (never the one `latest` would lose)
             shutil.rmtree(final)
         os.replace(os.path.join(save_dir, staging), final)
-        write_latest(save_dir, tag)  # fsyncs the directory, so the rename above is durable first
+        fsync_dir(save_dir)  # the rename is durable before `latest` can name it
+        write_latest(save_dir, tag)
         self._prune(save_dir)
 
     def _raise_if_failed(self, failure: BaseException | None, save_dir: str, tag: str) -> None:
@@ -146,7 +148,7 @@ class Checkpointer:
         free = _free_bytes(save_dir)  # before the partial directory is removed and frees its space
         if self.is_rank0:
             shutil.rmtree(os.path.join(save_dir, tag + INCOMPLETE), ignore_errors=True)
-        raise CheckpointSaveError(save_failure_message(save_dir, tag, failure, free))
+        raise CheckpointSaveError(save_failure_message(save_dir, tag, failure, free)) from failure
 
     def _write_configs(self, tag_dir: str) -> None:
         os.makedirs(os.path.join(tag_dir, "configs"), exist_ok=True)
