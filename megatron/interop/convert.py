@@ -22,14 +22,14 @@ def convert_neox_checkpoint(input_dir: str, output_dir: str, tag: str | None = N
                             trust: bool = False, dtype: torch.dtype = torch.float32,
                             allow_nonfinite: bool = False) -> str:
     """Returns the written global_stepN directory."""
-    from megatron.training.checkpoint import model_args, torch_save_file
+    from megatron.training.checkpoint import CheckpointError, model_args, torch_save_file
     from megatron.training.checkpoint_latest import write_latest
 
     ck = read_neox_checkpoint(input_dir, tag, config, trust=trust, dtype=dtype, allow_nonfinite=allow_nonfinite)
     step = os.path.basename(os.path.normpath(ck.tag_dir))
     out = os.path.join(output_dir, step)
     if os.path.abspath(out) == os.path.abspath(ck.tag_dir):
-        raise ValueError("--output must differ from --input: the conversion never overwrites the source")
+        raise CheckpointError("--output must differ from --input: the conversion never overwrites the source")
     os.makedirs(out, exist_ok=True)
     client = {"iteration": ck.client.get("iteration", 0), "args": model_args(ck.cfg, ck.vocab_size),
               "config": ck.cfg.to_flat_dict(), "converted_from": os.path.abspath(ck.tag_dir),

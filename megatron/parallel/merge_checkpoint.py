@@ -59,7 +59,7 @@ def write_merged_checkpoint(input_dir: str, output_dir: str, iteration: int | No
                             allow_nonfinite: bool = False) -> str:
     """Write the TP=1 version of a (TP>1) checkpoint to output_dir; returns its step directory."""
     from megatron.config import NeoXConfig
-    from megatron.training.checkpoint import load_model_state, tag_for, torch_save_file
+    from megatron.training.checkpoint import CheckpointError, load_model_state, tag_for, torch_save_file
     from megatron.training.checkpoint_latest import write_latest
 
     module, client, tag_dir = load_model_state(input_dir, tag_for(iteration) if iteration is not None else None,
@@ -67,7 +67,7 @@ def write_merged_checkpoint(input_dir: str, output_dir: str, iteration: int | No
     tag = os.path.basename(os.path.normpath(tag_dir))
     out = os.path.join(output_dir, tag)
     if os.path.abspath(out) == os.path.abspath(tag_dir):
-        raise ValueError("--output must differ from --input: the merge never overwrites the shards")
+        raise CheckpointError("--output must differ from --input: the merge never overwrites the shards")
     os.makedirs(out, exist_ok=True)
     torch_save_file({**client, "module": module, "optimizer": None}, os.path.join(out, "mp_rank_00_model_states.pt"))
     if os.path.isdir(os.path.join(tag_dir, "configs")):
