@@ -30,10 +30,14 @@ def load_checkpoint_model(ckpt_dir: str, tag: str | None = None, overrides: dict
     `tag` None: the step `latest` names (see the module docstring). allow_nonfinite: accept
     NaN/inf weights (refused by default, megatron/training/checkpoint_finite.py)."""
     if tag is not None:
+        tag_dir = os.path.join(ckpt_dir, resolve_tag(ckpt_dir, tag))
+        if not os.path.isdir(tag_dir):
+            raise CheckpointError(f"{tag_dir} does not exist; pass --iteration of one of the global_step<N> "
+                                  f"directories in {ckpt_dir}")
         try:
-            return _load_tag(ckpt_dir, resolve_tag(ckpt_dir, tag), overrides, device, allow_nonfinite)
+            return _load_tag(ckpt_dir, tag, overrides, device, allow_nonfinite)
         except (UserError, OSError) as e:
-            if os.path.isdir(ckpt_dir) and not os.path.isdir(os.path.join(ckpt_dir, tag)):
+            if not os.path.isdir(tag_dir):
                 raise CheckpointError(f"{os.path.join(ckpt_dir, tag)} was deleted while it was being read (a "
                                       "training run saving there prunes old steps: keep-last-n-checkpoints); "
                                       "name a step it keeps with --iteration") from e
