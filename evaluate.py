@@ -54,6 +54,9 @@ def parse_args(argv=None):
     p.add_argument("--out", default=None, help="output directory (with several checkpoints: one subdirectory each)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    from megatron.interop.safe_load import add_load_flags
+
+    add_load_flags(p)
     return p.parse_args(argv)
 
 
@@ -180,7 +183,7 @@ def evaluate_checkpoint(args, ckpt: str) -> None:
     if args.attention_backend:
         overrides["attention-backend"] = args.attention_backend
     tag = f"global_step{args.iteration}" if args.iteration is not None else None
-    model, cfg, client = load_checkpoint_model(ckpt, tag, overrides, args.device)
+    model, cfg, client = load_checkpoint_model(ckpt, tag, overrides, args.device, args.allow_nonfinite)
     train_len = cfg.model.seq_length
     lengths = parse_lengths(args.lengths) if args.lengths else default_lengths(train_len, args.max_factor)
     limit = model.position.max_length()
@@ -219,7 +222,10 @@ def evaluate_checkpoint(args, ckpt: str) -> None:
 
 
 def main(argv=None) -> int:
+    from megatron.interop.safe_load import apply_trust_flag
+
     args = parse_args(argv)
+    apply_trust_flag(args)
     if args.lengths:
         parse_lengths(args.lengths)  # a bad --lengths fails before any checkpoint is loaded
     for ckpt in args.checkpoint:  # every output directory, before hours of evaluation

@@ -37,8 +37,9 @@ def parse_args(argv=None):
     p.add_argument("--device", default="cpu")
     p.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key of the checkpoint, e.g. -o vocab-file=data/tok.json")
-    p.add_argument("--trust-checkpoint", action="store_true",
-                   help="allow the full (code-executing) unpickler for foreign files safe loading refuses")
+    from megatron.interop.safe_load import add_load_flags
+
+    add_load_flags(p)
     args = p.parse_args(argv)
     if args.temperature <= 0 or not 0 < args.top_p <= 1 or args.top_k < 0 or args.max_new_tokens < 1:
         p.error("need --temperature > 0, 0 < --top-p <= 1, --top-k >= 0, --max-new-tokens >= 1 "
@@ -104,17 +105,17 @@ def interactive_prompts():
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    import os
+    from megatron.interop.safe_load import apply_trust_flag
 
-    if args.trust_checkpoint:
-        os.environ["KERPLE_TRUST_CHECKPOINT"] = "1"
+    apply_trust_flag(args)
     texts = prompts(args)
     from megatron.evaluation.load import load_checkpoint_model
     from megatron.launcher import parse_overrides
     from megatron.tokenizer import build_tokenizer
 
     tag = f"global_step{args.iteration}" if args.iteration is not None else None
-    model, cfg, _ = load_checkpoint_model(args.checkpoint, tag, parse_overrides(args.override) or None, args.device)
+    model, cfg, _ = load_checkpoint_model(args.checkpoint, tag, parse_overrides(args.override) or None, args.device,
+                                          args.allow_nonfinite)
     d = cfg.data
     tok = build_tokenizer(d.tokenizer_type, d.vocab_file, d.merge_file)
     gen = torch.Generator(device=args.device).manual_seed(args.seed)

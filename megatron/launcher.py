@@ -34,6 +34,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="set one config key after the files (YAML value), e.g. -o pos-emb=rotary")
     p.add_argument("--dry-run", action="store_true",
                    help="validate, check the input files, print the settings and parameter count and exit")
+    from megatron.interop.safe_load import add_trust_flag
+
+    add_trust_flag(p)  # passed on to the training processes (see runner_args)
     return p.parse_args(argv)
 
 
@@ -107,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     from megatron.errors import UserError
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    from megatron.interop.safe_load import apply_trust_flag
+
+    apply_trust_flag(args)
     cfg = load_config(config_paths(args), overrides=parse_overrides(args.override))
     missing = input_problems(cfg)
     note = outside_run_dir(cfg)
@@ -163,9 +169,13 @@ def runner_args(cfg, user_script: str, resolved: str) -> list[str]:
     if p.master_addr:
         out += ["--master_addr", p.master_addr]
     out += ["--master_port", str(p.master_port), "--launcher", p.launcher]
-    # On other nodes the runner exports only a few variables, so KERPLE_DEBUG travels as the flag.
+    from megatron.interop.safe_load import trusted_from_env
+
+    # On other nodes the runner exports only a few variables, so KERPLE_DEBUG and the trust
+    # switch travel as flags.
     debug = [DEBUG_FLAG] if debug_enabled() else []
-    return out + [user_script, "--resolved-config", resolved, *debug]
+    trust = ["--trust-checkpoint"] if trusted_from_env() else []
+    return out + [user_script, "--resolved-config", resolved, *debug, *trust]
 
 
 def launch_with_deepspeed(cfg, user_script: str, resolved: str) -> int:

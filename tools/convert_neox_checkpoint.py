@@ -24,8 +24,9 @@ def main(argv=None) -> int:
     p.add_argument("--config", nargs="+", default=None,
                    help="the NeoX YAML files (default: the checkpoint's global_step<N>/configs/*.yml)")
     p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
-    p.add_argument("--trust-checkpoint", action="store_true",
-                   help="allow the full (code-executing) unpickler for files safe loading refuses")
+    from megatron.interop.safe_load import add_load_flags
+
+    add_load_flags(p)
     args = p.parse_args(argv)
     import torch
 
@@ -33,7 +34,8 @@ def main(argv=None) -> int:
 
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     tag = f"global_step{args.iteration}" if args.iteration is not None else None
-    out = convert_neox_checkpoint(args.input, args.output, tag, args.config, args.trust_checkpoint, dtype)
+    out = convert_neox_checkpoint(args.input, args.output, tag, args.config, args.trust_checkpoint, dtype,
+                                  args.allow_nonfinite)
     print(f"wrote {out}")
     return 0
 

@@ -23,10 +23,14 @@ def main(argv=None) -> int:
     p.add_argument("--input", required=True, help="checkpoint directory holding `latest` and global_step<N>/")
     p.add_argument("--output", required=True, help="directory for the TP=1 checkpoint")
     p.add_argument("--iteration", type=int, default=None, help="merge global_step<N> instead of latest")
+    from megatron.interop.safe_load import add_load_flags, apply_trust_flag
+
+    add_load_flags(p)
     args = p.parse_args(argv)
+    apply_trust_flag(args)
     from megatron.parallel.merge_checkpoint import write_merged_checkpoint
 
-    out = write_merged_checkpoint(args.input, args.output, args.iteration)
+    out = write_merged_checkpoint(args.input, args.output, args.iteration, args.allow_nonfinite)
     print(f"[checkpoint] wrote TP=1 checkpoint {out}")
     return 0
 

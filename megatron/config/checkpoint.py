@@ -29,6 +29,10 @@ class CheckpointConfig:
     no_load_rng: bool = key(False, "Do not load RNG state.")
     finetune: bool = key(False, "Load weights only and start at iteration 0.")
     iteration: int | None = key(None, "Load this step instead of the one `latest` names.", ge=0)
+    allow_nonfinite_weights: bool = key(
+        False, "Load a checkpoint even when its weights or optimizer state hold NaN/inf. By default such a "
+        "checkpoint (saved by a run that had diverged) is refused, naming the file and the first offending "
+        "tensors; the CLIs' --allow-nonfinite is the same switch.")
     checkpoint_validation_with_forward_pass: bool = key(
         False, "NeoX's post-save forward-pass check; accepted, changes nothing here.", inert=True)
 

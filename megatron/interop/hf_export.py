@@ -17,6 +17,8 @@ import shutil
 
 import torch
 
+from megatron.errors import UserError
+
 TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hf_modeling")
 REMOTE_FILES = ("configuration_kerple.py", "modeling_kerple.py", "positions_kerple.py")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -46,10 +48,10 @@ def hf_config(mcfg, vocab_size: int, dtype: str = "fp32", tokenizer=None) -> dic
 
 def _check_supported(mcfg) -> None:
     if mcfg.gpt_j_residual:
-        raise ValueError("gpt-j-residual models cannot be exported yet (the remote code is sequential "
+        raise UserError("gpt-j-residual models cannot be exported yet (the remote code is sequential "
                          "pre-LN); export a model trained with gpt-j-residual: false")
     if mcfg.activation != "gelu":
-        raise ValueError(f"activation {mcfg.activation!r} cannot be exported; the remote code uses GELU")
+        raise UserError(f"activation {mcfg.activation!r} cannot be exported; the remote code uses GELU")
 
 
 def save_tokenizer(cfg, out_dir: str) -> str | None:
@@ -67,7 +69,7 @@ def save_tokenizer(cfg, out_dir: str) -> str | None:
         else:
             return None
     except OSError as e:
-        raise ValueError(f"cannot read the tokenizer files of the checkpoint's config ({e}); pass "
+        raise UserError(f"cannot read the tokenizer files of the checkpoint's config ({e}); pass "
                          "-o vocab-file=<path> (and merge-file) or --no-tokenizer") from e
     tok.save_pretrained(out_dir)
     return d.tokenizer_type

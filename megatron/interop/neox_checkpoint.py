@@ -4,7 +4,7 @@
     model, cfg, client = load_neox_model("kerple_ckpts/")
 
 Steps: find the step directory (`latest`), detect the layout (megatron/interop/neox_layout.py),
-read every file with weights_only=True (megatron/interop/safe_load.py), rename the keys
+read every file with weights_only=True and check it for NaN/inf (megatron/interop/safe_load.py), rename the keys
 (neox_keys.py), check the positional scheme's per-layer copies agree, check every tensor's
 shape against the model the config describes (naming the file, key, expected and found shape),
 merge the TP shards (megatron/parallel/merge.py rules) and upcast bf16/fp16 to the model dtype.
@@ -21,7 +21,7 @@ import torch
 
 from megatron.interop.neox_keys import our_key
 from megatron.interop.neox_layout import DESCRIPTIONS, config_files, detect_layout, layer_files, mp_files, tag_dir_of
-from megatron.interop.safe_load import safe_torch_load
+from megatron.interop.safe_load import read_checkpoint_file
 from megatron.training.checkpoint import CheckpointError
 
 # Buffers fully determined by the config: recomputed in fp32 rather than taken from a bf16 copy.
@@ -50,17 +50,20 @@ def read_config(tag_dir: str, files=None, overrides: dict | None = None):
     return load_config(files, over)
 
 
-def _raw_shards(tag_dir: str, layout: str, trust: bool) -> tuple[list[dict], dict]:
+def _raw_shards(tag_dir: str, layout: str, trust: bool, allow_nonfinite: bool) -> tuple[list[dict], dict]:
     """Per TP rank {(neox idx, key): (tensor, file name)}, and rank 0's client state."""
+    def read(path: str) -> dict:
+        return read_checkpoint_file(path, trust, allow_nonfinite)
+
     mps = mp_files(tag_dir)
-    blobs = [safe_torch_load(p, trust) for p in mps] if layout == "neox-sequential" else []
-    client_blob = blobs[0] if blobs else (safe_torch_load(mps[0], trust) if mps else {})
+    blobs = [read(p) for p in mps] if layout == "neox-sequential" else []
+    client_blob = blobs[0] if blobs else (read(mps[0]) if mps else {})
     client = {k: v for k, v in client_blob.items() if k not in ("module", "optimizer")}
     if layout == "neox-pipeline":
         by_rank: dict[int, dict] = {}
         for (tp, idx), path in sorted(layer_files(tag_dir).items()):
             name = os.path.basename(path)
-            for key, t in safe_torch_load(path, trust).items():
+            for key, t in read(path).items():
                 by_rank.setdefault(tp, {})[(idx, key)] = (t, name)
         return [by_rank[r] for r in sorted(by_rank)], client
     shards = []
@@ -151,9 +154,11 @@ def _finish(state: dict, model, dtype: torch.dtype, tag_dir: str) -> dict:
 
 
 def read_neox_checkpoint(ckpt_dir: str, tag: str | None = None, config=None, overrides: dict | None = None,
-                         trust: bool = False, dtype: torch.dtype = torch.float32) -> ForeignCheckpoint:
+                         trust: bool = False, dtype: torch.dtype = torch.float32,
+                         allow_nonfinite: bool = False) -> ForeignCheckpoint:
     """Read a NeoX/KERPLE checkpoint into our TP=1 state dict. `config`: YAML files to use
-    instead of global_stepN/configs/. `trust`: allow the full unpickler (see safe_load.py)."""
+    instead of global_stepN/configs/. `trust`: allow the full unpickler (see safe_load.py).
+    `allow_nonfinite`: accept NaN/inf tensors (see checkpoint_finite.py)."""
     from megatron.model import GPTModel
 
     tag_dir = tag_dir_of(ckpt_dir, tag)
@@ -161,7 +166,7 @@ def read_neox_checkpoint(ckpt_dir: str, tag: str | None = None, config=None, ove
     if layout == "ours":
         raise CheckpointError(f"{tag_dir} is in this stack's own layout; load it with load_model_state")
     cfg = read_config(tag_dir, config, overrides)
-    raw, client = _raw_shards(tag_dir, layout, trust)
+    raw, client = _raw_shards(tag_dir, layout, trust, allow_nonfinite)
     L = cfg.model.num_layers
     renamed = [_rename(r, L) for r in raw]
     shards, wheres = [s for s, _ in renamed], [w for _, w in renamed]
@@ -185,11 +190,11 @@ def read_neox_checkpoint(ckpt_dir: str, tag: str | None = None, config=None, ove
 
 
 def load_neox_model(ckpt_dir: str, tag: str | None = None, config=None, overrides: dict | None = None,
-                    trust: bool = False, device="cpu"):
+                    trust: bool = False, device="cpu", allow_nonfinite: bool = False):
     """(GPTModel in eval mode, config, client state) from a NeoX/KERPLE checkpoint."""
     from megatron.model import GPTModel
 
-    ck = read_neox_checkpoint(ckpt_dir, tag, config, overrides, trust)
+    ck = read_neox_checkpoint(ckpt_dir, tag, config, overrides, trust, allow_nonfinite=allow_nonfinite)
     model = GPTModel(ck.cfg.model, ck.vocab_size)
     model.load_state_dict(ck.state, strict=True)
     client = {**ck.client, "args": {**(ck.client.get("args") or {}), "padded_vocab_size": ck.vocab_size}}

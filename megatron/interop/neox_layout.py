@@ -21,20 +21,12 @@ DESCRIPTIONS = {
 
 
 def tag_dir_of(ckpt_dir: str, tag: str | None = None) -> str:
-    """global_stepN directory named by `tag` or by `latest`; clear errors when either is missing."""
+    """global_stepN directory named by `tag` or by `latest` (a plain name inside ckpt_dir, see
+    megatron/training/checkpoint_latest.py); clear errors when either is missing or invalid."""
     from megatron.training.checkpoint import CheckpointError
+    from megatron.training.checkpoint_latest import resolve_tag
 
-    if not os.path.isdir(ckpt_dir):
-        raise CheckpointError(f"checkpoint directory {ckpt_dir!r} does not exist")
-    if tag is None:
-        latest = os.path.join(ckpt_dir, "latest")
-        if not os.path.isfile(latest):
-            raise CheckpointError(
-                f"{ckpt_dir!r} has no `latest` file; pass the checkpoint directory that holds `latest` "
-                "and global_step<N>/, or name a step with --iteration")
-        with open(latest) as f:
-            tag = f.read().strip()
-    path = os.path.join(ckpt_dir, tag)
+    path = os.path.join(ckpt_dir, resolve_tag(ckpt_dir, tag))
     if not os.path.isdir(path):
         raise CheckpointError(f"{path} does not exist: `latest` (or --iteration) names a missing step; "
                               "fix `latest` or pass --iteration of an existing global_step directory")

@@ -1,31 +1,66 @@
-"""torch.load for checkpoints written elsewhere: weights_only=True first.
+"""Every checkpoint file, ours included, is read here: PyTorch's restricted unpickler + an allow-list.
 
-A full unpickle of a foreign file can run arbitrary code, so files we did not write are read with
-PyTorch's restricted unpickler. DeepSpeed/NeoX model-state files also hold plain python and numpy
-objects (numpy RNG state, argparse Namespace in older Megatron, sets of module names); the ones
-known to be data only are allow-listed below. Anything else is refused with an error that names
-the file and the switch that allows the full unpickler: `--trust-checkpoint` on our tools, or
-KERPLE_TRUST_CHECKPOINT=1 in the environment (train.py / evaluate.py).
+A full unpickle runs whatever code the file names, so a crafted `mp_rank_00_model_states.pt` (ours
+or anyone's) would run code in evaluate.py, generate.py, tools/* and training's `load:`. Files are
+therefore read with PyTorch's restricted unpickler. Besides tensors, checkpoints hold plain python
+and numpy objects (numpy RNG state, argparse Namespace in older Megatron, sets of module names) and,
+in DeepSpeed's ZeRO optimizer files, a few DeepSpeed classes; the ones that are data only (no code
+runs when they are rebuilt: object.__new__ plus a __dict__ update, or an int Enum) are allow-listed
+below. Anything else is refused with an error that names the file and the switch that allows the
+full unpickler: `--trust-checkpoint` on the CLIs, or KERPLE_TRUST_CHECKPOINT=1 in the environment
+(train.py / deepy.py). After reading, the tensors are checked for NaN/inf (checkpoint_finite.py).
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import pickle
 import re
+import sys
 
 import numpy as np
 import torch
 
-from megatron.errors import UserError
+from megatron.training.checkpoint import CheckpointError
 
 TRUST_ENV = "KERPLE_TRUST_CHECKPOINT"
-TRUST_HINT = (f"if you trust where it came from, pass --trust-checkpoint (generate.py, "
-              f"tools/convert_neox_checkpoint.py, tools/export_hf.py) or set {TRUST_ENV}=1")
+TRUST_HINT = (f"if you trust where it came from, pass --trust-checkpoint (evaluate.py, generate.py, train.py, "
+              f"deepy.py, tools/export_hf.py, tools/convert_neox_checkpoint.py, tools/merge_tp_checkpoint.py) or "
+              f"set {TRUST_ENV}=1")
+
+# Data-only DeepSpeed classes its ZeRO/fp16 optimizer files contain (checked by saving real
+# checkpoints through the Trainer: tests/integration/test_checkpoint_safety.py). Named, not
+# imported: importing deepspeed costs evaluate.py a second, and only optimizer files need them.
+DEEPSPEED_GLOBALS = (
+    "deepspeed.runtime.fp16.loss_scaler.LossScaler",  # optimizer_state_dict.loss_scaler (fp32/bf16)
+    "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler",  # the same with fp16 dynamic scaling
+    "deepspeed.runtime.zero.config.ZeroStageEnum",  # optimizer_state_dict.zero_stage (an int Enum)
+    "deepspeed.utils.tensor_fragment.fragment_address",  # ZeRO-1/2 param_slice_mappings (numel, start)
+)
 
 
-class UnsafeCheckpointError(UserError):
-    pass
+class UnsafeCheckpointError(CheckpointError):
+    """A file safe loading refuses: only the explicit trust switch reads it."""
+
+
+def add_trust_flag(parser) -> None:
+    parser.add_argument("--trust-checkpoint", action="store_true",
+                        help="read checkpoint files with the full (code-executing) unpickler when safe loading "
+                             f"(weights_only=True) refuses them; only for files you trust (same as {TRUST_ENV}=1)")
+
+
+def add_load_flags(parser) -> None:
+    """--trust-checkpoint and --allow-nonfinite, the same on every CLI that reads checkpoints."""
+    add_trust_flag(parser)
+    parser.add_argument("--allow-nonfinite", action="store_true",
+                        help="load a checkpoint even when its tensors hold NaN/inf (refused by default)")
+
+
+def apply_trust_flag(args) -> None:
+    """--trust-checkpoint -> KERPLE_TRUST_CHECKPOINT=1, so every reader (and child process) sees it."""
+    if getattr(args, "trust_checkpoint", False):
+        os.environ[TRUST_ENV] = "1"
 
 
 def _numpy_globals() -> list:
@@ -41,15 +76,31 @@ def _numpy_globals() -> list:
     return out
 
 
-def allowed_globals() -> list:
-    return [argparse.Namespace, set, frozenset, *_numpy_globals()]
+def _resolve(dotted: str):
+    module, _, name = dotted.rpartition(".")
+    return getattr(importlib.import_module(module), name)
 
 
-def _refused_global(message: str) -> str:
-    """'it contains x.y' from torch's long 'Unsupported global: GLOBAL x.y ...' message."""
+def _deepspeed_globals(import_them: bool) -> list:
+    """The DeepSpeed allow-list entries; without `import_them`, only those already imported."""
+    return [_resolve(d) for d in DEEPSPEED_GLOBALS
+            if import_them or d.rpartition(".")[0] in sys.modules]
+
+
+def allowed_globals(with_deepspeed: bool = False) -> list:
+    return [argparse.Namespace, set, frozenset, *_numpy_globals(), *_deepspeed_globals(with_deepspeed)]
+
+
+def _refused_global(message: str) -> str | None:
     m = re.search(r"GLOBAL ([\w.]+)", message)
-    if m:
-        return f"it contains {m.group(1)}"
+    return m.group(1) if m else None
+
+
+def _describe_refusal(message: str) -> str:
+    """'it contains x.y' from torch's long 'Unsupported global: GLOBAL x.y ...' message."""
+    name = _refused_global(message)
+    if name:
+        return f"it contains {name}"
     lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
     return (lines or ["unknown object"])[-1][:200]
 
@@ -58,24 +109,47 @@ def trusted_from_env() -> bool:
     return os.environ.get(TRUST_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
-def safe_torch_load(path: str, trust: bool = False):
-    """The object in `path`, read with weights_only=True (plus the allow-list) unless `trust`."""
-    from megatron.training.checkpoint import CheckpointError
+def _restricted_load(path: str, **kwargs):
+    """weights_only=True with the allow-list; DeepSpeed's classes are imported when a file needs them."""
+    try:
+        with torch.serialization.safe_globals(allowed_globals()):
+            return torch.load(path, weights_only=True, **kwargs)
+    except pickle.UnpicklingError as e:
+        if _refused_global(str(e)) not in DEEPSPEED_GLOBALS:
+            raise
+    with torch.serialization.safe_globals(allowed_globals(with_deepspeed=True)):
+        return torch.load(path, weights_only=True, **kwargs)
 
+
+def safe_torch_load(path: str, trust: bool = False, map_location="cpu", **kwargs):
+    """The object in `path`, read with weights_only=True (plus the allow-list) unless `trust`
+    (or KERPLE_TRUST_CHECKPOINT=1). kwargs: torch.load's (mmap=...)."""
+    kwargs.pop("weights_only", None)  # DeepSpeed asks for the full unpickler: only `trust` gives it
     if not os.path.isfile(path):
         raise CheckpointError(f"{path} is missing: the checkpoint directory is incomplete")
     trust = trust or trusted_from_env()
     try:
-        if trust:
-            return torch.load(path, map_location="cpu", weights_only=False)
-        with torch.serialization.safe_globals(allowed_globals()):
-            return torch.load(path, map_location="cpu", weights_only=True)
+        if trust:  # the one full unpickler, behind the explicit trust switch
+            return torch.load(path, map_location=map_location, weights_only=False, **kwargs)
+        return _restricted_load(path, map_location=map_location, **kwargs)
     except pickle.UnpicklingError as e:
         if trust or "weights only load failed" not in str(e).lower():
             raise CheckpointError(f"could not read {path}: {e}; the file is truncated or corrupt") from e
         raise UnsafeCheckpointError(
             f"{path} holds python objects that safe loading (torch.load weights_only=True) refuses "
-            f"({_refused_global(str(e))}); {TRUST_HINT}") from e
+            f"({_describe_refusal(str(e))}); {TRUST_HINT}") from e
+    except FileNotFoundError as e:  # removed between the check and the read
+        raise CheckpointError(f"{path} is missing: the checkpoint directory is incomplete") from e
     except (EOFError, RuntimeError, OSError) as e:  # truncated zip / short read
         raise CheckpointError(f"could not read {path}: {e}; the file is truncated or corrupt "
                               "(re-copy or re-download it)") from e
+
+
+def read_checkpoint_file(path: str, trust: bool = False, allow_nonfinite: bool = False, map_location="cpu",
+                         **kwargs):
+    """safe_torch_load, then the NaN/inf check of every tensor in it: how every checkpoint file is read."""
+    from megatron.training.checkpoint_finite import check_finite
+
+    obj = safe_torch_load(path, trust, map_location, **kwargs)
+    check_finite(obj, path, allow_nonfinite)
+    return obj

@@ -10,8 +10,6 @@ import os
 import re
 import shutil
 
-import torch
-
 from megatron.parallel.merge import merge_state_dicts
 
 SHARD = re.compile(r"mp_rank_(\d+)_model_states\.pt")
@@ -57,18 +55,21 @@ def load_merged(paths: list[str], read) -> tuple[dict, dict]:
     return module, client
 
 
-def write_merged_checkpoint(input_dir: str, output_dir: str, iteration: int | None = None) -> str:
+def write_merged_checkpoint(input_dir: str, output_dir: str, iteration: int | None = None,
+                            allow_nonfinite: bool = False) -> str:
     """Write the TP=1 version of a (TP>1) checkpoint to output_dir; returns its step directory."""
     from megatron.config import NeoXConfig
-    from megatron.training.checkpoint import load_model_state, tag_for
+    from megatron.training.checkpoint import CheckpointError, load_model_state, tag_for, torch_save_file
+    from megatron.training.checkpoint_latest import write_latest
 
-    module, client, tag_dir = load_model_state(input_dir, tag_for(iteration) if iteration is not None else None)
+    module, client, tag_dir = load_model_state(input_dir, tag_for(iteration) if iteration is not None else None,
+                                               allow_nonfinite)
     tag = os.path.basename(os.path.normpath(tag_dir))
     out = os.path.join(output_dir, tag)
     if os.path.abspath(out) == os.path.abspath(tag_dir):
-        raise ValueError("--output must differ from --input: the merge never overwrites the shards")
+        raise CheckpointError("--output must differ from --input: the merge never overwrites the shards")
     os.makedirs(out, exist_ok=True)
-    torch.save({**client, "module": module, "optimizer": None}, os.path.join(out, "mp_rank_00_model_states.pt"))
+    torch_save_file({**client, "module": module, "optimizer": None}, os.path.join(out, "mp_rank_00_model_states.pt"))
     if os.path.isdir(os.path.join(tag_dir, "configs")):
         shutil.copytree(os.path.join(tag_dir, "configs"), os.path.join(out, "configs"), dirs_exist_ok=True)
     resolved = os.path.join(tag_dir, "resolved_config.yml")
@@ -76,8 +77,5 @@ def write_merged_checkpoint(input_dir: str, output_dir: str, iteration: int | No
         cfg = NeoXConfig.from_file(resolved)
         cfg.replace(model_parallel_size=1).save(os.path.join(out, "resolved_config.yml"),
                                                 header=f"merged to TP=1 from {tag_dir}")
-    tmp = os.path.join(output_dir, f"latest.tmp{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.write(tag)
-    os.replace(tmp, os.path.join(output_dir, "latest"))  # last: never names a partial directory
+    write_latest(output_dir, tag)  # last: never names a partial directory
     return out

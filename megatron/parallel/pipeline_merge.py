@@ -13,6 +13,8 @@ import re
 
 import torch
 
+from megatron.training.checkpoint import CheckpointError
+
 _LAYER_FILE = re.compile(r"layer_(\d+)-model_(\d+)-model_states\.pt")
 
 
@@ -29,7 +31,7 @@ def sequential_key(idx: int, key: str, num_layers: int, tied: bool) -> str:
         return "final_norm." + key[len("norm."):]
     elif idx == num_layers + 4 and key == "final_linear.weight":
         return "output_layer.weight"
-    raise ValueError(f"pipeline layer {idx} key {key!r} has no GPTModel counterpart "
+    raise CheckpointError(f"pipeline layer {idx} key {key!r} has no GPTModel counterpart "
                      f"(num_layers {num_layers}, tied embeddings {tied})")
 
 
@@ -39,36 +41,39 @@ def layer_files(tag_dir: str) -> dict[int, str]:
     for path in glob.glob(os.path.join(tag_dir, "layer_*-model_states.pt")):
         m = _LAYER_FILE.fullmatch(os.path.basename(path))
         if m is None:
-            raise ValueError(f"{path}: not a NeoX layer file name (layer_XX-model_YY-model_states.pt)")
+            raise CheckpointError(f"{path}: not a NeoX layer file name (layer_XX-model_YY-model_states.pt)")
         if int(m.group(2)) != 0:
-            raise ValueError(f"{path}: tensor-parallel pipeline checkpoints cannot be merged yet")
+            raise CheckpointError(f"{path}: tensor-parallel pipeline checkpoints cannot be merged yet")
         out[int(m.group(1))] = path
     if not out:
-        raise ValueError(f"{tag_dir} holds no layer_XX-model_00-model_states.pt files: not a pipeline checkpoint")
+        raise CheckpointError(f"{tag_dir} holds no layer_XX-model_00-model_states.pt files: not a pipeline checkpoint")
     return out
 
 
 def _put(state: dict, key: str, value: torch.Tensor, where: str) -> None:
     if key in state:
         if not torch.equal(state[key], value):
-            raise ValueError(f"{where}: {key} differs from another layer file's copy; the replicas "
+            raise CheckpointError(f"{where}: {key} differs from another layer file's copy; the replicas "
                              "of a shared parameter must be identical")
         return
     state[key] = value
 
 
-def merge_pipeline_to_sequential(tag_dir: str) -> dict[str, torch.Tensor]:
-    """State_dict for GPTModel (strict) from a pipeline checkpoint's `global_stepN` directory."""
-    layers = {i: torch.load(p, map_location="cpu", weights_only=True) for i, p in layer_files(tag_dir).items()}
+def merge_pipeline_to_sequential(tag_dir: str, read=None) -> dict[str, torch.Tensor]:
+    """State_dict for GPTModel (strict) from a pipeline checkpoint's `global_stepN` directory.
+    `read(path) -> dict` reads one layer file (default: the safe reader, megatron/interop/safe_load.py)."""
+    if read is None:
+        from megatron.interop.safe_load import read_checkpoint_file as read
+    layers = {i: read(p) for i, p in layer_files(tag_dir).items()}
     norms = [i for i, sd in layers.items() if any(k.startswith("norm.") for k in sd)]
     if len(norms) != 1:
-        raise ValueError(f"{tag_dir}: expected exactly one final-norm layer file, found {len(norms)}")
+        raise CheckpointError(f"{tag_dir}: expected exactly one final-norm layer file, found {len(norms)}")
     L = norms[0] - 3
     # Tied embeddings: DeepSpeed writes no L+4 file (NeoX's DeeperSpeed writes the embedding again).
     tied = "final_linear.weight" not in layers.get(L + 4, {})
     expected = {0, *range(2, L + 2), L + 3} | ({L + 4} if not tied or L + 4 in layers else set())
     if set(layers) != expected:
-        raise ValueError(f"{tag_dir}: layer files {sorted(layers)} do not form a NeoX pipeline of "
+        raise CheckpointError(f"{tag_dir}: layer files {sorted(layers)} do not form a NeoX pipeline of "
                          f"{L} layers (expected {sorted(expected)})")
     state: dict[str, torch.Tensor] = {}
     for idx, layer in sorted(layers.items()):
