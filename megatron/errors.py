@@ -91,14 +91,25 @@ def report(prog: str, message: str) -> None:
         print(f"{prog}: {DEBUG_HINT}", file=sys.stderr)
 
 
+def worker_message(e: BaseException) -> str:
+    """str(e) without the worker traceback torch adds when it re-raises a DataLoader worker's
+    exception in the main process (type(e)("Caught X in DataLoader worker ... Original Traceback
+    ...: <message>")): the user reads the original one-line message."""
+    text = str(e)
+    marker = f"{type(e).__name__}: "
+    if text.startswith("Caught ") and "Original Traceback" in text and marker in text:
+        return text.rsplit(marker, 1)[1].strip()
+    return text
+
+
 def expected_message(e: BaseException, expected: tuple = ()) -> tuple[str, int] | None:
     """(message, exit status) for an expected failure, None for anything else. `expected`: further
     exception types whose message is already one for the user (a tool whose library raises plain
     ValueErrors naming the bad input)."""
     if isinstance(e, UserError):
-        return str(e), getattr(e, "exit_code", EXIT_USER_ERROR)
+        return worker_message(e), getattr(e, "exit_code", EXIT_USER_ERROR)
     if expected and isinstance(e, expected):
-        return str(e), EXIT_USER_ERROR
+        return worker_message(e), EXIT_USER_ERROR
     if is_out_of_memory(e):
         return str(out_of_memory(e, "running", "use a smaller batch size or sequence length")), EXIT_SYSTEM_ERROR
     if isinstance(e, OSError) and e.errno is not None:

@@ -34,15 +34,10 @@ SPLIT_NAMES = ("train", "valid", "test")
 
 
 class SampleError(DataError):
-    """A bad sample, raised in __getitem__, which may run in a DataLoader worker process. torch
-    re-raises a worker's exception in the trainer as type(e)("Caught ... Original Traceback ...:
-    <message>"); this class keeps only the message, so the user still reads one line."""
+    """A bad sample, raised in __getitem__, which may run in a DataLoader worker process (torch
+    re-raises it in the trainer with the worker's traceback in the message; the top-level handler,
+    megatron.errors.worker_message, prints only the original line)."""
 
-    def __init__(self, message: str):
-        marker = f"{type(self).__name__}: "
-        if message.startswith("Caught ") and "Original Traceback" in message and marker in message:
-            message = message.rsplit(marker, 1)[1].strip()
-        super().__init__(message)
 # Where index maps go when the data directory is read-only (relative to the current run's cwd).
 FALLBACK_CACHE_DIR = os.path.join("cache", "index_maps")
 
