@@ -75,6 +75,7 @@ class Trainer:
         self.checkpointer = Checkpointer(cfg, self.vocab_size, self.dist.is_rank0)
         client = self.checkpointer.load(self.engine)
         self.iteration = client["iteration"] if client else 0
+        self._restore_tp_rng(client)
         self.datasets = build_datasets(cfg, self.batch)
         self.log = MetricsLogger(cfg, self.run_dir, self.dist.is_rank0, cfg.training.train_iters, self.iteration)
         self.log.console(f"model: {count_parameters(model):,} parameters | pos-emb {cfg.model.pos_emb} | "
@@ -116,7 +117,7 @@ class Trainer:
         if todo > 0 and self.datasets[0] is None:
             raise ValueError("train-iters > 0 but there is no training data")
         loader = iter(batch_loader(self.datasets[0], self.micro, self.gas, self.par.dp_rank, self.par.dp_size,
-                                   self.iteration, max(todo, 0), t.num_workers)) if todo > 0 else None
+                                   self.iteration, max(todo, 0), t.num_workers, t.seed)) if todo > 0 else None
         if self.pipe and loader is not None:
             loader = pipe_batches(loader, self._eod(), self.cfg.data.eod_mask_loss)
         last = {}
@@ -142,7 +143,7 @@ class Trainer:
     def _exit_on_signal(self, signum, last: dict) -> dict:
         """Save this step (if saving is configured and it is not saved yet) and stop cleanly."""
         if self.cfg.checkpoint.save and not self._saved_at(self.iteration):
-            path = self.checkpointer.save(self.engine, self.iteration)
+            path = self._save()
             self.log.console(f"[signal] received signal {signum}: saved {path}, exiting")
         elif not self.cfg.checkpoint.save:
             self.log.console(f"[signal] received signal {signum}: no `save` directory set, exiting without a checkpoint")
@@ -185,7 +186,7 @@ class Trainer:
     def _after_step(self) -> None:
         t = self.cfg.training
         if self.checkpointer.should_save(self.iteration):
-            path = self.checkpointer.save(self.engine, self.iteration)
+            path = self._save()
             self.log.console(f"[checkpoint] saved {path}")
         if t.eval_interval and self.iteration % t.eval_interval == 0 and self.datasets[1] is not None:
             self.evaluate("validation", self.datasets[1], f"iteration {self.iteration}",
@@ -195,7 +196,7 @@ class Trainer:
         """NeoX's end of training: save if this step was not saved yet, then validation and test."""
         out = {}
         if self.cfg.checkpoint.save and self.iteration > 0 and not self._saved_at(self.iteration):
-            self.checkpointer.save(self.engine, self.iteration)
+            self._save()
         eval_round = self.iteration // max(self.cfg.training.eval_interval, 1)
         if self.datasets[1] is not None:
             out["validation"] = self.evaluate("validation", self.datasets[1],
@@ -203,6 +204,16 @@ class Trainer:
         if self.datasets[2] is not None:
             out["test"] = self.evaluate("test", self.datasets[2], "the end of training for test data", 0)
         return out
+
+    def _save(self) -> str:
+        """Checkpoint this step; the TP dropout stream travels with the default generators."""
+        extra = {} if self.cfg.checkpoint.no_save_rng else {"rng_tracker_states": self.par.rng.state_dict()}
+        return self.checkpointer.save(self.engine, self.iteration, extra)
+
+    def _restore_tp_rng(self, client: dict | None) -> None:
+        c = self.cfg.checkpoint
+        if client and "rng_tracker_states" in client and not (c.no_load_rng or c.finetune):
+            self.par.rng.load_state_dict(client["rng_tracker_states"])
 
     def _saved_at(self, iteration: int) -> bool:
         return os.path.isdir(os.path.join(self.cfg.checkpoint.save, f"global_step{iteration}"))
@@ -213,7 +224,7 @@ class Trainer:
         t = self.cfg.training
         self.engine.eval()
         loader = batch_loader(dataset, self.micro, self.gas, self.par.dp_rank, self.par.dp_size,
-                              round_index * t.eval_iters, t.eval_iters, 0)
+                              round_index * t.eval_iters, t.eval_iters, 0, t.seed)
         if self.pipe:  # one eval_batch = gas micro-batches, already averaged over DP ranks
             batches = pipe_batches(iter(loader), self._eod(), self.cfg.data.eod_mask_loss)
             loss = sum(pipeline_eval_step(self.engine, batches) for _ in range(t.eval_iters)) / max(t.eval_iters, 1)

@@ -1,6 +1,7 @@
 """Crashes and pre-emption: a run killed (SIGKILL) at a random step, or in the middle of a save,
 resumes to exactly the losses of an uninterrupted run, and `latest` never names a partial
-checkpoint. SIGTERM saves at the next step boundary and exits cleanly."""
+checkpoint. SIGTERM saves at the next step boundary and exits cleanly. Every run here uses
+dropout, so the resumed losses are exact only if the dropout masks are too."""
 import os
 import random
 import signal
@@ -21,7 +22,8 @@ ITERS = 10
 def config(tmp_path, token_dataset, name):
     ck = str(tmp_path / f"{name}_ck")
     data = train_config_dict(tmp_path, token_dataset, train_iters=ITERS, save=ck, load=ck, save_interval=2,
-                             keep_last_n_checkpoints=2, run_dir=str(tmp_path / name), gradient_accumulation_steps=2)
+                             keep_last_n_checkpoints=2, run_dir=str(tmp_path / name), gradient_accumulation_steps=2,
+                             hidden_dropout=0.1, attention_dropout=0.1)
     return write_config(tmp_path, name, data), ck, tmp_path / name
 
 
