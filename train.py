@@ -5,6 +5,7 @@ import argparse
 import sys
 
 from megatron.config import ConfigError, NeoXConfig, load_config
+from megatron.errors import run_cli
 from megatron.launcher import parse_overrides
 
 
@@ -27,9 +28,9 @@ def main() -> int:
         return 2
     from megatron.training.trainer import Trainer
 
-    Trainer(cfg).train()
-    return 0
+    # 130 after Ctrl-C (saved at a step boundary), 0 after pre-emption or the last iteration
+    return Trainer(cfg).train().get("exit_code", 0)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_cli(main, "train.py")

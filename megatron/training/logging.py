@@ -14,6 +14,37 @@ from collections import defaultdict
 from tqdm import tqdm
 
 
+def trim_metrics(path: str, after: int | None) -> None:
+    """Drop the rows of `path` whose iteration is past `after` (None: keep every complete row) and
+    a torn last line left by a killed writer; rewritten atomically, untouched if nothing changes.
+    A line that is not JSON (other than a torn last one) is kept as it is."""
+    try:
+        with open(path, "rb") as f:
+            lines = f.read().split(b"\n")
+    except FileNotFoundError:
+        return
+    torn = lines.pop() != b""  # text after the last newline: a row its writer never finished
+    kept = [line for line in lines if not _past(line, after)]
+    if not torn and len(kept) == len(lines):
+        return
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(b"".join(line + b"\n" for line in kept))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _past(line: bytes, after: int | None) -> bool:
+    if after is None:
+        return False
+    try:
+        iteration = json.loads(line).get("iteration")
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(iteration, int) and iteration > after
+
+
 class MetricsLogger:
     def __init__(self, cfg, run_dir: str, enabled: bool = True, total_iters: int = 0, start_iter: int = 0):
         self.cfg = cfg.logging
@@ -27,9 +58,11 @@ class MetricsLogger:
         if not enabled:
             return
         os.makedirs(run_dir, exist_ok=True)
-        # Appends, so a resumed run continues the same file (rows may repeat after a crash: the
-        # last row for an iteration is the one that counts).
-        self.jsonl = open(os.path.join(run_dir, "metrics.jsonl"), "a")
+        # Appends, so a resumed run continues the same file; the rows of the steps it will redo
+        # (logged after the checkpoint it resumes from) are dropped first, so each step appears once.
+        path = os.path.join(run_dir, "metrics.jsonl")
+        trim_metrics(path, start_iter if start_iter > 0 else None)
+        self.jsonl = open(path, "a")
         if self.cfg.progress_bar and total_iters > start_iter:
             self.bar = tqdm(total=total_iters, initial=start_iter, desc="train", dynamic_ncols=True,
                             file=sys.stdout, disable=None, mininterval=2.0)

@@ -9,6 +9,7 @@ import dataclasses
 import math
 import os
 import random
+import signal
 import time
 
 import numpy as np
@@ -18,9 +19,10 @@ from megatron.data.loader import batch_loader, loss_mask_for
 from megatron.model import GPTModel, count_parameters
 from megatron.parallel import context_for
 from megatron.tokenizer import build_tokenizer, padded_vocab_size
-from megatron.training.checkpoint import Checkpointer
+from megatron.training.checkpoint import Checkpointer, read_latest
 from megatron.training.data_setup import build_datasets
 from megatron.training.distributed import init_distributed
+from megatron.training.health import LossWatch
 from megatron.training.logging import MetricsLogger
 from megatron.training.optim import build_optimizer
 from megatron.training.pipeline_step import (
@@ -77,6 +79,7 @@ class Trainer:
         self.iteration = client["iteration"] if client else 0
         self._restore_tp_rng(client)
         self.datasets = build_datasets(cfg, self.batch)
+        self.health = LossWatch(cfg.training.max_nonfinite_loss_steps)
         self.log = MetricsLogger(cfg, self.run_dir, self.dist.is_rank0, cfg.training.train_iters, self.iteration)
         self.log.console(f"model: {count_parameters(model):,} parameters | pos-emb {cfg.model.pos_emb} | "
                          f"attention backend {model.backend(self.dist.device, self._dtype()).name} | "
@@ -116,41 +119,49 @@ class Trainer:
         todo = t.train_iters - self.iteration
         if todo > 0 and self.datasets[0] is None:
             raise ValueError("train-iters > 0 but there is no training data")
-        loader = iter(batch_loader(self.datasets[0], self.micro, self.gas, self.par.dp_rank, self.par.dp_size,
-                                   self.iteration, max(todo, 0), t.num_workers, t.seed)) if todo > 0 else None
-        if self.pipe and loader is not None:
-            loader = pipe_batches(loader, self._eod(), self.cfg.data.eod_mask_loss)
-        last = {}
+        # Installed before the loader starts its workers, so they inherit a handler that only sets
+        # a flag (Python's default would stop a worker on Ctrl-C and fail the next batch).
         preemption = PreemptionHandler().install()
+        last = {}
         try:
+            loader = iter(batch_loader(self.datasets[0], self.micro, self.gas, self.par.dp_rank, self.par.dp_size,
+                                       self.iteration, max(todo, 0), t.num_workers, t.seed)) if todo > 0 else None
+            if self.pipe and loader is not None:
+                loader = pipe_batches(loader, self._eod(), self.cfg.data.eod_mask_loss)
             while self.iteration < t.train_iters:
                 start = time.perf_counter()
                 loss = self.train_step(loader)
                 self.iteration += 1
                 last = self._step_metrics(loss, time.perf_counter() - start)
                 self.log.log_step(self.iteration, last)
+                self.health.update(self.iteration, loss, self._last_checkpoint)
                 self._after_step()
                 if preemption.requested():
-                    return self._exit_on_signal(preemption.received, last)
+                    return self._exit_on_signal(preemption, last)
                 if t.exit_interval and self.iteration % t.exit_interval == 0:
                     break
         finally:
             preemption.uninstall()
+        self.health.check_end(self.iteration, last.get("lm_loss", 0.0), self._last_checkpoint)
         results = self.final_evaluation()
         self.log.close()
-        return {"iteration": self.iteration, "last": last, **results}
+        return {"iteration": self.iteration, "last": last, "exit_code": 0, **results}
 
-    def _exit_on_signal(self, signum, last: dict) -> dict:
-        """Save this step (if saving is configured and it is not saved yet) and stop cleanly."""
+    def _exit_on_signal(self, preemption: PreemptionHandler, last: dict) -> dict:
+        """Save this step (if saving is configured and it is not saved yet) and stop cleanly;
+        exit_code: 130 after Ctrl-C, 0 after pre-emption (SIGTERM/SIGUSR1)."""
+        signum = signal.Signals(preemption.received).name
         if self.cfg.checkpoint.save and not self._saved_at(self.iteration):
             path = self._save()
-            self.log.console(f"[signal] received signal {signum}: saved {path}, exiting")
+            self.log.console(f"[signal] received signal {signum}: "
+                             + (f"saved {path}, exiting" if path else "exiting without a checkpoint"))
         elif not self.cfg.checkpoint.save:
             self.log.console(f"[signal] received signal {signum}: no `save` directory set, exiting without a checkpoint")
         else:
             self.log.console(f"[signal] received signal {signum}: step {self.iteration} already saved, exiting")
+        self.health.check_end(self.iteration, last.get("lm_loss", 0.0), self._last_checkpoint)
         self.log.close()
-        return {"iteration": self.iteration, "last": last, "preempted": True}
+        return {"iteration": self.iteration, "last": last, "preempted": True, "exit_code": preemption.exit_code}
 
     def train_step(self, loader) -> float:
         """One optimizer step = gas micro-batches; DeepSpeed accumulates and steps at the boundary."""
@@ -187,7 +198,8 @@ class Trainer:
         t = self.cfg.training
         if self.checkpointer.should_save(self.iteration):
             path = self._save()
-            self.log.console(f"[checkpoint] saved {path}")
+            if path:
+                self.log.console(f"[checkpoint] saved {path}")
         if t.eval_interval and self.iteration % t.eval_interval == 0 and self.datasets[1] is not None:
             self.evaluate("validation", self.datasets[1], f"iteration {self.iteration}",
                           round_index=self.iteration // t.eval_interval)
@@ -205,8 +217,13 @@ class Trainer:
             out["test"] = self.evaluate("test", self.datasets[2], "the end of training for test data", 0)
         return out
 
-    def _save(self) -> str:
-        """Checkpoint this step; the TP dropout stream travels with the default generators."""
+    def _save(self) -> str | None:
+        """Checkpoint this step, unless its loss was non-finite (then the last good checkpoint
+        must stay the one `latest` names); the TP dropout stream travels with the default RNGs."""
+        if not self.health.healthy:
+            self.log.console(f"[checkpoint] not saving iteration {self.iteration}: its loss is not finite; "
+                             f"keeping {self._last_checkpoint() or 'no checkpoint'}")
+            return None
         extra = {} if self.cfg.checkpoint.no_save_rng else {"rng_tracker_states": self.par.rng.state_dict()}
         return self.checkpointer.save(self.engine, self.iteration, extra)
 
@@ -214,6 +231,11 @@ class Trainer:
         c = self.cfg.checkpoint
         if client and "rng_tracker_states" in client and not (c.no_load_rng or c.finetune):
             self.par.rng.load_state_dict(client["rng_tracker_states"])
+
+    def _last_checkpoint(self) -> str | None:
+        save = self.cfg.checkpoint.save
+        tag = read_latest(save) if save else None
+        return os.path.join(save, tag) if tag else None
 
     def _saved_at(self, iteration: int) -> bool:
         return os.path.isdir(os.path.join(self.cfg.checkpoint.save, f"global_step{iteration}"))
