@@ -33,6 +33,7 @@ from megatron.training.pipeline_step import (
     pipeline_train_step,
     uses_pipeline,
 )
+from megatron.training.run_lock import RunLock, describe
 from megatron.training.schedule import build_scheduler
 from megatron.training.signals import PreemptionHandler
 
@@ -67,6 +68,30 @@ class Trainer:
         self.cfg = cfg
         check_precision_supported(cfg)
         self.dist = init_distributed()
+        self.lock = self._lock_run_dir()
+        try:
+            self._setup(deepspeed)
+        except BaseException:
+            self.release()
+            raise
+
+    def _lock_run_dir(self) -> RunLock | None:
+        """One run per run directory, held by rank 0 until train() ends or the process dies."""
+        if not self.dist.is_rank0:
+            return None
+        lock = RunLock(self.cfg.logging.run_dir).acquire()
+        if lock.stale:
+            print(f"[lock] took over {lock.path}: its holder ({describe(lock.stale)}) is no longer running",
+                  flush=True)
+        return lock
+
+    def release(self) -> None:
+        """Let another run use the run directory (train() does this when it ends)."""
+        if self.lock is not None:
+            self.lock.release()
+
+    def _setup(self, deepspeed) -> None:
+        cfg = self.cfg
         set_seed(cfg.training.seed)
         self.par = context_for(cfg, self.dist)  # tensor-parallel groups; data-parallel rank/size
         self.tokenizer, self.vocab_size = resolve_vocab(cfg)
@@ -115,6 +140,14 @@ class Trainer:
 
     # ---- the loop ----------------------------------------------------------------------------
     def train(self) -> dict:
+        """Train to train-iters (or exit-interval, or a stop signal), then evaluate; the result's
+        exit_code is the process's exit status (130 after Ctrl-C)."""
+        try:
+            return self._train()
+        finally:
+            self.release()
+
+    def _train(self) -> dict:
         t = self.cfg.training
         todo = t.train_iters - self.iteration
         if todo > 0 and self.datasets[0] is None:
