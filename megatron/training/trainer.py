@@ -19,6 +19,7 @@ from megatron.data.loader import batch_loader, loss_mask_for
 from megatron.model import GPTModel, count_parameters
 from megatron.parallel import context_for
 from megatron.tokenizer import build_tokenizer, padded_vocab_size
+from megatron.training import norms, throughput
 from megatron.training.checkpoint import Checkpointer, read_latest
 from megatron.training.data_setup import build_datasets
 from megatron.training.distributed import init_distributed
@@ -36,6 +37,7 @@ from megatron.training.pipeline_step import (
 from megatron.training.run_lock import RunLock, describe
 from megatron.training.schedule import build_scheduler
 from megatron.training.signals import PreemptionHandler
+from megatron.training.throughput import Throughput
 
 
 def set_seed(seed: int) -> None:
@@ -106,6 +108,8 @@ class Trainer:
         self.datasets = build_datasets(cfg, self.batch)
         self.health = LossWatch(cfg.training.max_nonfinite_loss_steps)
         self.log = MetricsLogger(cfg, self.run_dir, self.dist.is_rank0, cfg.training.train_iters, self.iteration)
+        self._grads: dict[str, float] = {}  # filled by _gradient_norms before each optimizer step
+        self.throughput = self._throughput()
         self.log.console(f"model: {count_parameters(model):,} parameters | pos-emb {cfg.model.pos_emb} | "
                          f"attention backend {model.backend(self.dist.device, self._dtype()).name} | "
                          f"batch {self.batch} = micro {self.micro} x gas {self.gas} x dp {self.par.dp_size}"
@@ -131,6 +135,16 @@ class Trainer:
             mpu=self.par.deepspeed_mpu(),
         )
         return model
+
+    def _throughput(self) -> Throughput:
+        m = self.cfg.model
+        peak, note = throughput.for_device(self.dist.device, self._dtype())
+        self.log.console(f"[throughput] {note}")
+        flops = 0.0
+        if peak:  # counting the parameters of a sharded model takes a collective: only when needed
+            n = throughput.full_parameter_count(self.model, getattr(self.engine, "mpu", None), self.par.dp_size)
+            flops = throughput.flops_per_token(n, m.num_layers, m.hidden_size, m.seq_length)
+        return Throughput(self.batch * m.seq_length, flops, self.dist.world_size, peak)
 
     def _eod(self):
         return getattr(self.tokenizer, "eod", None)
@@ -165,8 +179,8 @@ class Trainer:
                 start = time.perf_counter()
                 loss = self.train_step(loader)
                 self.iteration += 1
-                last = self._step_metrics(loss, time.perf_counter() - start)
-                self.log.log_step(self.iteration, last)
+                last, detail = self._step_metrics(loss, time.perf_counter() - start)
+                self.log.log_step(self.iteration, last, detail)
                 self.health.update(self.iteration, loss, self._last_checkpoint)
                 self._after_step()
                 if preemption.requested():
@@ -209,15 +223,37 @@ class Trainer:
         mask = loss_mask_for(tokens, self._eod(), self.cfg.data.eod_mask_loss)
         loss = self.engine(tokens, labels=labels, loss_mask=mask.to(self.dist.device))
         self.engine.backward(loss)
+        if self.engine.is_gradient_accumulation_boundary():
+            self._gradient_norms()
         self.engine.step()
         return loss.item()
 
-    def _step_metrics(self, loss: float, seconds: float) -> dict:
+    def _gradient_norms(self) -> None:
+        """Between the last backward and the step: the gradient norms DeepSpeed does not give."""
+        self._grads = {}
+        if not hasattr(self.engine.optimizer, "_global_grad_norm"):  # a plain torch optimizer
+            self._grads["grad_norm"] = norms.grad_norm(self.model, getattr(self.engine, "mpu", None))
+        if self.cfg.logging.log_grad_norm:
+            self._grads.update({f"grad_norm/{k}": v for k, v in norms.per_parameter_grad_norms(self.model).items()})
+
+    def _step_metrics(self, loss: float, seconds: float) -> tuple[dict, dict]:
+        """(metrics for every sink, per-parameter details for metrics.jsonl/TensorBoard/W&B only)."""
         m = {"lm_loss": loss, "learning_rate": self.engine.get_lr()[0],
              "elapsed_time_per_iteration_ms": seconds * 1000.0,
              "samples_per_sec": self.batch / max(seconds, 1e-9)}
+        m.update(self.throughput.metrics(seconds))  # tokens_per_sec, and mfu on CUDA
+        grads, self._grads = self._grads, {}
+        ds_norm = self.engine.get_global_grad_norm()
+        grad = float(ds_norm) if ds_norm is not None else grads.pop("grad_norm", None)
+        if grad is not None:
+            m["grad_norm"] = grad
+        detail = {k: v for k, v in grads.items() if k != "grad_norm"}
+        if self.cfg.logging.log_param_norm:
+            per_param = norms.per_parameter_norms(self.model)
+            m["param_norm"] = norms.total(per_param)
+            detail.update({f"param_norm/{k}": v for k, v in per_param.items()})
         m.update(self._position_stats())  # KERPLE: bias_p_mean, bias_a_std, ... every step
-        return m
+        return m, detail
 
     def _position_stats(self) -> dict:
         if self.cfg.optimizer.zero_optimization.get("stage", 0) == 3:  # parameters are partitioned

@@ -16,9 +16,9 @@ def run_training(tmp_path, prefix, name, **over):
     losses = []
     log = trainer.log.log_step
 
-    def capture(it, metrics):
+    def capture(it, metrics, *detail):
         losses.append((it, metrics["lm_loss"]))
-        log(it, metrics)
+        log(it, metrics, *detail)
 
     trainer.log.log_step = capture
     result = trainer.train()
