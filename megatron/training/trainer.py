@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from megatron.data.loader import batch_loader, loss_mask_for
+from megatron.errors import is_out_of_memory, out_of_memory
 from megatron.model import GPTModel, count_parameters
 from megatron.parallel import context_for
 from megatron.tokenizer import build_tokenizer, padded_vocab_size
@@ -212,6 +213,26 @@ class Trainer:
 
     def train_step(self, loader) -> float:
         """One optimizer step = gas micro-batches; DeepSpeed accumulates and steps at the boundary."""
+        try:
+            return self._train_step(loader)
+        except Exception as e:  # noqa: BLE001 - only out-of-memory is turned into an OutOfMemory
+            if not is_out_of_memory(e):
+                raise
+            raise self._out_of_memory(e, "training", self.cfg.model.seq_length) from e
+
+    def _out_of_memory(self, e: BaseException, doing: str, length: int) -> Exception:
+        """OutOfMemory naming the length and micro batch that did not fit, and the fixes."""
+        m, t = self.cfg.model, self.cfg.training
+        key = "seq-length" if doing == "training" else "seq-length-val"
+        return out_of_memory(
+            e, f"{doing} at {key} {length} with train_micro_batch_size_per_gpu {self.micro}",
+            f"lower train_micro_batch_size_per_gpu and raise gradient_accumulation_steps (now {self.gas}) "
+            f"to keep the batch of {self.batch}"
+            + ("" if t.checkpoint_activations or doing != "training" else ", set checkpoint-activations: true")
+            + f", or use a fused attention backend (attention-backend: flash, flex or triton; now "
+            f"{m.attention_backend})" + (f", or a shorter {key}" if doing != "training" else ""))
+
+    def _train_step(self, loader) -> float:
         self.engine.train()
         if self.pipe:  # the pipe engine runs all gas micro-batches; its loss is already the DP mean
             return pipeline_train_step(self.engine, loader)
@@ -312,6 +333,15 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self, chart: str, dataset, prefix: str, round_index: int = 0) -> dict:
         """eval_iters x gas micro-batches; lm_loss = mean of per-batch token-mean losses."""
+        try:
+            return self._evaluate(chart, dataset, prefix, round_index)
+        except Exception as e:  # noqa: BLE001 - only out-of-memory is turned into an OutOfMemory
+            if not is_out_of_memory(e):
+                raise
+            length = self.cfg.training.seq_length_val or self.cfg.model.seq_length
+            raise self._out_of_memory(e, f"evaluating {chart}", length) from e
+
+    def _evaluate(self, chart: str, dataset, prefix: str, round_index: int) -> dict:
         t = self.cfg.training
         self.engine.eval()
         loader = batch_loader(dataset, self.micro, self.gas, self.par.dp_rank, self.par.dp_size,
