@@ -2,12 +2,16 @@
 that produced it is never checkpointed (the last good checkpoint stays what `latest` names).
 
 The loss checked is the one every rank agrees on (the data-parallel mean), so all ranks stop at
-the same step.
+the same step. A step's loss is computed before its update, so an update that breaks the weights
+(weight-decay: .inf) shows in the loss only one step later: a save therefore checks the weights
+themselves first (all ranks agree through an all-reduce, as a save is collective).
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+
+import torch
 
 from megatron.errors import UserError
 
@@ -16,8 +20,25 @@ LIKELY_CAUSES = ("a learning rate too high for this model (lower `lr` or lengthe
                  "or corrupt data")
 
 
-class NonFiniteLoss(UserError):
-    """Training produced a NaN/inf loss more often in a row than `max-nonfinite-loss-steps` allows."""
+class Diverged(UserError):
+    """Training produced NaN/inf values: the loss or the weights."""
+
+
+class NonFiniteLoss(Diverged):
+    """A NaN/inf loss more often in a row than `max-nonfinite-loss-steps` allows."""
+
+
+class NonFiniteWeights(Diverged):
+    """The weights hold NaN/inf when a checkpoint is due."""
+
+
+def weights_finite(model: torch.nn.Module, device: torch.device) -> bool:
+    """True when every rank's parameters (ZeRO-3: its partitions) are finite. Collective."""
+    ok = all(bool(torch.isfinite(getattr(p, "ds_tensor", p)).all()) for p in model.parameters())
+    flag = torch.tensor([1 if ok else 0], dtype=torch.int32, device=device)
+    if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MIN)
+    return bool(flag.item())
 
 
 class LossWatch:
@@ -49,9 +70,20 @@ class LossWatch:
             raise NonFiniteLoss(self.message(iteration, loss, last_good()))
 
     def message(self, iteration: int, loss: float, last_good: str | None) -> str:
-        kept = (f"the last good checkpoint {last_good} was kept (nothing was saved after the loss "
-                "went non-finite): fix the cause and resume from it" if last_good
-                else "no checkpoint was saved from this run")
         return (f"training stopped at iteration {iteration}: the loss was {loss} for {self.consecutive} "
                 f"step(s) in a row (max-nonfinite-loss-steps: {self.tolerated}); likely causes: "
-                f"{LIKELY_CAUSES}; {kept}; to tolerate isolated spikes raise max-nonfinite-loss-steps")
+                f"{LIKELY_CAUSES}; {_kept(last_good)}; to tolerate isolated spikes raise max-nonfinite-loss-steps")
+
+
+def broken_weights(iteration: int, last_good: str | None) -> NonFiniteWeights:
+    return NonFiniteWeights(
+        f"training stopped at iteration {iteration}: the weights hold NaN/inf after this step's update "
+        f"(its loss, computed before the update, was still finite), so it was not saved; likely causes: "
+        f"{LIKELY_CAUSES}; {_kept(last_good)}")
+
+
+def _kept(last_good: str | None) -> str:
+    if not last_good:
+        return "no checkpoint was saved from this run"
+    return (f"the last good checkpoint {last_good} was kept (nothing was saved after training went "
+            "non-finite): fix the cause and resume from it")

@@ -20,11 +20,10 @@ from megatron.errors import is_out_of_memory, out_of_memory
 from megatron.model import GPTModel, count_parameters
 from megatron.parallel import context_for
 from megatron.tokenizer import build_tokenizer, padded_vocab_size
-from megatron.training import norms, throughput
+from megatron.training import health, norms, throughput
 from megatron.training.checkpoint import Checkpointer, read_latest
 from megatron.training.data_setup import build_datasets
 from megatron.training.distributed import init_distributed
-from megatron.training.health import LossWatch
 from megatron.training.logging import MetricsLogger
 from megatron.training.optim import build_optimizer
 from megatron.training.pipeline_step import (
@@ -107,7 +106,7 @@ class Trainer:
         self.iteration = client["iteration"] if client else 0
         self._restore_tp_rng(client)
         self.datasets = build_datasets(cfg, self.batch)
-        self.health = LossWatch(cfg.training.max_nonfinite_loss_steps)
+        self.loss_watch = health.LossWatch(cfg.training.max_nonfinite_loss_steps)
         self.log = MetricsLogger(cfg, self.run_dir, self.dist.is_rank0, cfg.training.train_iters, self.iteration)
         self._grads: dict[str, float] = {}  # filled by _gradient_norms before each optimizer step
         self.throughput = self._throughput()
@@ -182,7 +181,7 @@ class Trainer:
                 self.iteration += 1
                 last, detail = self._step_metrics(loss, time.perf_counter() - start)
                 self.log.log_step(self.iteration, last, detail)
-                self.health.update(self.iteration, loss, self._last_checkpoint)
+                self.loss_watch.update(self.iteration, loss, self._last_checkpoint)
                 self._after_step()
                 if preemption.requested():
                     return self._exit_on_signal(preemption, last)
@@ -190,7 +189,7 @@ class Trainer:
                     break
         finally:
             preemption.uninstall()
-        self.health.check_end(self.iteration, last.get("lm_loss", 0.0), self._last_checkpoint)
+        self.loss_watch.check_end(self.iteration, last.get("lm_loss", 0.0), self._last_checkpoint)
         results = self.final_evaluation()
         self.log.close()
         return {"iteration": self.iteration, "last": last, "exit_code": 0, **results}
@@ -207,7 +206,7 @@ class Trainer:
             self.log.console(f"[signal] received signal {signum}: no `save` directory set, exiting without a checkpoint")
         else:
             self.log.console(f"[signal] received signal {signum}: step {self.iteration} already saved, exiting")
-        self.health.check_end(self.iteration, last.get("lm_loss", 0.0), self._last_checkpoint)
+        self.loss_watch.check_end(self.iteration, last.get("lm_loss", 0.0), self._last_checkpoint)
         self.log.close()
         return {"iteration": self.iteration, "last": last, "preempted": True, "exit_code": preemption.exit_code}
 
@@ -310,10 +309,12 @@ class Trainer:
     def _save(self) -> str | None:
         """Checkpoint this step, unless its loss was non-finite (then the last good checkpoint
         must stay the one `latest` names); the TP dropout stream travels with the default RNGs."""
-        if not self.health.healthy:
+        if not self.loss_watch.healthy:
             self.log.console(f"[checkpoint] not saving iteration {self.iteration}: its loss is not finite; "
                              f"keeping {self._last_checkpoint() or 'no checkpoint'}")
             return None
+        if not health.weights_finite(self.model, self.dist.device):
+            raise health.broken_weights(self.iteration, self._last_checkpoint())
         extra = {} if self.cfg.checkpoint.no_save_rng else {"rng_tracker_states": self.par.rng.state_dict()}
         return self.checkpointer.save(self.engine, self.iteration, extra)
 

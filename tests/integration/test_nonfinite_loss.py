@@ -47,3 +47,28 @@ def test_nonfinite_loss_stops_without_saving_the_bad_state(tmp_path, token_datas
     assert sorted(os.listdir(ck)) == ["global_step2", "latest"]
     assert handle("train.py", err.value) != 0
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_weights_broken_by_the_last_update_are_not_saved(tmp_path, token_dataset):
+    """weight-decay: .inf: the loss of a step is computed before its update, so it is still finite
+    when the update has already made the weights NaN; the save must check the weights themselves."""
+    from megatron.training.health import Diverged
+    from megatron.training.trainer import Trainer
+
+    ck = str(tmp_path / "ck")
+    data = train_config_dict(tmp_path, token_dataset, train_iters=4, save=ck, save_interval=1)
+    trainer = Trainer(load_config([write_yaml(tmp_path / "w.yml", data)]))
+    real = trainer.forward_backward
+
+    def forward_backward(batch):
+        loss = real(batch)
+        if trainer.iteration + 1 == 2:  # after the update of step 2
+            with torch.no_grad():
+                next(trainer.model.parameters()).fill_(math.inf)
+        return loss
+
+    trainer.forward_backward = forward_backward
+    with pytest.raises(Diverged, match="iteration 2: the weights hold NaN/inf") as err:
+        trainer.train()
+    assert os.path.join(ck, "global_step1") in str(err.value)
+    assert read_latest(ck) == "global_step1" and sorted(os.listdir(ck)) == ["global_step1", "latest"]
