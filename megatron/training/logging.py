@@ -42,9 +42,11 @@ def trim_metrics(path: str, after: int | None) -> None:
             lines = f.read().split(b"\n")
     except FileNotFoundError:
         return
-    torn = lines.pop() != b""  # text after the last newline: a row its writer never finished
+    tail = lines.pop()  # text after the last newline: usually a row its writer never finished
+    if tail and _row(tail) is not None:  # a complete row that only lacks its newline
+        lines.append(tail)
     kept = [line for line in lines if not _past(line, after)]
-    if not torn and len(kept) == len(lines):
+    if not tail and len(kept) == len(lines):
         return
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "wb") as f:
@@ -54,13 +56,16 @@ def trim_metrics(path: str, after: int | None) -> None:
     os.replace(tmp, path)
 
 
-def _past(line: bytes, after: int | None) -> bool:
-    if after is None:
-        return False
+def _row(line: bytes) -> dict | None:
     try:
-        iteration = json.loads(line).get("iteration")
-    except (ValueError, AttributeError):
-        return False
+        row = json.loads(line)
+    except ValueError:
+        return None
+    return row if isinstance(row, dict) else None
+
+
+def _past(line: bytes, after: int | None) -> bool:
+    iteration = (_row(line) or {}).get("iteration") if after is not None else None
     return isinstance(iteration, int) and iteration > after
 
 

@@ -50,3 +50,10 @@ def test_fresh_run_keeps_old_rows_but_not_a_torn_line(tiny_config, tmp_path):
     log.close()
     lines = path.read_text().splitlines()
     assert lines[0] == '{"iteration": 1, "kind": "train"}' and '"lm_loss": 0.5' in lines[1] and len(lines) == 2
+
+
+def test_a_complete_last_row_without_newline_is_kept(tiny_config, tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"iteration": 1, "kind": "train"}\n{"iteration": 2, "kind": "train"}')
+    MetricsLogger(tiny_config(progress_bar=False), str(tmp_path), enabled=True, start_iter=2).close()
+    assert path.read_text() == '{"iteration": 1, "kind": "train"}\n{"iteration": 2, "kind": "train"}\n'
