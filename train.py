@@ -30,8 +30,8 @@ def main() -> int:
     check_inputs(cfg)  # every missing data/tokenizer/load path at once, before DeepSpeed starts
     from megatron.training.trainer import Trainer
 
-    Trainer(cfg).train()
-    return 0
+    # 130 after Ctrl-C (saved at a step boundary), 0 after pre-emption or the last iteration
+    return Trainer(cfg).train().get("exit_code", 0)
 
 
 if __name__ == "__main__":

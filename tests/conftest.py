@@ -38,6 +38,7 @@ def tiny_config(tmp_path):
 
     def make(**over):
         data = dict(TINY_MODEL)
+        data["run-dir"] = str(tmp_path / "run")  # derived paths (TensorBoard, W&B) stay in tmp_path
         data.update({k.replace("_", "-"): v for k, v in over.items()})
         return load_config([write_yaml(tmp_path / "tiny.yml", data)])
 

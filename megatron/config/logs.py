@@ -10,7 +10,8 @@ from megatron.config.fields import key
 
 @dataclass(frozen=True)
 class LoggingConfig:
-    log_dir: str | None = key(None, "Directory for stdout/stderr copies; not set = <run-dir>/logs, null = none.")
+    log_dir: str | None = key(
+        None, "Where W&B's files go; not set = <run-dir>/logs, null = W&B in the run directory.")
     tensorboard_dir: str | None = key(
         None, "TensorBoard event directory; not set = <run-dir>/tensorboard, null = no TensorBoard.")
     use_wandb: bool = key(False, "Log to Weights & Biases.")
@@ -24,8 +25,14 @@ class LoggingConfig:
         "offline", "W&B stays offline unless you opt in with online.",
         choices=("offline", "online", "disabled"))
     log_interval: int = key(100, "Print and log training metrics every this many iterations.", ge=1)
-    log_grad_norm: bool = key(False, "Log per-parameter gradient norms.")
-    log_param_norm: bool = key(False, "Log per-parameter norms.")
+    log_grad_norm: bool = key(
+        False, "Also log each parameter's gradient norm (grad_norm/<name>, before clipping) to "
+        "metrics.jsonl, TensorBoard and W&B; the global gradient norm (grad_norm) is always logged. "
+        "Not with pipe-parallel-size >= 1; with tensor parallelism, rank 0's shards.")
+    log_param_norm: bool = key(
+        False, "Log the global parameter norm (param_norm) every step, and each parameter's "
+        "(param_norm/<name>) to metrics.jsonl, TensorBoard and W&B; one pass over the weights "
+        "(a gather under ZeRO-3), so off by default.")
     steps_per_print: int = key(10, "DeepSpeed's own progress print interval.", ge=1)
     wall_clock_breakdown: bool = key(False, "Time forward/backward/step separately.")
     progress_bar: bool = key(True, "Show a progress bar on rank 0.")

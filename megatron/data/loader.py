@@ -7,6 +7,8 @@ which is NeoX's DistributedBatchSampler order. Indices wrap around the dataset (
 """
 from __future__ import annotations
 
+import signal
+
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Sampler
@@ -36,10 +38,21 @@ def collate(samples: list[dict]) -> dict[str, torch.Tensor]:
 
 
 def batch_loader(dataset, micro: int, gas: int, dp_rank: int, dp_size: int,
-                 start_iteration: int, num_iterations: int, num_workers: int = 0) -> DataLoader:
+                 start_iteration: int, num_iterations: int, num_workers: int = 0, seed: int = 0) -> DataLoader:
     sampler = IterationSampler(len(dataset), micro, gas, dp_rank, dp_size, start_iteration, num_iterations)
+    # Its own generator: without one, every iter() of a DataLoader draws its workers' base seed
+    # from the global torch RNG -- the generator dropout uses -- so a resumed run (which creates
+    # its iterator right after restoring that RNG) would draw different dropout masks.
+    generator = torch.Generator()
+    generator.manual_seed(seed)
     return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, num_workers=num_workers,
-                      persistent_workers=False)
+                      persistent_workers=False, generator=generator, worker_init_fn=_ignore_ctrl_c)
+
+
+def _ignore_ctrl_c(worker_id: int) -> None:
+    """Ctrl-C reaches the workers too (same process group); the main process decides when to stop
+    them, after saving, so a worker must not die of the first one."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def loss_mask_for(tokens: torch.Tensor, eod: int | None, eod_mask_loss: bool) -> torch.Tensor:

@@ -21,6 +21,15 @@ class _NoExtraState:
     get_extra_state = nn.Module.get_extra_state
     set_extra_state = nn.Module.set_extra_state
 
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                              unexpected_keys, error_msgs):
+        # megatron-core's load pre-hook adds a `_extra_state` entry that, without extra state,
+        # a strict load (DeepSpeed resuming a TP run) reports as unexpected
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
+                                      unexpected_keys, error_msgs)
+        if prefix + "_extra_state" in unexpected_keys:
+            unexpected_keys.remove(prefix + "_extra_state")
+
 
 class ColumnLinear(_NoExtraState, mtp.ColumnParallelLinear):
     """y[..., out/tp] = x W_r^T + b_r; input replicated, output split over TP ranks."""

@@ -68,17 +68,22 @@ def model_args(cfg, padded_vocab_size: int) -> dict:
 
 
 def rng_state() -> dict:
-    return {
+    state = {
         "random_rng_state": random.getstate(),
         "np_rng_state": np.random.get_state(),
         "torch_rng_state": torch.get_rng_state(),
     }
+    if torch.cuda.is_available():  # dropout on GPU draws from the CUDA generator (NeoX's key)
+        state["cuda_rng_state"] = torch.cuda.get_rng_state()
+    return state
 
 
 def set_rng_state(state: dict) -> None:
     random.setstate(state["random_rng_state"])
     np.random.set_state(state["np_rng_state"])
     torch.set_rng_state(state["torch_rng_state"])
+    if "cuda_rng_state" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda_rng_state"])
 
 
 class Checkpointer:

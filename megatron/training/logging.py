@@ -1,6 +1,9 @@
 """Metrics sinks owned by the trainer (rank 0 only): console, a JSON-lines file with full
 precision (`<run_dir>/metrics.jsonl`, one row per step or evaluation), TensorBoard, W&B.
 
+TensorBoard writes to `tensorboard-dir`, or `<log-dir>/tensorboard`; W&B to `log-dir`, or the run
+directory.
+
 W&B runs offline unless the user opts in with `wandb_mode: online` (this stack must work on
 machines with no network); `use_wandb: false` (the default) disables it entirely.
 """
@@ -13,7 +16,21 @@ from collections import defaultdict
 
 from tqdm import tqdm
 
-from megatron.training.metrics_file import metrics_path, trim_partial_line
+from megatron.training.metrics_file import metrics_path, trim_metrics
+
+
+def tensorboard_dir(cfg) -> str | None:
+    """tensorboard-dir (derived from run-dir unless set, megatron/config/paths.py); None: no TensorBoard."""
+    return cfg.tensorboard_dir
+
+
+def format_eta(seconds: float) -> str:
+    """'1d 02:03:04' / '02:03:04': the time left at the recent step time."""
+    seconds = int(round(seconds))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    clock = f"{hours:02d}:{rest // 60:02d}:{rest % 60:02d}"
+    return f"{days}d {clock}" if days else clock
 
 
 class MetricsLogger:
@@ -26,50 +43,62 @@ class MetricsLogger:
         self.count = 0
         self.bar = None
         self.jsonl = None
+        self.total_iters = total_iters
         if not enabled:
             return
         os.makedirs(run_dir, exist_ok=True)
-        # Appends, so a resumed run continues the same file (rows may repeat after a crash: the
-        # last row for an iteration is the one that counts).
-        trim_partial_line(metrics_path(run_dir))  # a killed writer's half row must not prefix the next row
-        self.jsonl = open(metrics_path(run_dir), "a")
+        # Appends, so a resumed run continues the same file; the rows of the steps it will redo
+        # (logged after the checkpoint it resumes from) and a killed writer's half row are dropped
+        # first, so each step appears once and no new row is glued onto half an old one.
+        path = metrics_path(run_dir)
+        trim_metrics(path, start_iter if start_iter > 0 else None)
+        self.jsonl = open(path, "a")
         if self.cfg.progress_bar and total_iters > start_iter:
             self.bar = tqdm(total=total_iters, initial=start_iter, desc="train", dynamic_ncols=True,
                             file=sys.stdout, disable=None, mininterval=2.0)
-        if self.cfg.tensorboard_dir:
+        tb_dir = tensorboard_dir(self.cfg)
+        if tb_dir:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.tb = SummaryWriter(log_dir=self.cfg.tensorboard_dir)
+            # purge_step: a resumed run hides the events the interrupted one logged past its checkpoint
+            self.tb = SummaryWriter(log_dir=tb_dir, purge_step=start_iter + 1 if start_iter else None)
         if self.cfg.use_wandb and self.cfg.wandb_mode != "disabled":
-            self._init_wandb(cfg, run_dir)
+            self._init_wandb(cfg, self.cfg.log_dir or run_dir)
 
-    def _init_wandb(self, cfg, run_dir: str) -> None:
+    def _init_wandb(self, cfg, wandb_dir: str) -> None:
         import wandb
 
-        os.environ.setdefault("WANDB_DIR", run_dir)
+        os.makedirs(wandb_dir, exist_ok=True)
+        os.environ.setdefault("WANDB_DIR", wandb_dir)
         self.wandb = wandb.init(
             project=self.cfg.wandb_project, group=self.cfg.wandb_group, entity=self.cfg.wandb_team,
-            name=self.cfg.wandb_run_name, mode=self.cfg.wandb_mode, dir=run_dir,
+            name=self.cfg.wandb_run_name, mode=self.cfg.wandb_mode, dir=wandb_dir,
             config=cfg.to_flat_dict(),
         )
 
-    def log_step(self, iteration: int, metrics: dict[str, float]) -> None:
-        """Every step: TB/W&B get `train/<k>`; the console line averages over log_interval."""
+    def log_step(self, iteration: int, metrics: dict[str, float], detail: dict[str, float] | None = None) -> None:
+        """Every step: TB/W&B get `train/<k>`; the console line averages `metrics` over log_interval
+        and ends with an ETA; `detail` (per-parameter norms) goes to every sink but the console."""
         if not self.enabled:
             return
-        self._row({"iteration": iteration, "kind": "train", **metrics})
+        everything = {**metrics, **(detail or {})}
+        self._row({"iteration": iteration, "kind": "train", **everything})
         for k, v in metrics.items():
             self.sums[k] += v
-            if self.tb:
+        if self.tb:
+            for k, v in everything.items():
                 self.tb.add_scalar(f"train/{k}", v, iteration)
         if self.wandb:
-            self.wandb.log({f"train/{k}": v for k, v in metrics.items()}, step=iteration)
+            self.wandb.log({f"train/{k}": v for k, v in everything.items()}, step=iteration)
         self.count += 1
         if self.bar is not None:
             self.bar.update(1)
             self.bar.set_postfix(loss=f"{metrics.get('lm_loss', float('nan')):.3f}", refresh=False)
         if iteration % self.cfg.log_interval == 0:
             parts = [f"iteration {iteration}"] + [f"{k}: {v / self.count:.4E}" for k, v in self.sums.items()]
+            step_ms = self.sums.get("elapsed_time_per_iteration_ms")
+            if step_ms is not None and self.total_iters > iteration:
+                parts.append(f"eta: {format_eta((self.total_iters - iteration) * step_ms / self.count / 1000)}")
             self.console(" | ".join(parts) + " |")
             self.sums.clear()
             self.count = 0

@@ -5,13 +5,15 @@ The trainer appends one JSON object per line and flushes each row. A writer kill
 a row leaves a last line without its newline: readers skip it (the row was never complete). Any
 other line that is not a JSON object is damage a reader must not guess around: a DataError naming
 the file and the line. Before appending again, the writer cuts such a partial last line off
-(`trim_partial_line`), so a resumed run never glues a new row onto half an old one.
+(`trim_metrics`, which on resume also drops the rows of the steps the run will redo), so a
+resumed run never glues a new row onto half an old one.
 """
 from __future__ import annotations
 
 import json
 import os
 
+from megatron.data.atomic import atomic_output
 from megatron.errors import DataError
 
 METRICS_FILE = "metrics.jsonl"
@@ -49,26 +51,33 @@ def read_metrics(source) -> list[dict]:
     return parse_rows(source, getattr(source, "name", METRICS_FILE))
 
 
-def trim_partial_line(path: str) -> bool:
-    """Cut a last line without newline (a killed writer's half row) off `path`; True if it did."""
+def trim_metrics(path: str, after: int | None) -> None:
+    """Drop the rows of `path` whose iteration is past `after` (None: keep every complete row) and
+    a torn last line left by a killed writer; rewritten atomically, untouched if nothing changes.
+    A line that is not JSON (other than a torn last one) is kept as it is."""
     try:
-        with open(path, "rb+") as f:
-            size = f.seek(0, os.SEEK_END)
-            if size == 0:
-                return False
-            f.seek(max(0, size - 1))
-            if f.read(1) == b"\n":
-                return False
-            keep = 0
-            for start in range(size - 1, -1, -(1 << 16)):  # scan back for the last newline, in blocks
-                lo = max(0, start - (1 << 16) + 1)
-                f.seek(lo)
-                block = f.read(start - lo + 1)
-                nl = block.rfind(b"\n")
-                if nl >= 0:
-                    keep = lo + nl + 1
-                    break
-            f.truncate(keep)
-            return True
+        with open(path, "rb") as f:
+            lines = f.read().split(b"\n")
     except FileNotFoundError:
-        return False
+        return
+    tail = lines.pop()  # text after the last newline: usually a row its writer never finished
+    if tail and _row(tail) is not None:  # a complete row that only lacks its newline
+        lines.append(tail)
+    kept = [line for line in lines if not _past(line, after)]
+    if not tail and len(kept) == len(lines):
+        return
+    with atomic_output(path) as tmp, open(tmp, "wb") as f:
+        f.write(b"".join(line + b"\n" for line in kept))
+
+
+def _row(line: bytes) -> dict | None:
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    return row if isinstance(row, dict) else None
+
+
+def _past(line: bytes, after: int | None) -> bool:
+    iteration = (_row(line) or {}).get("iteration") if after is not None else None
+    return isinstance(iteration, int) and iteration > after

@@ -9,16 +9,19 @@ import dataclasses
 import math
 import os
 import random
+import signal
 import time
 
 import numpy as np
 import torch
 
 from megatron.data.loader import batch_loader, loss_mask_for
+from megatron.errors import is_out_of_memory, out_of_memory
 from megatron.model import GPTModel, count_parameters
 from megatron.parallel import context_for
 from megatron.tokenizer import build_tokenizer, padded_vocab_size
-from megatron.training.checkpoint import Checkpointer
+from megatron.training import health, norms, throughput
+from megatron.training.checkpoint import Checkpointer, read_latest
 from megatron.training.data_setup import build_datasets
 from megatron.training.distributed import init_distributed
 from megatron.training.logging import MetricsLogger
@@ -31,8 +34,10 @@ from megatron.training.pipeline_step import (
     pipeline_train_step,
     uses_pipeline,
 )
+from megatron.training.run_lock import RunLock, describe
 from megatron.training.schedule import build_scheduler
 from megatron.training.signals import PreemptionHandler
+from megatron.training.throughput import Throughput
 
 
 def set_seed(seed: int) -> None:
@@ -65,6 +70,30 @@ class Trainer:
         self.cfg = cfg
         check_precision_supported(cfg)
         self.dist = init_distributed()
+        self.lock = self._lock_run_dir()
+        try:
+            self._setup(deepspeed)
+        except BaseException:
+            self.release()
+            raise
+
+    def _lock_run_dir(self) -> RunLock | None:
+        """One run per run directory, held by rank 0 until train() ends or the process dies."""
+        if not self.dist.is_rank0:
+            return None
+        lock = RunLock(self.cfg.logging.run_dir).acquire()
+        if lock.stale:
+            print(f"[lock] took over {lock.path}: its holder ({describe(lock.stale)}) is no longer running",
+                  flush=True)
+        return lock
+
+    def release(self) -> None:
+        """Let another run use the run directory (train() does this when it ends)."""
+        if self.lock is not None:
+            self.lock.release()
+
+    def _setup(self, deepspeed) -> None:
+        cfg = self.cfg
         set_seed(cfg.training.seed)
         self.par = context_for(cfg, self.dist)  # tensor-parallel groups; data-parallel rank/size
         self.tokenizer, self.vocab_size = resolve_vocab(cfg)
@@ -75,8 +104,12 @@ class Trainer:
         self.checkpointer = Checkpointer(cfg, self.vocab_size, self.dist.is_rank0)
         client = self.checkpointer.load(self.engine)
         self.iteration = client["iteration"] if client else 0
+        self._restore_tp_rng(client)
         self.datasets = build_datasets(cfg, self.batch, self.tokenizer.vocab_size if self.tokenizer else self.vocab_size)
+        self.loss_watch = health.LossWatch(cfg.training.max_nonfinite_loss_steps)
         self.log = MetricsLogger(cfg, self.run_dir, self.dist.is_rank0, cfg.training.train_iters, self.iteration)
+        self._grads: dict[str, float] = {}  # filled by _gradient_norms before each optimizer step
+        self.throughput = self._throughput()
         self.log.console(f"model: {count_parameters(model):,} parameters | pos-emb {cfg.model.pos_emb} | "
                          f"attention backend {model.backend(self.dist.device, self._dtype()).name} | "
                          f"batch {self.batch} = micro {self.micro} x gas {self.gas} x dp {self.par.dp_size}"
@@ -103,6 +136,16 @@ class Trainer:
         )
         return model
 
+    def _throughput(self) -> Throughput:
+        m = self.cfg.model
+        peak, note = throughput.for_device(self.dist.device, self._dtype())
+        self.log.console(f"[throughput] {note}")
+        flops = 0.0
+        if peak:  # counting the parameters of a sharded model takes a collective: only when needed
+            n = throughput.full_parameter_count(self.model, getattr(self.engine, "mpu", None), self.par.dp_size)
+            flops = throughput.flops_per_token(n, m.num_layers, m.hidden_size, m.seq_length)
+        return Throughput(self.batch * m.seq_length, flops, self.dist.world_size, peak)
+
     def _eod(self):
         return getattr(self.tokenizer, "eod", None)
 
@@ -111,48 +154,84 @@ class Trainer:
 
     # ---- the loop ----------------------------------------------------------------------------
     def train(self) -> dict:
+        """Train to train-iters (or exit-interval, or a stop signal), then evaluate; the result's
+        exit_code is the process's exit status (130 after Ctrl-C)."""
+        try:
+            return self._train()
+        finally:
+            self.release()
+
+    def _train(self) -> dict:
         t = self.cfg.training
         todo = t.train_iters - self.iteration
         if todo > 0 and self.datasets[0] is None:
             raise ValueError("train-iters > 0 but there is no training data")
-        loader = iter(batch_loader(self.datasets[0], self.micro, self.gas, self.par.dp_rank, self.par.dp_size,
-                                   self.iteration, max(todo, 0), t.num_workers)) if todo > 0 else None
-        if self.pipe and loader is not None:
-            loader = pipe_batches(loader, self._eod(), self.cfg.data.eod_mask_loss)
-        last = {}
+        # Installed before the loader starts its workers, so they inherit a handler that only sets
+        # a flag (Python's default would stop a worker on Ctrl-C and fail the next batch).
         preemption = PreemptionHandler().install()
+        last = {}
         try:
+            loader = iter(batch_loader(self.datasets[0], self.micro, self.gas, self.par.dp_rank, self.par.dp_size,
+                                       self.iteration, max(todo, 0), t.num_workers, t.seed)) if todo > 0 else None
+            if self.pipe and loader is not None:
+                loader = pipe_batches(loader, self._eod(), self.cfg.data.eod_mask_loss)
             while self.iteration < t.train_iters:
                 start = time.perf_counter()
                 loss = self.train_step(loader)
                 self.iteration += 1
-                last = self._step_metrics(loss, time.perf_counter() - start)
-                self.log.log_step(self.iteration, last)
+                last, detail = self._step_metrics(loss, time.perf_counter() - start)
+                self.log.log_step(self.iteration, last, detail)
+                self.loss_watch.update(self.iteration, loss, self._last_checkpoint)
                 self._after_step()
                 if preemption.requested():
-                    return self._exit_on_signal(preemption.received, last)
+                    return self._exit_on_signal(preemption, last)
                 if t.exit_interval and self.iteration % t.exit_interval == 0:
                     break
         finally:
             preemption.uninstall()
+        self.loss_watch.check_end(self.iteration, last.get("lm_loss", 0.0), self._last_checkpoint)
         results = self.final_evaluation()
         self.log.close()
-        return {"iteration": self.iteration, "last": last, **results}
+        return {"iteration": self.iteration, "last": last, "exit_code": 0, **results}
 
-    def _exit_on_signal(self, signum, last: dict) -> dict:
-        """Save this step (if saving is configured and it is not saved yet) and stop cleanly."""
+    def _exit_on_signal(self, preemption: PreemptionHandler, last: dict) -> dict:
+        """Save this step (if saving is configured and it is not saved yet) and stop cleanly;
+        exit_code: 130 after Ctrl-C, 0 after pre-emption (SIGTERM/SIGUSR1)."""
+        signum = signal.Signals(preemption.received).name
         if self.cfg.checkpoint.save and not self._saved_at(self.iteration):
-            path = self.checkpointer.save(self.engine, self.iteration)
-            self.log.console(f"[signal] received signal {signum}: saved {path}, exiting")
+            path = self._save()
+            self.log.console(f"[signal] received signal {signum}: "
+                             + (f"saved {path}, exiting" if path else "exiting without a checkpoint"))
         elif not self.cfg.checkpoint.save:
             self.log.console(f"[signal] received signal {signum}: no `save` directory set, exiting without a checkpoint")
         else:
             self.log.console(f"[signal] received signal {signum}: step {self.iteration} already saved, exiting")
+        self.loss_watch.check_end(self.iteration, last.get("lm_loss", 0.0), self._last_checkpoint)
         self.log.close()
-        return {"iteration": self.iteration, "last": last, "preempted": True}
+        return {"iteration": self.iteration, "last": last, "preempted": True, "exit_code": preemption.exit_code}
 
     def train_step(self, loader) -> float:
         """One optimizer step = gas micro-batches; DeepSpeed accumulates and steps at the boundary."""
+        try:
+            return self._train_step(loader)
+        except Exception as e:  # noqa: BLE001 - only out-of-memory is turned into an OutOfMemory
+            if not is_out_of_memory(e):
+                raise
+            raise self._out_of_memory(e, "training", self.cfg.model.seq_length) from e
+
+    def _out_of_memory(self, e: BaseException, doing: str, length: int) -> Exception:
+        """OutOfMemory naming the length and micro batch that did not fit, and the fixes."""
+        m, t = self.cfg.model, self.cfg.training
+        key = "seq-length" if doing == "training" else "seq-length-val"
+        return out_of_memory(
+            e, f"{doing} at {key} {length} with train_micro_batch_size_per_gpu {self.micro}",
+            f"lower train_micro_batch_size_per_gpu and raise gradient_accumulation_steps (now {self.gas}) "
+            f"to keep the batch of {self.batch}"
+            + ("" if t.checkpoint_activations or doing != "training" else ", set checkpoint-activations: true")
+            + f", or use a fused attention backend (attention-backend: flash, flex or triton; now "
+            f"{m.attention_backend})" + (f", or a shorter {key}" if doing != "training" else ""))
+
+    def _train_step(self, loader) -> float:
         self.engine.train()
         if self.pipe:  # the pipe engine runs all gas micro-batches; its loss is already the DP mean
             return pipeline_train_step(self.engine, loader)
@@ -164,15 +243,37 @@ class Trainer:
         mask = loss_mask_for(tokens, self._eod(), self.cfg.data.eod_mask_loss)
         loss = self.engine(tokens, labels=labels, loss_mask=mask.to(self.dist.device))
         self.engine.backward(loss)
+        if self.engine.is_gradient_accumulation_boundary():
+            self._gradient_norms()
         self.engine.step()
         return loss.item()
 
-    def _step_metrics(self, loss: float, seconds: float) -> dict:
+    def _gradient_norms(self) -> None:
+        """Between the last backward and the step: the gradient norms DeepSpeed does not give."""
+        self._grads = {}
+        if not hasattr(self.engine.optimizer, "_global_grad_norm"):  # a plain torch optimizer
+            self._grads["grad_norm"] = norms.grad_norm(self.model, getattr(self.engine, "mpu", None))
+        if self.cfg.logging.log_grad_norm:
+            self._grads.update({f"grad_norm/{k}": v for k, v in norms.per_parameter_grad_norms(self.model).items()})
+
+    def _step_metrics(self, loss: float, seconds: float) -> tuple[dict, dict]:
+        """(metrics for every sink, per-parameter details for metrics.jsonl/TensorBoard/W&B only)."""
         m = {"lm_loss": loss, "learning_rate": self.engine.get_lr()[0],
              "elapsed_time_per_iteration_ms": seconds * 1000.0,
              "samples_per_sec": self.batch / max(seconds, 1e-9)}
+        m.update(self.throughput.metrics(seconds))  # tokens_per_sec, and mfu on CUDA
+        grads, self._grads = self._grads, {}
+        ds_norm = self.engine.get_global_grad_norm()
+        grad = float(ds_norm) if ds_norm is not None else grads.pop("grad_norm", None)
+        if grad is not None:
+            m["grad_norm"] = grad
+        detail = {k: v for k, v in grads.items() if k != "grad_norm"}
+        if self.cfg.logging.log_param_norm:
+            per_param = norms.per_parameter_norms(self.model)
+            m["param_norm"] = norms.total(per_param)
+            detail.update({f"param_norm/{k}": v for k, v in per_param.items()})
         m.update(self._position_stats())  # KERPLE: bias_p_mean, bias_a_std, ... every step
-        return m
+        return m, detail
 
     def _position_stats(self) -> dict:
         if self.cfg.optimizer.zero_optimization.get("stage", 0) == 3:  # parameters are partitioned
@@ -185,8 +286,9 @@ class Trainer:
     def _after_step(self) -> None:
         t = self.cfg.training
         if self.checkpointer.should_save(self.iteration):
-            path = self.checkpointer.save(self.engine, self.iteration)
-            self.log.console(f"[checkpoint] saved {path}")
+            path = self._save()
+            if path:
+                self.log.console(f"[checkpoint] saved {path}")
         if t.eval_interval and self.iteration % t.eval_interval == 0 and self.datasets[1] is not None:
             self.evaluate("validation", self.datasets[1], f"iteration {self.iteration}",
                           round_index=self.iteration // t.eval_interval)
@@ -195,7 +297,7 @@ class Trainer:
         """NeoX's end of training: save if this step was not saved yet, then validation and test."""
         out = {}
         if self.cfg.checkpoint.save and self.iteration > 0 and not self._saved_at(self.iteration):
-            self.checkpointer.save(self.engine, self.iteration)
+            self._save()
         eval_round = self.iteration // max(self.cfg.training.eval_interval, 1)
         if self.datasets[1] is not None:
             out["validation"] = self.evaluate("validation", self.datasets[1],
@@ -204,16 +306,47 @@ class Trainer:
             out["test"] = self.evaluate("test", self.datasets[2], "the end of training for test data", 0)
         return out
 
+    def _save(self) -> str | None:
+        """Checkpoint this step, unless its loss was non-finite (then the last good checkpoint
+        must stay the one `latest` names); the TP dropout stream travels with the default RNGs."""
+        if not self.loss_watch.healthy:
+            self.log.console(f"[checkpoint] not saving iteration {self.iteration}: its loss is not finite; "
+                             f"keeping {self._last_checkpoint() or 'no checkpoint'}")
+            return None
+        if not health.weights_finite(self.model, self.dist.device):
+            raise health.broken_weights(self.iteration, self._last_checkpoint())
+        extra = {} if self.cfg.checkpoint.no_save_rng else {"rng_tracker_states": self.par.rng.state_dict()}
+        return self.checkpointer.save(self.engine, self.iteration, extra)
+
+    def _restore_tp_rng(self, client: dict | None) -> None:
+        c = self.cfg.checkpoint
+        if client and "rng_tracker_states" in client and not (c.no_load_rng or c.finetune):
+            self.par.rng.load_state_dict(client["rng_tracker_states"])
+
+    def _last_checkpoint(self) -> str | None:
+        save = self.cfg.checkpoint.save
+        tag = read_latest(save) if save else None
+        return os.path.join(save, tag) if tag else None
+
     def _saved_at(self, iteration: int) -> bool:
         return os.path.isdir(os.path.join(self.cfg.checkpoint.save, f"global_step{iteration}"))
 
     @torch.no_grad()
     def evaluate(self, chart: str, dataset, prefix: str, round_index: int = 0) -> dict:
         """eval_iters x gas micro-batches; lm_loss = mean of per-batch token-mean losses."""
+        try:
+            return self._evaluate(chart, dataset, prefix, round_index)
+        except Exception as e:  # noqa: BLE001 - only out-of-memory is turned into an OutOfMemory
+            if not is_out_of_memory(e):
+                raise
+            length = self.cfg.training.seq_length_val or self.cfg.model.seq_length
+            raise self._out_of_memory(e, f"evaluating {chart}", length) from e
+
+    def _evaluate(self, chart: str, dataset, prefix: str, round_index: int) -> dict:
         t = self.cfg.training
         self.engine.eval()
         loader = batch_loader(dataset, self.micro, self.gas, self.par.dp_rank, self.par.dp_size,
-                              round_index * t.eval_iters, t.eval_iters, 0)
+                              round_index * t.eval_iters, t.eval_iters, 0, t.seed)
         if self.pipe:  # one eval_batch = gas micro-batches, already averaged over DP ranks
             batches = pipe_batches(iter(loader), self._eod(), self.cfg.data.eod_mask_loss)
             loss = sum(pipeline_eval_step(self.engine, batches) for _ in range(t.eval_iters)) / max(t.eval_iters, 1)

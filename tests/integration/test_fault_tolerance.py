@@ -1,6 +1,8 @@
 """Crashes and pre-emption: a run killed (SIGKILL) at a random step, or in the middle of a save,
 resumes to exactly the losses of an uninterrupted run, and `latest` never names a partial
-checkpoint. SIGTERM saves at the next step boundary and exits cleanly."""
+checkpoint. SIGTERM saves at the next step boundary and exits cleanly. Every run here uses
+dropout, so the resumed losses are exact only if the dropout masks are too."""
+import json
 import os
 import random
 import signal
@@ -21,7 +23,8 @@ ITERS = 10
 def config(tmp_path, token_dataset, name):
     ck = str(tmp_path / f"{name}_ck")
     data = train_config_dict(tmp_path, token_dataset, train_iters=ITERS, save=ck, load=ck, save_interval=2,
-                             keep_last_n_checkpoints=2, run_dir=str(tmp_path / name), gradient_accumulation_steps=2)
+                             keep_last_n_checkpoints=2, run_dir=str(tmp_path / name), gradient_accumulation_steps=2,
+                             hidden_dropout=0.1, attention_dropout=0.1)
     return write_config(tmp_path, name, data), ck, tmp_path / name
 
 
@@ -52,6 +55,12 @@ def assert_latest_complete(ck):
     assert os.path.isfile(os.path.join(tag_dir, "resolved_config.yml"))
 
 
+def assert_each_step_once(run):
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        steps = [row["iteration"] for row in map(json.loads, f) if row["kind"] == "train"]
+    assert steps == list(range(1, ITERS + 1)), steps
+
+
 def assert_same_losses(run, reference):
     resumed = train_losses(run)
     assert sorted(resumed) == list(range(1, ITERS + 1))
@@ -74,6 +83,7 @@ def test_sigkill_at_random_step_then_resume(tmp_path, token_dataset, reference):
     assert rc == 0, out[-3000:]
     assert "[checkpoint] loaded" in out
     assert_same_losses(run, reference)
+    assert_each_step_once(run)  # the steps after the checkpoint were logged, then redone
 
 
 # A child that dies (SIGKILL) in the middle of its second save: either after DeepSpeed wrote a
@@ -136,3 +146,22 @@ def test_sigterm_saves_at_step_boundary_and_exits(tmp_path, token_dataset, refer
     rc, out = finish(start(cfg))
     assert rc == 0, out[-3000:]
     assert_same_losses(run, reference)
+
+
+def test_ctrl_c_saves_at_step_boundary_exits_130_then_resumes(tmp_path, token_dataset, reference):
+    cfg, ck, run = config(tmp_path, token_dataset, "ctrl_c")
+    proc = start(cfg)
+    deadline = time.time() + 180
+    while last_iteration(run) < 3 and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    rc, out = finish(proc)
+    assert rc == 130, out[-3000:]
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-3000:]
+    stopped = last_iteration(run)
+    assert 3 <= stopped < ITERS and read_latest(ck) == f"global_step{stopped}", out[-3000:]
+    assert_latest_complete(ck)
+    rc, out = finish(start(cfg))
+    assert rc == 0, out[-3000:]
+    assert_same_losses(run, reference)
+    assert_each_step_once(run)

@@ -176,3 +176,24 @@ def test_tp2_checkpoint_evaluates_with_tp1(tmp_path, token_dataset, capsys):
     _, client, _ = load_model_state(out_dir)
     assert client["args"]["model_parallel_size"] == 1
     assert _validation_loss_tp1(out_dir) == pytest.approx(tp2_loss, rel=1e-5)
+
+
+def test_tp2_resume_with_dropout_matches_uninterrupted(tmp_path, token_dataset):
+    """Each TP rank's own dropout stream (megatron/parallel/rng.py) is saved in its checkpoint
+    shard and restored, so attention dropout after a resume draws the uninterrupted run's masks."""
+    from tests.conftest import train_config_dict
+    from tests.integration.fault_helpers import run_deepy, train_losses, write_config
+
+    def conf(name, **over):
+        data = train_config_dict(tmp_path, token_dataset, train_iters=4, eval_iters=1, attention_dropout=0.3,
+                                 hidden_dropout=0.1, run_dir=str(tmp_path / name),
+                                 **{"model-parallel-size": 2, "num-gpus": 2}, **over)
+        return write_config(tmp_path, name, data)
+
+    ck = str(tmp_path / "ck")
+    run_deepy(conf("full", save=ck, save_interval=2))  # saving does not change the run
+    run_deepy(conf("resumed", load=ck, iteration=2))  # resume from its step 2
+    full, resumed = train_losses(tmp_path / "full"), train_losses(tmp_path / "resumed")
+    assert sorted(resumed) == [3, 4]
+    for it in (3, 4):
+        assert resumed[it] == pytest.approx(full[it], abs=1e-6), (it, resumed[it], full[it])

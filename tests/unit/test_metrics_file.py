@@ -6,7 +6,7 @@ import pytest
 
 from megatron.errors import DataError
 from megatron.training.logging import MetricsLogger
-from megatron.training.metrics_file import read_metrics, trim_partial_line
+from megatron.training.metrics_file import read_metrics, trim_metrics
 
 ROWS = [{"kind": "train", "iteration": i, "lm_loss": 5.0 - i, "elapsed_time_per_iteration_ms": 100.0 * i}
         for i in range(1, 5)]
@@ -50,6 +50,10 @@ def test_resumed_writer_cuts_the_half_row_first(tiny_config, tmp_path):
     log.close()
     rows = read_metrics(path)
     assert [r["iteration"] for r in rows] == [1, 2, 3]
-    assert not trim_partial_line(str(path)) and trim_partial_line(str(tmp_path / "absent")) is False
+    before = path.read_bytes()
+    trim_metrics(str(path), None)
+    trim_metrics(str(tmp_path / "absent"), None)
+    assert path.read_bytes() == before and not (tmp_path / "absent").exists()
     (tmp_path / "one").write_bytes(b'{"half')  # a file with only a half row becomes empty
-    assert trim_partial_line(str(tmp_path / "one")) and (tmp_path / "one").read_bytes() == b""
+    trim_metrics(str(tmp_path / "one"), None)
+    assert (tmp_path / "one").read_bytes() == b""

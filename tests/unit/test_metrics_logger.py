@@ -8,7 +8,7 @@ from megatron.training.logging import MetricsLogger
 def test_console_tensorboard_and_wandb_offline(tiny_config, tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("WANDB_MODE", raising=False)  # the default must be offline, not the env's
     monkeypatch.setenv("WANDB_SILENT", "true")
-    cfg = tiny_config(log_interval=2, tensorboard_dir=str(tmp_path / "tb"), use_wandb=True,
+    cfg = tiny_config(log_interval=2, tensorboard_dir=str(tmp_path / "tb"), log_dir=str(tmp_path), use_wandb=True,
                       progress_bar=False, wandb_project="kerple-test")
     assert cfg.logging.wandb_mode == "offline"
     log = MetricsLogger(cfg, str(tmp_path), enabled=True)
@@ -21,3 +21,39 @@ def test_console_tensorboard_and_wandb_offline(tiny_config, tmp_path, capsys, mo
     assert "validation results at iteration 2 | lm_loss value: 1.500000E+00" in out
     assert glob.glob(str(tmp_path / "tb" / "events.out.tfevents.*"))
     assert glob.glob(str(tmp_path / "wandb" / "offline-run-*")), os.listdir(tmp_path)
+
+
+def test_resume_drops_rows_past_the_checkpoint_and_a_torn_last_line(tiny_config, tmp_path):
+    """A run killed after step 5 resumes from its step-3 checkpoint: steps 4-5 are logged again by
+    the resumed run, so their old rows go; so does the half-written row of the killed writer."""
+    import json
+
+    path = tmp_path / "metrics.jsonl"
+    rows = [{"iteration": i, "kind": "train", "lm_loss": 1.0} for i in range(1, 6)]
+    rows.insert(3, {"iteration": 3, "kind": "validation", "lm_loss": 2.0})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"iteration": 6, "ki')
+    log = MetricsLogger(tiny_config(progress_bar=False), str(tmp_path), enabled=True, total_iters=10, start_iter=3)
+    log.log_step(4, {"lm_loss": 0.5})
+    log.close()
+    got = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(r["iteration"], r["kind"]) for r in got] == [(1, "train"), (2, "train"), (3, "train"),
+                                                         (3, "validation"), (4, "train")]
+    assert got[-1]["lm_loss"] == 0.5
+    assert not list(tmp_path.glob("metrics.jsonl.tmp*"))
+
+
+def test_fresh_run_keeps_old_rows_but_not_a_torn_line(tiny_config, tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"iteration": 1, "kind": "train"}\n{"iter')
+    log = MetricsLogger(tiny_config(progress_bar=False), str(tmp_path), enabled=True)
+    log.log_step(1, {"lm_loss": 0.5})
+    log.close()
+    lines = path.read_text().splitlines()
+    assert lines[0] == '{"iteration": 1, "kind": "train"}' and '"lm_loss": 0.5' in lines[1] and len(lines) == 2
+
+
+def test_a_complete_last_row_without_newline_is_kept(tiny_config, tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"iteration": 1, "kind": "train"}\n{"iteration": 2, "kind": "train"}')
+    MetricsLogger(tiny_config(progress_bar=False), str(tmp_path), enabled=True, start_iter=2).close()
+    assert path.read_text() == '{"iteration": 1, "kind": "train"}\n{"iteration": 2, "kind": "train"}\n'

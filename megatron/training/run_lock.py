@@ -1,0 +1,96 @@
+"""One training run per run directory: an exclusive flock on `<run_dir>/train.lock`.
+
+The lock belongs to the process, not to the file: the kernel drops it on any exit, SIGKILL and
+power loss included, so a lock file left behind by a dead run is simply locked again (and said so).
+The file's text (pid, host, start time) is only there to name the holder in the refusal message.
+The file is never deleted: deleting it would let a waiting process lock the old inode while a new
+one locks a fresh file. flock is per host (and unreliable on some network file systems): two hosts
+sharing one run directory are not detected.
+"""
+from __future__ import annotations
+
+import datetime
+import fcntl
+import json
+import os
+import socket
+
+from megatron.errors import UserError
+
+LOCK_NAME = "train.lock"
+
+
+class RunDirInUse(UserError):
+    """Another training run holds the run directory."""
+
+
+def _holder_text() -> str:
+    now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    return json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": now}) + "\n"
+
+
+def _read_holder(fd: int) -> dict:
+    os.lseek(fd, 0, os.SEEK_SET)
+    try:
+        holder = json.loads(os.read(fd, 4096).decode() or "{}")
+    except ValueError:  # torn write by a killed holder
+        return {}
+    return holder if isinstance(holder, dict) else {}
+
+
+def describe(holder: dict) -> str:
+    return (f"pid {holder.get('pid', '?')} on host {holder.get('host', '?')}, "
+            f"running since {holder.get('since', '?')}")
+
+
+class RunLock:
+    """acquire() takes the lock or raises RunDirInUse naming the holder; release() (or exit) frees it."""
+
+    def __init__(self, run_dir: str):
+        self.run_dir = run_dir
+        self.path = os.path.join(run_dir, LOCK_NAME)
+        self.fd: int | None = None
+        self.stale: dict | None = None  # the dead holder whose lock file this run took over
+
+    def acquire(self) -> RunLock:
+        os.makedirs(self.run_dir, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read_holder(fd)
+            os.close(fd)
+            raise RunDirInUse(
+                f"run directory {self.run_dir!r} is in use by another training run ({describe(holder)}; "
+                f"lock file {self.path}); wait for it to finish, stop it (kill {holder.get('pid', '<pid>')} "
+                "saves and exits at the next step), or give this run its own directory "
+                "(-o run-dir=runs/<new name>)") from None
+        previous = _read_holder(fd)
+        self.stale = previous if previous.get("pid") else None  # its holder died without releasing
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, _holder_text().encode())
+        os.fsync(fd)
+        self.fd = fd
+        return self
+
+    def release(self) -> None:
+        """Free the lock and blank the holder (a blank file is not reported as stale)."""
+        if self.fd is None:
+            return
+        os.ftruncate(self.fd, 0)
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
+        self.fd = None
+
+    def __del__(self):  # a Trainer dropped without finishing (tests, notebooks)
+        try:
+            self.release()
+        except OSError:
+            pass
+
+    def __enter__(self) -> RunLock:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
