@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 
-from megatron.data.atomic import atomic_output
+from megatron.atomic_io import atomic_output
 from megatron.errors import OutOfMemory, UserError, is_out_of_memory, out_of_memory, run_cli
 
 PARTIAL = "eval.partial.json"  # not eval.json: globs and run_matrix's "done" check must not take it

@@ -26,7 +26,7 @@ import time
 import numpy as np
 import torch
 
-from megatron.data.atomic import atomic_output, remove_quietly
+from megatron.atomic_io import atomic_output, remove_quietly
 from megatron.data.indexed import MMapIndexedDataset, bin_path
 from megatron.errors import DataError
 

@@ -25,7 +25,7 @@ import struct
 
 import numpy as np
 
-from megatron.data.atomic import atomic_output, fsync_file, remove_quietly, temp_path
+from megatron.atomic_io import atomic_output, fsync_path, remove_quietly, temp_path
 from megatron.errors import DataError
 
 _MAGIC = b"MMIDIDX\x00\x00"
@@ -147,9 +147,9 @@ class MMapIndexedDatasetBuilder:
             if not self._sizes:
                 raise IndexedDatasetError(f"no items were written for {prefix}; nothing was published"
                                           + (" (the existing dataset there is unchanged)" if dataset_exists(prefix) else ""))
-            fsync_file(self._tmp_bin_path)
+            fsync_path(self._tmp_bin_path)
             write_index(tmp_idx, self._dtype, self._sizes, self._doc_idx, atomic=False)
-            fsync_file(tmp_idx)
+            fsync_path(tmp_idx)
             MMapIndexedDataset.from_paths(tmp_idx, self._tmp_bin_path)  # the reader's full validation
             refuse_existing(prefix, self._overwrite)
             # Two files cannot be swapped in one step. Readers open the .idx and check it against

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from megatron.data.atomic import atomic_output
+from megatron.atomic_io import atomic_output
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|padding|>")
 

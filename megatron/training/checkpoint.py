@@ -29,11 +29,11 @@ import shutil
 import numpy as np
 import torch
 
+from megatron.atomic_io import fsync_path
 from megatron.errors import EXIT_SYSTEM_ERROR, UserError
 from megatron.training.checkpoint_latest import (  # noqa: F401 - read_latest/tag_for are used by importers
     LATEST,
     clean_stale_tmp,
-    fsync_dir,
     read_latest,
     resolve_tag,
     tag_for,
@@ -141,7 +141,7 @@ class Checkpointer:
         if os.path.isdir(final):  # re-saving a step (never the one `latest` would lose)
             shutil.rmtree(final)
         os.replace(os.path.join(save_dir, staging), final)
-        fsync_dir(save_dir)  # the rename is durable before `latest` can name it
+        fsync_path(save_dir)  # the rename is durable before `latest` can name it
         write_latest(save_dir, tag)
         self._prune(save_dir)
 

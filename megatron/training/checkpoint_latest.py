@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import re
 
+from megatron.atomic_io import atomic_output, fsync_path
+
 LATEST = "latest"
 TMP_PREFIX = LATEST + ".tmp"
 _TMP = re.compile(re.escape(TMP_PREFIX) + r"(\d+)")
@@ -119,23 +121,6 @@ def write_latest(ckpt_dir: str, tag: str) -> None:
     """Point `latest` at `tag` atomically (temp file, fsync, rename, fsync of the directory)."""
     check_tag(tag, ckpt_dir, "the tag being saved")
     clean_stale_tmp(ckpt_dir)
-    tmp = os.path.join(ckpt_dir, f"{TMP_PREFIX}{os.getpid()}")
-    try:
-        with open(tmp, "w") as f:
-            f.write(tag)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, os.path.join(ckpt_dir, LATEST))
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-    fsync_dir(ckpt_dir)
-
-
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    with atomic_output(os.path.join(ckpt_dir, LATEST)) as tmp, open(tmp, "w") as f:  # latest.tmp<pid>
+        f.write(tag)
+    fsync_path(ckpt_dir)

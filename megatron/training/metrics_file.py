@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 
-from megatron.data.atomic import atomic_output
+from megatron.atomic_io import atomic_output
 from megatron.errors import DataError
 
 METRICS_FILE = "metrics.jsonl"

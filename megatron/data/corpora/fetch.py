@@ -17,7 +17,7 @@ import sys
 import tarfile
 import zipfile
 
-from megatron.data.atomic import atomic_output
+from megatron.atomic_io import atomic_output
 
 
 def sha256_file(path: str) -> str:

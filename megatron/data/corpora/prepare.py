@@ -17,7 +17,7 @@ import time
 
 import zstandard
 
-from megatron.data.atomic import atomic_output
+from megatron.atomic_io import atomic_output
 from megatron.data.corpora import Corpus, get_corpus
 from megatron.data.indexed import IndexedDatasetError, MMapIndexedDataset
 from megatron.data.preprocess import iter_documents, output_prefix_for, preprocess

@@ -1,8 +1,8 @@
 """Write a file under a temporary name and rename it into place: readers see the old file or the
 complete new one, never a torn one, and a failed write leaves nothing behind.
 
-The one home for "temp name + os.replace" in the data layer (datasets, index-map caches, corpus
-archives, tokenizers, downloads).
+The one home for "temp name + os.replace": datasets, index-map caches, corpus archives,
+tokenizers, downloads, checkpoints' `latest`, metrics.jsonl rewrites, partial evaluation results.
 """
 from __future__ import annotations
 
@@ -21,8 +21,9 @@ def remove_quietly(path: str) -> None:
         os.remove(path)
 
 
-def fsync_file(path: str) -> None:
-    """Flush a written file to disk, so a power loss after the rename cannot leave it empty."""
+def fsync_path(path: str) -> None:
+    """Flush a written file (or a directory's entries, after a rename) to disk, so a power loss
+    after the rename cannot leave it empty or undo the rename."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -42,7 +43,7 @@ def atomic_output(path: str, fsync: bool = True):
     try:
         yield tmp
         if fsync:
-            fsync_file(tmp)
+            fsync_path(tmp)
         os.replace(tmp, path)
     except BaseException:
         remove_quietly(tmp)
