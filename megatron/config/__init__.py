@@ -7,8 +7,7 @@ Each key is declared once (with its doc) in its section's file; docs/config.md i
 those declarations by tools/gen_config_docs.py.
 """
 from megatron.config.errors import ConfigError
-from megatron.config.loader import load_config
-from megatron.config.neox import NeoXConfig
+from megatron.config.neox import NeoXConfig, load_config
 from megatron.config.schema import all_keys
 
 __all__ = ["ConfigError", "NeoXConfig", "all_keys", "load_config"]

@@ -8,20 +8,26 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+from functools import partial
 
 import yaml
 
 from megatron.config.checkpoint import CheckpointConfig
 from megatron.config.data import DataConfig
+from megatron.config.errors import ConfigError, Problem
+from megatron.config.loader import read_entries
 from megatron.config.logs import LoggingConfig
+from megatron.config.merge import located, merge_entries
 from megatron.config.model import ModelConfig
 from megatron.config.optimizer import OptimizerConfig
 from megatron.config.parallel import ParallelConfig
 from megatron.config.passthrough import DeepSpeedConfig
+from megatron.config.paths import derive_paths
 from megatron.config.precision import PrecisionConfig
-from megatron.config.schema import KEYS
+from megatron.config.schema import KEYS, SECTIONS
 from megatron.config.sources import Entry
 from megatron.config.training import TrainingConfig
+from megatron.config.validate import cross_section_problems, type_section
 
 _HEADER = ("# Resolved configuration (NeoX flat keys, every key explicit), written by megatron.config.\n"
            "# Load it with NeoXConfig.from_file(path), or pass it to deepy.py as the only config file.\n")
@@ -44,10 +50,35 @@ class NeoXConfig:
     _sources: tuple = dataclasses.field(default=(), repr=False, compare=False)
 
     @classmethod
+    def build(cls, entries: list[Entry], texts: dict[str, str], run_name: str,
+              problems: list[Problem] = ()) -> NeoXConfig:
+        """Type, construct and check every section from the merged entries; derive the defaults
+        that depend on other keys. Raises one ConfigError with every problem (`problems`: those
+        found reading the files; then keys from unreadable files are unknown, so only the files
+        and typos are reported)."""
+        merged, origins, found = merge_entries(entries)
+        if problems:
+            raise ConfigError(list(problems) + found)
+        sections, clean = {}, True
+        for sec, sec_cls in SECTIONS.items():
+            kwargs, sec_problems = type_section(sec, merged, origins)
+            found += sec_problems
+            if sec_problems:
+                clean = False
+                continue
+            sections[sec] = sec_cls(**kwargs)
+            found += located(sections[sec].check(), partial(getattr, sections[sec]), origins)
+        if clean:
+            cfg = cls(**sections, config_files=dict(texts), _sources=tuple(entries))
+            found += located(cross_section_problems(cfg), partial(_flat_value, cfg), origins)
+        if found:
+            raise ConfigError(found)
+        return derive_paths(cfg, run_name)
+
+    @classmethod
     def from_file(cls, path) -> NeoXConfig:
         """A config file; a resolved_config.yml also gets the original files stored beside it
         (megatron/config/originals.py) as config_files, so checkpoints keep them."""
-        from megatron.config.loader import load_config
         from megatron.config.originals import read_originals
 
         cfg = load_config([path])
@@ -74,12 +105,10 @@ class NeoXConfig:
 
     def replace(self, **flat_overrides) -> NeoXConfig:
         """A validated copy with some flat keys changed; derived defaults are derived again."""
-        from megatron.config.loader import build
-
         sources = list(self._sources) or [Entry(k, v, "config") for k, v in self.to_flat_dict().items()]
         sources += [Entry(k, v, "replace()") for k, v in flat_overrides.items()]
         run_dir = self.logging.run_dir or "runs/default"
-        return build(sources, dict(self.config_files), os.path.basename(run_dir))
+        return self.build(sources, dict(self.config_files), os.path.basename(run_dir))
 
     def deepspeed_config(self, dp_world_size: int) -> dict:
         from megatron.config.ds_json import deepspeed_config
@@ -88,3 +117,15 @@ class NeoXConfig:
     def describe(self) -> str:
         from megatron.config.describe import describe
         return describe(self)
+
+
+def _flat_value(cfg: NeoXConfig, name: str):
+    return getattr(getattr(cfg, KEYS[name].section), name)
+
+
+def load_config(paths=(), overrides: dict | None = None) -> NeoXConfig:
+    """Merge the YAML files in order (later wins), then `overrides` (same flat keys), validate all.
+
+    Raises ConfigError listing every problem found.
+    """
+    return NeoXConfig.build(*read_entries(paths, overrides))

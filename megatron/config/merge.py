@@ -1,0 +1,36 @@
+"""Merging entries: flat keys from files and overrides -> one value per key, with its origin."""
+from __future__ import annotations
+
+import copy
+
+from megatron.config.errors import Problem
+from megatron.config.schema import ALIASES, KEYS, canonical, hyphen
+from megatron.config.sources import Entry
+from megatron.config.validate import unknown_problem, value_problem
+
+
+def merge_entries(entries: list[Entry]) -> tuple[dict, dict, list[Problem]]:
+    """({name: value}, {name: origin}, problems): later entries replace earlier ones wholesale."""
+    merged, origins, alias_vals, problems = {}, {}, {}, []
+    for e in entries:
+        name = canonical(e.key)
+        if name in ALIASES:
+            alias_vals[ALIASES[name]] = (name, e)
+        elif name in KEYS:
+            merged[name], origins[name] = copy.deepcopy(e.value), e.origin
+        else:
+            problems.append(unknown_problem(e.key, e.origin))
+    for target, (alias, e) in alias_vals.items():
+        if target not in merged:
+            merged[target], origins[target] = copy.deepcopy(e.value), e.origin
+        elif merged[target] != e.value:
+            problems.append(value_problem(alias, e.value, e.origin, f"alias of {hyphen(target)}, "
+                                          f"which is set to {merged[target]!r} in {origins[target]}; "
+                                          "they must agree"))
+    return merged, origins, problems
+
+
+def located(issues: list[tuple[str, str]], value_of, origins: dict) -> list[Problem]:
+    """Attach the current value and its origin to (key, what is wrong) issues."""
+    return [value_problem(name, value_of(name), origins.get(name, "default"), what)
+            for name, what in issues]
