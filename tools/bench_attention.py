@@ -37,7 +37,7 @@ import torch  # noqa: E402
 
 from megatron.attention import backend_names, resolve_backend  # noqa: E402
 from megatron.attention.registry import backend_classes  # noqa: E402
-from megatron.benchmarks.cli import DTYPES, check_names, check_positive, pick_device, set_threads  # noqa: E402
+from megatron.benchmarks.cli import check_names, check_positive, pick_device, set_threads  # noqa: E402
 from megatron.benchmarks.report import SECTION_NAME, environment_lines, markdown_table, replace_section  # noqa: E402
 from megatron.benchmarks.timing import (  # noqa: E402
     error_cell,
@@ -46,6 +46,7 @@ from megatron.benchmarks.timing import (  # noqa: E402
     release_memory,
     reset_peak_memory,
 )
+from megatron.config.precision import DTYPE_NAMES, torch_dtype  # noqa: E402
 from megatron.errors import run_cli  # noqa: E402
 from megatron.positional.base import PositionalSpec  # noqa: E402
 from megatron.positional.registry import build_scheme, scheme_names  # noqa: E402
@@ -89,7 +90,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--tokens", type=int, default=None,
                    help=f"tokens per batch: B = max(1, tokens // L) (default {DEFAULTS['tokens']})")
-    p.add_argument("--dtype", choices=sorted(DTYPES), default=None, help="default bf16 on CUDA, fp32 on CPU")
+    p.add_argument("--dtype", choices=sorted(DTYPE_NAMES), default=None, help="default bf16 on CUDA, fp32 on CPU")
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu or cuda[:N]")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: torch's own; --quick: 1, steadier on a shared machine)")
@@ -161,7 +162,7 @@ def resolve(backend: str, scheme, args, training: bool):
     other exception is a bug in that backend, reported in its row rather than ending the sweep."""
     if backend not in backend_names():
         return None, f"backend {backend!r} is not registered in megatron/attention/"
-    dtype = DTYPES[args.dtype]
+    dtype = torch_dtype(args.dtype)
     try:
         return resolve_backend(backend, scheme, args.device, dtype, training=training), None
     except ValueError as e:
@@ -179,7 +180,7 @@ def fwd_flops(batch: int, heads: int, length: int, head_dim: int) -> float:
 
 def measure(backend, scheme, args, length: int, batch: int, train: bool) -> float:
     """Median seconds of one forward (no_grad) or forward+backward call at this length."""
-    dev, dtype = args.device, DTYPES[args.dtype]
+    dev, dtype = args.device, torch_dtype(args.dtype)
     shape = (batch, args.heads, length, args.head_dim)
     q, k, v = (torch.randn(shape, device=dev, dtype=dtype, requires_grad=train) for _ in range(3))
     pos = torch.arange(length, device=dev)

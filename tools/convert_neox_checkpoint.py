@@ -23,16 +23,16 @@ def main(argv=None) -> int:
     p.add_argument("--iteration", type=int, default=None, help="convert global_step<N> instead of latest")
     p.add_argument("--config", nargs="+", default=None,
                    help="the NeoX YAML files (default: the checkpoint's global_step<N>/configs/*.yml)")
-    p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
+    from megatron.config.precision import DTYPE_NAMES, torch_dtype
     from megatron.interop.safe_load import add_load_flags
+
+    p.add_argument("--dtype", choices=DTYPE_NAMES, default="fp32")
 
     add_load_flags(p)
     args = p.parse_args(argv)
-    import torch
-
     from megatron.interop.convert import convert_neox_checkpoint
 
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
+    dtype = torch_dtype(args.dtype)
     tag = f"global_step{args.iteration}" if args.iteration is not None else None
     out = convert_neox_checkpoint(args.input, args.output, tag, args.config, args.trust_checkpoint, dtype,
                                   args.allow_nonfinite)

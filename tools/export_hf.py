@@ -22,7 +22,9 @@ def main(argv=None) -> int:
     p.add_argument("--checkpoint", required=True, help="directory holding `latest` and global_step<N>/")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--iteration", type=int, default=None)
-    p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
+    from megatron.config.precision import DTYPE_NAMES
+
+    p.add_argument("--dtype", choices=DTYPE_NAMES, default="fp32")
     p.add_argument("--no-tokenizer", action="store_true", help="do not write tokenizer files")
     p.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key of the checkpoint, e.g. -o vocab-file=data/tok.json")

@@ -7,8 +7,6 @@ import argparse
 import torch
 import yaml
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
 
 def check_names(parser: argparse.ArgumentParser, values: list[str], valid: list[str], what: str) -> None:
     unknown = [v for v in values if v not in valid]

@@ -17,6 +17,18 @@ FP16_KEYS = ("enabled", "type", "loss_scale", "loss_scale_window", "hysteresis",
 _BF16_TYPES = ("bfloat16", "bf16")
 _FP16_TYPES = ("fp16", "float16", "half")
 _PRECISION_DTYPE = {"fp32": "fp32", "fp16": "fp16", "bfloat16": "bf16"}
+DTYPE_NAMES = ("fp32", "bf16", "fp16")  # what `PrecisionConfig.dtype` (and --dtype flags) take
+
+
+def torch_dtype(name: str):
+    """The torch dtype of a precision name ('fp32', 'bf16', 'fp16'): the one place this map is
+    written. torch is imported here, not at module level, so reading a config stays light."""
+    import torch
+
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    if name not in dtypes:
+        raise ValueError(f"unknown precision {name!r}; choose from: {', '.join(DTYPE_NAMES)}")
+    return dtypes[name]
 
 
 @dataclass(frozen=True)
@@ -46,6 +58,11 @@ class PrecisionConfig:
         if self.precision is not None:
             return _PRECISION_DTYPE[self.precision]
         return found.pop() if len(found) == 1 else "fp32"
+
+    @property
+    def torch_dtype(self):
+        """torch.float32, torch.bfloat16 or torch.float16 (see `dtype`)."""
+        return torch_dtype(self.dtype)
 
     def check(self) -> list[tuple[str, str]]:
         out = []

@@ -15,13 +15,11 @@ import json
 import os
 import shutil
 
-import torch
-
+from megatron.config.precision import torch_dtype
 from megatron.errors import UserError
 
 TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hf_modeling")
 REMOTE_FILES = ("configuration_kerple.py", "modeling_kerple.py", "positions_kerple.py")
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def hf_config(mcfg, vocab_size: int, dtype: str = "fp32", tokenizer=None) -> dict:
@@ -39,7 +37,7 @@ def hf_config(mcfg, vocab_size: int, dtype: str = "fp32", tokenizer=None) -> dic
         "layernorm_epsilon": mcfg.layernorm_epsilon, "rms_norm_epsilon": mcfg.rms_norm_epsilon,
         "use_bias_in_norms": mcfg.use_bias_in_norms, "use_bias_in_attn_linear": mcfg.use_bias_in_attn_linear,
         "use_bias_in_mlp": mcfg.use_bias_in_mlp, "tie_output_to_embedding": not mcfg.no_weight_tying,
-        "tie_word_embeddings": False, "dtype": str(DTYPES[dtype]).replace("torch.", ""),
+        "tie_word_embeddings": False, "dtype": str(torch_dtype(dtype)).replace("torch.", ""),
     }
     if tokenizer is not None:
         cfg.update(eos_token_id=tokenizer.eod, bos_token_id=tokenizer.eod, pad_token_id=tokenizer.eod)
@@ -99,7 +97,7 @@ def export_hf(model, cfg, out_dir: str, dtype: str = "fp32", tokenizer: bool = T
         json.dump(hf_config(cfg.model, model.vocab_size, dtype, tok_obj), f, indent=2)
     for name in REMOTE_FILES:
         shutil.copy(os.path.join(TEMPLATE_DIR, name), os.path.join(out_dir, name))
-    state = {k: v.detach().to(DTYPES[dtype]).contiguous().clone() for k, v in model.state_dict().items()
+    state = {k: v.detach().to(torch_dtype(dtype)).contiguous().clone() for k, v in model.state_dict().items()
              if not k.endswith("_extra_state")}
     for k in ("position.inv_freq", "position.slopes"):  # derived buffers stay exact in fp32
         if k in state:

@@ -150,7 +150,7 @@ class Trainer:
         return getattr(self.tokenizer, "eod", None)
 
     def _dtype(self) -> torch.dtype:
-        return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[self.cfg.precision.dtype]
+        return self.cfg.precision.torch_dtype
 
     # ---- the loop ----------------------------------------------------------------------------
     def train(self) -> dict:
