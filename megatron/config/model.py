@@ -24,6 +24,14 @@ def scheme_choices() -> tuple[str, ...]:
     return tuple(sorted(set(names) | set(KNOWN_SCHEMES)))
 
 
+def backend_choices() -> tuple[str, ...]:
+    """"auto" and the attention registry's names, in its preference order. Imported lazily (the
+    backends pull in torch), and only when a config sets attention-backend."""
+    from megatron.attention.registry import backend_classes
+
+    return ("auto", *backend_classes())
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     num_layers: int = key(required=True, doc="Number of transformer layers.", ge=1)
@@ -44,8 +52,9 @@ class ModelConfig:
         None, "Our extension: sliding window of W keys, query i attends keys j with i-W < j <= i. "
         "Valid with every positional scheme and backend; null = full causal attention.", ge=1)
     attention_backend: str = key(
-        "auto", "Attention kernel (reference, sdpa, flex, triton, flash, auto); checked against the "
-        "scheme and device by the backend resolver, which names the valid pairs.")
+        "auto", "Attention kernel, one of the attention registry's names or auto (the best that "
+        "supports the scheme and device); checked against the scheme and device by the backend "
+        "resolver, which names the valid pairs.", choices=backend_choices)
     attention_softmax_in_fp32: bool = key(False, "Compute the attention softmax in fp32.")
     norm: str = key("layernorm", "Normalisation layer.", choices=("layernorm", "rmsnorm"))
     layernorm_epsilon: float = key(1e-5, "LayerNorm epsilon.", gt=0)

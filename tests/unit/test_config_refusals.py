@@ -101,3 +101,24 @@ def test_non_utf8_file_names_file_and_byte_offset(tmp_path):
     err = problems([path])
     assert "latin1.yml" in err and "UTF-8" in err and f"byte {len(tiny_text().encode()) + 5}" in err
     assert "line 7" in err
+
+
+# ---- attention backend names come from the attention registry -------------------------------
+def test_unknown_attention_backend_is_refused_at_load_with_the_registry_names(tmp_path):
+    from megatron.attention import backend_names
+
+    path = write(tmp_path, "a.yml", tiny_text(**{"attention-backend": "sdpaa"}))
+    text = problems([path])
+    assert "attention-backend" in text and "a.yml" in text and "'sdpaa'" in text
+    for name in ["auto", *backend_names()]:
+        assert name in text
+
+
+def test_every_registered_attention_backend_is_accepted():
+    from megatron.attention import backend_names
+    from megatron.config.fields import choices_of
+    from megatron.config.schema import KEYS
+
+    assert choices_of(KEYS["attention_backend"].field) == ("auto", *backend_names())
+    for name in ["auto", *backend_names()]:
+        assert load_config([], overrides={**TINY, "attention-backend": name}).model.attention_backend == name
