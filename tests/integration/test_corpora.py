@@ -284,3 +284,24 @@ def test_real_gpt2_tokenizer():
 
     tok = build_tokenizer(*fetch_tokenizer("gpt2", REAL_DATA))
     assert tok.tokenize("Hello world") == [15496, 995] and tok.eod == 50256
+
+
+def test_stdlib_goes_through_the_shared_cleaner_but_keeps_source_byte_for_byte(tmp_path):
+    from megatron.data.corpora import stdlib
+    from megatron.data.corpora.clean import shuffled
+
+    src = {"a.py": "import os\n" * 10, "b.py": "import os\n" * 10,  # b duplicates a
+           "crlf.py": "x = 1\r\n\r\n" * 10, "empty.py": "  \n", "latin.py": b"s = '\xe9'\n" * 10,
+           "test/t.py": "skipped = 1\n"}
+    for rel, body in src.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(body if isinstance(body, bytes) else body.encode())
+    stats = {}
+    docs = list(stdlib.iter_documents(root=str(tmp_path), stats=stats))
+    kept = [p for p in shuffled(stdlib.list_source_files(str(tmp_path))) if p in ("a.py", "b.py", "crlf.py")]
+    first_of_ab = next(p for p in kept if p in ("a.py", "b.py"))
+    assert [m["path"] for _, m in docs] == [p for p in kept if p in (first_of_ab, "crlf.py")]
+    assert {m["path"]: t for t, m in docs}["crlf.py"] == src["crlf.py"]  # not newline-normalised
+    assert stats["files"] == 2 and stats["duplicates"] == 1 and stats["not_utf8"] == 1
+    assert stats["too_short"] == 1 and stats["bytes"] == len(src["a.py"]) + len(src["crlf.py"])
+    assert len(list(stdlib.iter_documents(max_files=1, root=str(tmp_path)))) == 1

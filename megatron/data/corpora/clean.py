@@ -16,7 +16,7 @@ import hashlib
 import random
 
 MIN_CHARS = 64
-ORDER_SEED = 1234  # shared with stdlib.py's convention; recorded as the corpus `order`
+ORDER_SEED = 1234  # every corpus's document order; recorded as the corpus `order`
 
 
 def clean_text(text: str) -> str:
@@ -31,16 +31,19 @@ def shuffled(items: list, seed: int = ORDER_SEED) -> list:
 
 
 def iter_clean(candidates, max_files: int | None = None, max_mb: float | None = None, stats: dict | None = None,
-               min_chars: int = MIN_CHARS):
+               min_chars: int = MIN_CHARS, normalise: bool = True):
     """Clean, filter and dedup (text, meta) candidates, stopping at max_files documents or once max_mb
-    megabytes (10**6 UTF-8 bytes) were yielded; fills `stats` (files, bytes, duplicates, too_short)."""
+    megabytes (10**6 UTF-8 bytes) were yielded; fills `stats` (files, bytes, duplicates, too_short).
+    normalise=False keeps each text byte for byte (the stdlib corpus, whose token stream, and so the
+    quickstart figures, is defined on the raw source files)."""
     stats = {} if stats is None else stats
     stats.update(files=0, bytes=0, duplicates=0, too_short=0)
     seen = set()
     for text, meta in candidates:
         if (max_files is not None and stats["files"] >= max_files) or (max_mb is not None and stats["bytes"] >= max_mb * 1e6):
             break
-        text = clean_text(text)
+        if normalise:
+            text = clean_text(text)
         if len(text.strip()) < min_chars:
             stats["too_short"] += 1
             continue

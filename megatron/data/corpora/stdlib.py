@@ -2,17 +2,14 @@
 (~12 MB, PSF licence) that needs no download. One .py file = one document."""
 from __future__ import annotations
 
-import hashlib
 import os
-import random
 import sysconfig
+
+from megatron.data.corpora.clean import iter_clean, shuffled
 
 # Path components we skip: test suites (mostly generated/odd files, 17 MB), IDLE, and
 # anything installed into the interpreter rather than shipped with it.
 EXCLUDED_DIRS = {"test", "tests", "idlelib", "site-packages", "dist-packages", "__pycache__"}
-
-
-ORDER_SEED = 1234  # document order; recorded by prepare.py so a change rebuilds the corpus
 
 
 def stdlib_root() -> str:
@@ -36,39 +33,25 @@ def list_source_files(root: str) -> list[str]:
 
 
 def iter_documents(max_files: int | None = None, max_mb: float | None = None, root: str | None = None, stats: dict | None = None):
-    """Yield (source_text, {"path": relpath}) in a fixed pseudo-random order of the sorted paths.
+    """Yield (source_text, {"path": relpath}) in the shared seeded order of the sorted paths
+    (clean.shuffled: NeoX splits by contiguous document ranges, so path order would make the
+    test split the last packages alphabetically).
 
-    Why shuffled: NeoX splits train/valid/test by contiguous document ranges, so in path order
-    the test split would be only the last packages alphabetically (xml, zipfile, ...), a
-    different distribution from training. A seeded shuffle keeps the corpus deterministic.
-
-    Files with identical contents are kept once; non-UTF-8 files are skipped. Stops after
-    max_files documents or once max_mb megabytes (10**6 bytes) of source have been yielded.
-    `stats` (if given) is filled with counts of what was kept and skipped.
+    The shared cleaner (clean.iter_clean) dedups, drops empty files and stops after max_files
+    documents or max_mb megabytes; the source is kept byte for byte (normalise=False). Non-UTF-8
+    files are skipped. `stats` (if given) gets iter_clean's counts plus not_utf8 and root.
     """
     root = root or stdlib_root()
     stats = {} if stats is None else stats
-    stats.update(files=0, bytes=0, duplicates=0, not_utf8=0, root=root)
-    seen_hashes = set()
-    paths = list_source_files(root)
-    random.Random(ORDER_SEED).shuffle(paths)
-    for rel in paths:
-        if (max_files is not None and stats["files"] >= max_files) or (max_mb is not None and stats["bytes"] >= max_mb * 1e6):
-            break
-        with open(os.path.join(root, rel), "rb") as f:
-            raw = f.read()
-        digest = hashlib.sha256(raw).digest()
-        if digest in seen_hashes:
-            stats["duplicates"] += 1
-            continue
-        seen_hashes.add(digest)
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            stats["not_utf8"] += 1
-            continue
-        if not text.strip():
-            continue  # empty __init__.py files carry no text (and preprocessing drops empty docs)
-        stats["files"] += 1
-        stats["bytes"] += len(raw)
-        yield text, {"path": rel}
+
+    def candidates():  # runs after iter_clean reset stats, so these counts survive
+        stats.update(not_utf8=0, root=root)
+        for rel in shuffled(list_source_files(root)):
+            with open(os.path.join(root, rel), "rb") as f:
+                raw = f.read()
+            try:
+                yield raw.decode("utf-8"), {"path": rel}
+            except UnicodeDecodeError:
+                stats["not_utf8"] += 1
+
+    yield from iter_clean(candidates(), max_files, max_mb, stats, min_chars=1, normalise=False)
