@@ -17,7 +17,6 @@ import triton
 import triton.language as tl
 
 from megatron.kernels.distance_bias import cast, load_head_params, mm, pow_and_log, score_bias, score_weight
-from megatron.kernels.fused_attention_fwd import NEG  # noqa: F401  (same masking convention)
 
 
 @triton.jit

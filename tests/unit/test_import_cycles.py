@@ -203,3 +203,22 @@ def test_tokenizers_do_not_reach_into_the_corpus_builders():
     reach = {(m, d) for m, deps in graph.items() if m.startswith("megatron.tokenizer")
              for d in deps if d.startswith("megatron.data.corpora")}
     assert not reach, f"tokenizer modules import corpus modules: {sorted(reach)}"
+
+
+# `noqa: F401` that the walker above allows: an `import x as _` availability probe, a package
+# __init__ re-export, and this one in a file another issue-11 branch rewrites (k11ckpt). TO BE
+# EMPTIED AT MERGE: once k11ckpt lands, the line is gone or must move to its importers.
+NOQA_F401_BEING_REMOVED = {"megatron/training/checkpoint.py"}
+
+
+def test_no_unused_import_kept_with_noqa():
+    # an unused import silenced by noqa reads as a dependency that is not there
+    found = []
+    for path in sorted((REPO / "megatron").rglob("*.py")):
+        rel = path.relative_to(REPO).as_posix()
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            if "noqa: F401" not in line or path.name == "__init__.py" or " as _ " in f"{line} ":
+                continue
+            if rel not in NOQA_F401_BEING_REMOVED:
+                found.append(f"{rel}:{i}: {line.strip()}")
+    assert not found, "unused imports kept with noqa (delete them or import where used):\n" + "\n".join(found)
