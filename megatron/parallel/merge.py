@@ -102,7 +102,7 @@ def merge_state_dicts(shards: list[dict], pos_emb: str, rtol: float = 1e-5, atol
     return merged
 
 
-def gather_full_scheme(scheme, full_spec, pos_emb: str, par):
+def gather_full_scheme(scheme, full_spec, pos_emb: str, parallel):
     """A TP=1 copy of this rank's positional scheme holding every head (all-gathered over the TP
     group), e.g. to log KERPLE's per-head statistics over all heads. Collective: call on every rank."""
     from megatron.positional.registry import build_scheme
@@ -115,8 +115,8 @@ def gather_full_scheme(scheme, full_spec, pos_emb: str, par):
         if dims.get(name) is None:
             state[name] = t
             continue
-        parts = [torch.empty_like(t) for _ in range(par.tp_size)]
-        torch.distributed.all_gather(parts, t.detach().contiguous(), group=par.tp_group)
+        parts = [torch.empty_like(t) for _ in range(parallel.tp_size)]
+        torch.distributed.all_gather(parts, t.detach().contiguous(), group=parallel.tp_group)
         state[name] = torch.cat(parts, dim=dims[name])
     full.load_state_dict(state)
     return full
