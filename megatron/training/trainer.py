@@ -99,7 +99,9 @@ class Trainer:
         self.tokenizer, self.vocab_size = resolve_vocab(cfg)
         self.run_dir = cfg.logging.run_dir
         self.pipe = uses_pipeline(cfg)  # NeoX: pipe-parallel-size >= 1 -> DeepSpeed's pipeline engine
-        model = self._build_engine(deepspeed)
+        self.engine, model, self.par = self._build_engine(deepspeed)
+        # Once, here: the data-parallel size is final only now (pipeline: world / pp stages).
+        self.batch, self.micro, self.gas = cfg.training.batch_sizes(self.par.dp_size)
         self.model = model
         self.checkpointer = Checkpointer(cfg, self.vocab_size, self.dist.is_rank0)
         client = self.checkpointer.load(self.engine)
@@ -116,25 +118,23 @@ class Trainer:
                          + (f" | tp {self.par.tp_size}" if self.par.tp_size > 1 else ""))
 
     def _build_engine(self, deepspeed):
-        """The DeepSpeed engine around our model (sequential) or around GPTPipe (pipeline)."""
+        """(engine, model, parallel context): the DeepSpeed engine around our model (sequential) or
+        around GPTPipe (pipeline), whose engine decides the data-parallel rank and size."""
         cfg = self.cfg
         if self.pipe:
-            self.engine, model = build_pipeline_engine(
+            engine, model = build_pipeline_engine(
                 cfg, self.vocab_size, lambda m: build_optimizer(cfg, m), lambda o: build_scheduler(cfg, o))
-            dp_rank, dp_size = data_parallel_info(self.engine)  # dp = world / pp
-            self.par = dataclasses.replace(self.par, dp_rank=dp_rank, dp_size=dp_size)
-            self.batch, self.micro, self.gas = cfg.training.batch_sizes(self.par.dp_size)
-            return model
-        self.batch, self.micro, self.gas = cfg.training.batch_sizes(self.par.dp_size)
+            dp_rank, dp_size = data_parallel_info(engine)  # dp = world / pp
+            return engine, model, dataclasses.replace(self.par, dp_rank=dp_rank, dp_size=dp_size)
         model = GPTModel(cfg.model, self.vocab_size, cfg.training.checkpoint_activations, parallel=self.par)
         optimizer = build_optimizer(cfg, model)
         scheduler = build_scheduler(cfg, optimizer)
-        self.engine, _, _, _ = deepspeed.initialize(
+        engine, _, _, _ = deepspeed.initialize(
             model=model, optimizer=optimizer, lr_scheduler=scheduler,
             config=cfg.deepspeed_config(self.par.dp_size), dist_init_required=False,
             mpu=self.par.deepspeed_mpu(),
         )
-        return model
+        return engine, model, self.par
 
     def _throughput(self) -> Throughput:
         m = self.cfg.model
