@@ -5,23 +5,16 @@ from dataclasses import dataclass
 
 from megatron.config.fields import key
 
-# The schemes the KERPLE paper's code knows; used when the registry is unavailable and unioned
-# with it otherwise, so the paper's configs validate even while a scheme file is being written.
-KNOWN_SCHEMES = ("learned", "sinusoidal", "rotary", "rpe", "alibi", "none", "kerple_log",
-                 "kerple_power_ap_", "kerple_power__ap", "kerple_power_ap_ap",
-                 "kerple_power_original", "kerple_log_3para")
 INIT_METHODS = ("normal", "scaled_normal", "small_init", "wang_init", "xavier_normal", "xavier_uniform")
 _FUSION_DOC = "Accepted for NeoX compatibility; changes nothing here (PyTorch's own kernels are used)."
 
 
 def scheme_choices() -> tuple[str, ...]:
-    """Derived from the positional registry (imported lazily: it pulls in torch)."""
-    try:
-        from megatron.positional.registry import scheme_names
-        names = list(scheme_names())
-    except Exception:  # noqa: BLE001 -- a scheme file mid-edit must not break config loading
-        names = []
-    return tuple(sorted(set(names) | set(KNOWN_SCHEMES)))
+    """The positional registry's names (imported lazily: it pulls in torch), and nothing else:
+    a scheme is known by its file registering it, not by a second list here."""
+    from megatron.positional import registry
+
+    return tuple(sorted(registry.scheme_names()))
 
 
 def backend_choices() -> tuple[str, ...]:

@@ -122,3 +122,14 @@ def test_every_registered_attention_backend_is_accepted():
     assert choices_of(KEYS["attention_backend"].field) == ("auto", *backend_names())
     for name in ["auto", *backend_names()]:
         assert load_config([], overrides={**TINY, "attention-backend": name}).model.attention_backend == name
+
+
+def test_pos_emb_choices_are_the_positional_registry_names_only(monkeypatch):
+    # no hand-kept list beside the registry: a name the registry does not know is refused
+    import megatron.positional.registry as registry
+    from megatron.config.fields import choices_of
+    from megatron.config.schema import KEYS
+
+    assert choices_of(KEYS["pos_emb"].field) == tuple(sorted(scheme_names()))
+    monkeypatch.setattr(registry, "scheme_names", lambda: ["learned", "rotary"])
+    assert choices_of(KEYS["pos_emb"].field) == ("learned", "rotary")
