@@ -16,7 +16,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 from megatron.data.preprocess import preprocess
 from megatron.errors import DataError, UserError, run_cli
-from megatron.tokenizer import TOKENIZER_TYPES, build_tokenizer
+from megatron.tokenizer import build_tokenizer
+from megatron.tokenizer.types import NEOX_ONLY_TYPES, TOKENIZER_TYPES
 
 
 def get_args(argv=None) -> argparse.Namespace:
@@ -28,7 +29,7 @@ def get_args(argv=None) -> argparse.Namespace:
                    help="names the output files; text is read from 'text' (as in NeoX)")
     g.add_argument("--num-docs", type=int, default=None, help="stop after this many documents")
     g = p.add_argument_group("tokenizer")
-    g.add_argument("--tokenizer-type", required=True, choices=TOKENIZER_TYPES + ("HFGPT2Tokenizer",))
+    g.add_argument("--tokenizer-type", required=True, choices=TOKENIZER_TYPES + NEOX_ONLY_TYPES)
     g.add_argument("--vocab-file", default=None)
     g.add_argument("--merge-file", default=None)
     g.add_argument("--append-eod", action="store_true", help="append the end-of-document token to every document")

@@ -4,12 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from megatron.config.fields import key
-
-TOKENIZER_TYPES = ("HFTokenizer", "GPT2BPETokenizer", "HFGPT2Tokenizer", "SPMTokenizer",
-                   "CharLevelTokenizer", "TiktokenTokenizer")
-# The files each tokenizer type reads (megatron/tokenizer/); a GPT-2 .tiktoken vocab needs no merges.
-TOKENIZER_FILES = {"GPT2BPETokenizer": ("vocab_file", "merge_file"), "HFTokenizer": ("vocab_file",),
-                   "SPMTokenizer": ("vocab_file",), "TiktokenTokenizer": ("vocab_file",)}
+from megatron.tokenizer.types import NEOX_ONLY_TYPES, TOKENIZER_TYPES
 
 
 def parse_split(split: str) -> list[float] | None:
@@ -42,7 +37,7 @@ class DataConfig:
     split: str = key("969, 30, 1", "Train, validation, test proportions of data-path's documents.")
     data_impl: str = key("infer", "Dataset format; only mmap (.bin/.idx) files are read, and infer "
                          "means mmap.", choices=("mmap", "infer", "cached", "lazy"), inert=True)
-    tokenizer_type: str = key("GPT2BPETokenizer", "Tokenizer class.", choices=TOKENIZER_TYPES)
+    tokenizer_type: str = key("GPT2BPETokenizer", "Tokenizer class.", choices=TOKENIZER_TYPES + NEOX_ONLY_TYPES)
     vocab_file: str | None = key(None, "Tokenizer vocabulary (GPT-2 vocab.json, HF tokenizer.json, "
                                  "SentencePiece model).")
     merge_file: str | None = key(None, "GPT-2 BPE merges file.")

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import os
 
-from megatron.config.data import TOKENIZER_FILES
 from megatron.config.errors import ConfigError, Problem
 from megatron.config.schema import KEYS, canonical, hyphen
 from megatron.config.validate import value_problem
+from megatron.tokenizer.types import TOKENIZER_FILES
 
 DATA_SUFFIXES = (".bin", ".idx")
 

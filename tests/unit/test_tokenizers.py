@@ -110,3 +110,31 @@ def test_missing_merge_file_and_bad_json(tmp_path):
     (tmp_path / "bad.json").write_text("{not json")
     with pytest.raises(ValueError, match="HFTokenizer.*not a Hugging Face tokenizers JSON"):
         build_tokenizer("HFTokenizer", str(tmp_path / "bad.json"))
+
+
+def test_config_and_tools_take_the_tokenizer_package_names():
+    # one list of tokenizer types (megatron/tokenizer/types.py): the config accepts those plus the
+    # NeoX name it refuses at build time with the fix
+    from megatron.config.data import DataConfig
+    from megatron.config.fields import choices_of
+    from megatron.config.schema import KEYS
+    from megatron.tokenizer.types import NEOX_ONLY_TYPES, TOKENIZER_FILES
+
+    assert choices_of(KEYS["tokenizer_type"].field) == TOKENIZER_TYPES + NEOX_ONLY_TYPES
+    assert set(TOKENIZER_FILES) <= set(TOKENIZER_TYPES)
+    assert DataConfig.__dataclass_fields__["tokenizer_type"].default in TOKENIZER_TYPES
+    for name in NEOX_ONLY_TYPES:
+        with pytest.raises(ValueError, match=f"tokenizer-type {name} needs a download"):
+            build_tokenizer(name)
+
+
+def test_reading_a_config_stays_light():
+    # the config takes its tokenizer names from megatron.tokenizer.types; that must not load the
+    # tokenizer libraries (or torch) for a process that only reads a config
+    import subprocess
+    import sys
+
+    code = ("import sys, megatron.config; "
+            "print(sorted(m for m in ('torch', 'tiktoken', 'tokenizers', 'sentencepiece') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
