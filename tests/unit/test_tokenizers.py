@@ -136,5 +136,7 @@ def test_reading_a_config_stays_light():
 
     code = ("import sys, megatron.config; "
             "print(sorted(m for m in ('torch', 'tiktoken', 'tokenizers', 'sentencepiece') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    from tests.conftest import ROOT
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
