@@ -14,6 +14,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from megatron.config.precision import DTYPE_NAMES  # noqa: E402
 from megatron.errors import run_cli  # noqa: E402
 
 KERNELS = ("fwd", "bwd_dkdv", "bwd_dq")
@@ -27,7 +28,7 @@ def main(argv=None) -> int:
     ap.add_argument("--arch", type=int, nargs="+", default=[90], help="compute capabilities, e.g. 80 90")
     ap.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=list(KERNELS))
     ap.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=list(SCHEMES))
-    ap.add_argument("--dtypes", nargs="+", default=["bf16", "fp16", "fp32"], choices=["bf16", "fp16", "fp32"])
+    ap.add_argument("--dtypes", nargs="+", default=sorted(DTYPE_NAMES), choices=DTYPE_NAMES)
     ap.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
     ap.add_argument("--quick", action="store_true", help="4 representative variants (what the tests compile)")
     args = ap.parse_args(argv)
