@@ -6,8 +6,9 @@ not from the reader.
 
 The walker parses each file with `ast` (nothing is imported), resolves `import a.b`,
 `from a import b` (b a submodule or a name) and relative imports to modules inside the package,
-and reports every strongly connected component of more than one module (or a module importing
-itself) as one cycle path.
+and reports every strongly connected component of more than one module, printed as one path
+through it plus its members. A package's `__init__` counts as a module (`from megatron.x import y`
+runs megatron/x/__init__.py), except as a dependency of its own submodules.
 """
 import ast
 from pathlib import Path
@@ -118,7 +119,7 @@ def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
                 comp.append(w)
                 if w == v:
                     break
-            if len(comp) > 1 or v in graph.get(v, ()):
+            if len(comp) > 1:
                 comps.append(sorted(comp))
 
     for v in sorted(graph):
