@@ -3,7 +3,8 @@ that reproduces DistanceKernel's closed forms reproduces the scheme."""
 import pytest
 import torch
 
-from megatron.positional.base import PositionalSpec, causal_distance
+from megatron.positional.base import PositionalSpec
+from megatron.positional.distance import causal_distance
 from megatron.positional.registry import build_scheme, scheme_names
 
 SPEC = PositionalSpec(num_heads=4, head_dim=8, hidden_size=32, max_position_embeddings=64,
@@ -38,7 +39,7 @@ def test_distance_kernel_gradients_reach_raw_parameters():
 
 
 def test_unknown_bias_kind_is_refused():
-    from megatron.positional.fused import DistanceKernel
+    from megatron.positional.distance_kernel import DistanceKernel
 
     with pytest.raises(ValueError, match="unknown fused bias kind 'cubic'"):
         DistanceKernel(bias="cubic")
