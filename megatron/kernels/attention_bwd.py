@@ -1,4 +1,4 @@
-"""Backward Triton kernels for fused_attention_fwd: dq, dk, dv and the positional parameters'
+"""Backward Triton kernels for attention_fwd: dq, dk, dv and the positional parameters'
 gradients, all without atomics, so two runs give bitwise-identical gradients.
 
 Two kernels recompute the probabilities P = exp(S - lse) from the saved row log-sum-exp:
@@ -16,8 +16,8 @@ lookup bias: slot t = the T5 bucket t (gradient of table[t, h] before the table'
 import triton
 import triton.language as tl
 
+from megatron.kernels.attention_fwd import NEG  # noqa: F401  (same masking convention)
 from megatron.kernels.distance_bias import cast, load_head_params, mm, pow_and_log, score_bias, score_weight
-from megatron.kernels.fused_attention_fwd import NEG  # noqa: F401  (same masking convention)
 
 
 @triton.jit
