@@ -20,6 +20,7 @@ from the full-H draw then sliced, so TP=2 and TP=1 start identical.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import torch
@@ -126,6 +127,12 @@ class PositionalScheme(nn.Module):
         for name, value in self.clamped().items():
             out.update(summary_stats(name, value))
         return out
+
+
+def config_options(model_config) -> dict:
+    """PositionalSpec.options for a ModelConfig dataclass: every field with a plain JSON value."""
+    values = {f.name: getattr(model_config, f.name) for f in dataclasses.fields(model_config)}
+    return {k: v for k, v in values.items() if v is None or isinstance(v, (bool, int, float, str))}
 
 
 def clamp_straight_through(x: torch.Tensor, min: float | None = None, max: float | None = None):
