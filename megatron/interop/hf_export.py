@@ -114,7 +114,7 @@ def write_positional_files(pos_emb: str, out_dir: str) -> list[str]:
     module = cls.__module__.rsplit(".", 1)[1]
     with open(os.path.join(out_dir, SCHEME_FILE), "w") as f:
         f.write(f'"""The positional scheme of this model, pos-emb {pos_emb!r} (written by the export)."""\n'
-                f"from .{module} import {cls.__name__} as SCHEME_CLASS  # noqa: F401\n")
+                f"from .{module} import {cls.__name__} as SCHEME_CLASS\n\n__all__ = [\"SCHEME_CLASS\"]\n")
     return sorted(files) + [SCHEME_FILE]
 
 

@@ -16,7 +16,6 @@ lookup bias: slot t = the T5 bucket t (gradient of table[t, h] before the table'
 import triton
 import triton.language as tl
 
-from megatron.kernels.attention_fwd import NEG  # noqa: F401  (same masking convention)
 from megatron.kernels.distance_bias import cast, load_head_params, mm, pow_and_log, score_bias, score_weight
 
 

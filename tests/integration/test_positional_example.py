@@ -102,7 +102,13 @@ def test_example_scheme_trains_agrees_across_backends_and_exports(tmp_path, tiny
     export_hf(model, cfg, str(out))
     assert (out / "alibi_learned.py").read_text() == FIXTURE.read_text()
     assert {"alibi.py", "base.py", "distance_kernel.py", "registry.py"} <= set(os.listdir(out))
-    assert json.loads((out / "config.json").read_text())["pos_emb"] == "alibi_learned"
+    exported = json.loads((out / "config.json").read_text())
+    assert exported["pos_emb"] == "alibi_learned"
+    # every model key reaches a scheme as spec.options, in training and in the export: a scheme's
+    # own hyperparameter is one ModelConfig field
+    assert model.position.spec.options["attention_window"] is None
+    assert model.position.spec.options["rotary_emb_base"] == cfg.model.rotary_emb_base
+    assert exported["positional_spec"]["options"] == model.position.spec.options
     with torch.no_grad():
         ours = model(tokens)
     torch.save(tokens, tmp_path / "tokens.pt")

@@ -3,11 +3,14 @@
 Standalone (torch + transformers only): copied next to the weights for trust_remote_code."""
 from transformers import PretrainedConfig
 
-# Not used here, imported on purpose: transformers keys remote model classes by config class and
-# reuses the first model class loaded for a config class. Depending on the exported scheme's files
-# gives every distinct scheme its own config module (its hash covers relative imports), so two
-# exports loaded in one process never share a model class built for the other's scheme.
-from .positional_scheme import SCHEME_CLASS  # noqa: F401
+# The exported scheme's class, re-exported for modeling_kerple.py. Importing it here is what gives
+# every distinct scheme its own config class: transformers keys remote model classes by config
+# class and reuses the first model class loaded for one, and a remote module's identity is the
+# hash of its file and its relative imports. So two exports loaded in one process never share a
+# model class built for the other's scheme.
+from .positional_scheme import SCHEME_CLASS
+
+__all__ = ["KerpleConfig", "SCHEME_CLASS"]
 
 
 class KerpleConfig(PretrainedConfig):

@@ -19,8 +19,7 @@ from transformers.cache_utils import DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .base import PositionalSpec
-from .configuration_kerple import KerpleConfig
-from .positional_scheme import SCHEME_CLASS
+from .configuration_kerple import SCHEME_CLASS, KerpleConfig
 from .registry import instantiate
 
 
