@@ -96,13 +96,22 @@ class PositionalScheme(nn.Module):
 
     @property
     def has_score_bias(self) -> bool:
-        kernel = self.fused_kernel()
-        return kernel is not None and kernel.bias != "none"
+        return self._hook_flags()[0]
 
     @property
     def has_score_weight(self) -> bool:
-        kernel = self.fused_kernel()
-        return kernel is not None and kernel.has_weight
+        return self._hook_flags()[1]
+
+    def _hook_flags(self) -> tuple[bool, bool]:
+        """(bias?, weight?) read off the description once: which hooks a scheme has is fixed at
+        construction, and backends ask on every forward."""
+        flags = self.__dict__.get("_hook_flags_cache")
+        if flags is None:
+            with torch.no_grad():
+                kernel = self.fused_kernel()
+            flags = (kernel is not None and kernel.bias != "none", kernel is not None and kernel.has_weight)
+            self.__dict__["_hook_flags_cache"] = flags
+        return flags
 
     def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
         kernel = self.fused_kernel()
