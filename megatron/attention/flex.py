@@ -1,7 +1,7 @@
 """FlexAttention backend: PyTorch's torch.nn.attention.flex_attention, compiled.
 
 The scheme's bias and weight are evaluated inside the kernel by a `score_mod` built from its
-DistanceKernel (megatron/positional/fused.py), so no [H, Lq, Lk] tensor is ever materialised,
+DistanceKernel (megatron/positional/distance_kernel.py), so no [H, Lq, Lk] tensor is ever materialised,
 and the causal / window mask is a BlockMask whose fully masked blocks are skipped.
 
     score' = score * exp(-w_a[h] * d**w_p[h]) + bias(h, d),   d = max(q_pos - k_pos, 0)
@@ -38,7 +38,6 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 from megatron.attention.base import AttentionBackend
 from megatron.attention.mask import allowed_mask
 from megatron.attention.registry import register_backend
-from megatron.positional.base import pow_distance
 
 # A window wider than any sequence: "no window" shares the windowed mask_mod (no recompile).
 _NO_WINDOW = 1 << 62
@@ -80,29 +79,20 @@ def _block_mask(lq: int, lk: int, offset: int, window: int | None, device: torch
 
 
 def _score_mod(kernel, off: torch.Tensor):
-    """score_mod evaluating `kernel` (a DistanceKernel) at d = q_idx + off - kv_idx, clamped at 0.
-    The Python branches are resolved at trace time, so each scheme gets a specialised kernel."""
-    r1, r2, r3, w_a, w_p = kernel.r1, kernel.r2, kernel.r3, kernel.w_a, kernel.w_p  # each (H,) or None
-    values = kernel.lookup_values() if kernel.bias == "lookup" else None  # (H, max_distance + 1)
-    max_d = kernel.max_distance
-
-    def power(d, h, a, p):  # a[h] * d**p[h]; a missing factor or exponent is 1
-        x = pow_distance(d, p[h]) if p is not None else d
-        return a[h] * x if a is not None else x
+    """score_mod evaluating `kernel` (a DistanceKernel) at d = q_idx + off - kv_idx, clamped at 0,
+    through the kernel's own closed forms (bias_at / weight_at with a head index): the formula is
+    written once, in megatron/positional/distance_kernel.py. Its Python branches are resolved at
+    trace time, so each scheme gets a specialised kernel."""
 
     def score_mod(score, b, h, q_idx, kv_idx):
-        n = (q_idx + off - kv_idx).clamp_min(0)  # int64 distance, 0 on the masked triangle
-        d = n.to(torch.float32)
+        d = (q_idx + off - kv_idx).clamp_min(0).to(torch.float32)  # 0 on the masked triangle
         out = score
-        if kernel.has_weight:
-            out = out * torch.exp(-power(d, h, w_a, w_p))
-        if kernel.bias == "log":
-            x = power(d, h, r2, r3)  # r2 * d**r3
-            out = out - (r1[h] * torch.log1p(x) if r1 is not None else torch.log1p(x))
-        elif kernel.bias == "power":
-            out = out - power(d, h, r2, r3)
-        elif kernel.bias == "lookup":
-            out = out + values[h, n.clamp_max(max_d)]
+        weight = kernel.weight_at(d, h)
+        if weight is not None:
+            out = out * weight
+        bias = kernel.bias_at(d, h)
+        if bias is not None:
+            out = out + bias
         # No cast back to score.dtype: the kernel computes scores in fp32 anyway, and with bf16
         # inputs torch 2.13's compiled CPU kernel miscomputes a score_mod that ends in one.
         return out

@@ -2,15 +2,21 @@
 
     config.json              KerpleConfig (model_type kerple_neox) + auto_map for trust_remote_code
     model.safetensors        our state_dict unchanged (names match hf_modeling/modeling_kerple.py)
-    configuration_kerple.py, modeling_kerple.py, positions_kerple.py   the remote code
+    configuration_kerple.py, modeling_kerple.py   the remote model code (hf_modeling/)
+    base.py, registry.py, <scheme>.py, ...        megatron/positional's own files the scheme needs
+    positional_scheme.py                          names the scheme class for modeling_kerple.py
     tokenizer files          HFTokenizer (tokenizer.json) or GPT2BPETokenizer (vocab.json + merges.txt)
 
     AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True)
 
-The remote code implements every scheme of megatron/positional (KERPLE included) and windowed
-attention, and uses HF's kv-cache in generate()."""
+The remote code runs the training code's own positional scheme (no second copy of any formula;
+a new scheme file exports with no change here) and windowed attention, and uses HF's kv-cache in
+generate()."""
 from __future__ import annotations
 
+import ast
+import dataclasses
+import importlib
 import json
 import os
 import shutil
@@ -19,7 +25,9 @@ from megatron.config.precision import torch_dtype
 from megatron.errors import UserError
 
 TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hf_modeling")
-REMOTE_FILES = ("configuration_kerple.py", "modeling_kerple.py", "positions_kerple.py")
+REMOTE_FILES = ("configuration_kerple.py", "modeling_kerple.py")
+POSITIONAL_PACKAGE = "megatron.positional"
+SCHEME_FILE = "positional_scheme.py"  # written per export: which class modeling_kerple.py builds
 
 
 def hf_config(mcfg, vocab_size: int, dtype: str = "fp32", tokenizer=None) -> dict:
@@ -38,10 +46,74 @@ def hf_config(mcfg, vocab_size: int, dtype: str = "fp32", tokenizer=None) -> dic
         "use_bias_in_norms": mcfg.use_bias_in_norms, "use_bias_in_attn_linear": mcfg.use_bias_in_attn_linear,
         "use_bias_in_mlp": mcfg.use_bias_in_mlp, "tie_output_to_embedding": not mcfg.no_weight_tying,
         "tie_word_embeddings": False, "dtype": str(torch_dtype(dtype)).replace("torch.", ""),
+        "positional_spec": _spec_fields(mcfg),
     }
     if tokenizer is not None:
         cfg.update(eos_token_id=tokenizer.eod, bos_token_id=tokenizer.eod, pad_token_id=tokenizer.eod)
     return cfg
+
+
+def _spec_fields(mcfg) -> dict:
+    """The full-model (TP=1) PositionalSpec the remote code builds its scheme from."""
+    from megatron.model.gpt import positional_spec
+
+    spec = dataclasses.asdict(positional_spec(mcfg))
+    for key in ("tp_rank", "tp_size"):
+        del spec[key]
+    return spec
+
+
+def positional_sources(pos_emb: str) -> dict[str, str]:
+    """{file name: path} of the megatron/positional files scheme `pos_emb` needs: its own module
+    and, transitively, every module it imports relatively (plus base and registry, which the
+    remote code imports). They are copied flat next to modeling_kerple.py."""
+    from megatron.positional.registry import scheme_class
+
+    todo = [scheme_class(pos_emb).__module__, f"{POSITIONAL_PACKAGE}.base", f"{POSITIONAL_PACKAGE}.registry"]
+    files: dict[str, str] = {}
+    while todo:
+        module = importlib.import_module(todo.pop())
+        path = module.__file__
+        name = os.path.basename(path)
+        if name in files:
+            continue
+        if name in REMOTE_FILES + (SCHEME_FILE,):
+            raise UserError(f"{path}: a positional scheme file cannot be named {name} (the Hugging Face "
+                            "export writes a file of that name); rename it")
+        files[name] = path
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:  # from .x import y / from . import x
+                names = [node.module] if node.module else [alias.name for alias in node.names]
+                todo.extend(f"{POSITIONAL_PACKAGE}.{n}" for n in names)
+                continue
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                absolute = [node.module]
+            elif isinstance(node, ast.Import):
+                absolute = [alias.name for alias in node.names]
+            else:
+                continue
+            if any(n.split(".")[0] == "megatron" for n in absolute):
+                raise UserError(f"{path}:{node.lineno} imports megatron by its absolute name; the Hugging "
+                                "Face export ships this file without the megatron package, so import "
+                                "the positional package's modules relatively (from .base import ...)")
+    return files
+
+
+def write_positional_files(pos_emb: str, out_dir: str) -> list[str]:
+    """Copy the scheme's positional files into out_dir and name its class in positional_scheme.py."""
+    from megatron.positional.registry import scheme_class
+
+    files = positional_sources(pos_emb)
+    for name, path in files.items():
+        shutil.copy(path, os.path.join(out_dir, name))
+    cls = scheme_class(pos_emb)
+    module = cls.__module__.rsplit(".", 1)[1]
+    with open(os.path.join(out_dir, SCHEME_FILE), "w") as f:
+        f.write(f'"""The positional scheme of this model, pos-emb {pos_emb!r} (written by the export)."""\n'
+                f"from .{module} import {cls.__name__} as SCHEME_CLASS\n\n__all__ = [\"SCHEME_CLASS\"]\n")
+    return sorted(files) + [SCHEME_FILE]
 
 
 def _check_supported(mcfg) -> None:
@@ -97,6 +169,7 @@ def export_hf(model, cfg, out_dir: str, dtype: str = "fp32", tokenizer: bool = T
         json.dump(hf_config(cfg.model, model.vocab_size, dtype, tok_obj), f, indent=2)
     for name in REMOTE_FILES:
         shutil.copy(os.path.join(TEMPLATE_DIR, name), os.path.join(out_dir, name))
+    write_positional_files(cfg.model.pos_emb, out_dir)
     state = {k: v.detach().to(torch_dtype(dtype)).contiguous().clone() for k, v in model.state_dict().items()
              if not k.endswith("_extra_state")}
     for k in ("position.inv_freq", "position.slopes"):  # derived buffers stay exact in fp32

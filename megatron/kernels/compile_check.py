@@ -23,19 +23,19 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from megatron.kernels import fused_attention_bwd, fused_attention_fwd  # noqa: E402
+from megatron.kernels import attention_bwd, attention_fwd  # noqa: E402
 
 KERNELS = {
-    "fwd": fused_attention_fwd.attention_fwd_kernel,
-    "bwd_dkdv": fused_attention_bwd.attention_bwd_dkdv_kernel,
-    "bwd_dq": fused_attention_bwd.attention_bwd_dq_kernel,
+    "fwd": attention_fwd.attention_fwd_kernel,
+    "bwd_dkdv": attention_bwd.attention_bwd_dkdv_kernel,
+    "bwd_dq": attention_bwd.attention_bwd_dq_kernel,
 }
 TRITON_DTYPES = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16"}
 # Pointer arguments that hold the activations' dtype; the other pointers are float32 (BUCKET int32).
 ACTIVATION_PTRS = {"Q", "K", "V", "DO", "DK", "DV", "DQ"}
 FLOAT32_PTRS = {"OUT", "LSE", "DELTA", "PART", "R1", "R2", "R3", "WA", "WP", "LUT"}
 FLOAT_SCALARS = {"sm_scale"}
-# Scheme kinds as the launcher's constexprs (megatron/kernels/fused_attention.py _meta).
+# Scheme kinds as the launcher's constexprs (megatron/kernels/attention.py _meta).
 SCHEMES = {
     "plain": dict(BIAS=0, HAS_R2=False, HAS_R3=False, HAS_WEIGHT=False, HAS_WA=False, HAS_WP=False, MAXD=0),
     "kerple_log": dict(BIAS=1, HAS_R2=True, HAS_R3=False, HAS_WEIGHT=False, HAS_WA=False, HAS_WP=False, MAXD=0),

@@ -28,7 +28,7 @@ from megatron.model.linear import (
 )
 from megatron.model.norms import build_norm
 from megatron.model.transformer import TransformerLayer
-from megatron.positional.base import PositionalSpec
+from megatron.positional.base import PositionalSpec, config_options
 from megatron.positional.registry import build_scheme
 
 
@@ -45,6 +45,7 @@ def positional_spec(mcfg, tp_rank: int = 0, tp_size: int = 1) -> PositionalSpec:
         tp_rank=tp_rank,
         tp_size=tp_size,
         init_method_std=mcfg.init_method_std,
+        options=config_options(mcfg),
     )
 
 

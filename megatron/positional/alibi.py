@@ -8,9 +8,9 @@ import math
 
 import torch
 
-from megatron.positional.base import PositionalScheme, PositionalSpec, causal_distance
-from megatron.positional.fused import DistanceKernel, heads_vector
-from megatron.positional.registry import register
+from .base import PositionalScheme, PositionalSpec
+from .distance_kernel import DistanceKernel, heads_vector
+from .registry import register
 
 
 def alibi_slopes(n: int) -> list[float]:
@@ -28,17 +28,11 @@ def alibi_slopes(n: int) -> list[float]:
 
 @register("alibi")
 class ALiBi(PositionalScheme):
-    has_score_bias = True
-
     def __init__(self, spec: PositionalSpec):
         super().__init__(spec)
         slopes = torch.tensor(alibi_slopes(spec.num_heads), dtype=torch.float32)[spec.head_slice]
         # Persistent: NeoX checkpoints carry `attention.alibi_embed.slopes`.
         self.register_buffer("slopes", slopes[:, None, None], persistent=True)  # (H_local, 1, 1)
 
-    def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
-        d = causal_distance(q_pos, k_pos)  # (Lq, Lk)
-        return -self.slopes.float() * d  # (H_local, Lq, Lk)
-
     def fused_kernel(self) -> DistanceKernel:
-        return DistanceKernel(bias="power", r2=heads_vector(self.slopes))
+        return DistanceKernel(bias="power", r2=heads_vector(self.slopes))  # -slope * d

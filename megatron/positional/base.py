@@ -20,10 +20,14 @@ from the full-H draw then sliced, so TP=2 and TP=1 start identical.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+
+from .distance import causal_distance
+from .distance_kernel import DistanceKernel
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,9 @@ class PositionalSpec:
     tp_rank: int = 0
     tp_size: int = 1
     init_method_std: float = 0.02
+    # Every model config key (name with underscores -> value): a new scheme's hyperparameter is
+    # one ModelConfig field, read here as spec.options["my_key"]; the HF export carries them.
+    options: dict = field(default_factory=dict, compare=False)
 
     @property
     def local_heads(self) -> int:
@@ -53,17 +60,22 @@ class PositionalSpec:
 
 
 class PositionalScheme(nn.Module):
-    """Base class: every hook is a no-op; a scheme overrides the ones it uses."""
+    """Base class: every hook is a no-op; a scheme overrides the ones it uses.
+
+    A scheme whose bias/weight is a function of distance states only its parameters, their
+    `clamps` and its `fused_kernel()` description; score_bias, score_weight, has_score_bias,
+    has_score_weight and stats are derived here from that one description."""
 
     name: str = "base"
     # True when the scheme is meant to be evaluated beyond the train length.
     extrapolates: bool = True
+    # Parameter name -> (min, max) domain, enforced at forward time by a straight-through clamp
+    # (None: unbounded). `clamped()` applies it; `stats()` logs the clamped values.
+    clamps: dict[str, tuple[float | None, float | None]] = {}
+
     # Upper bound on the sequence length the scheme can represent (None = any length).
     def max_length(self) -> int | None:
         return None
-
-    has_score_bias: bool = False
-    has_score_weight: bool = False
 
     def __init__(self, spec: PositionalSpec):
         super().__init__()
@@ -76,33 +88,60 @@ class PositionalScheme(nn.Module):
         # q: (B, H, Lq, D), k: (B, H, Lk, D)
         return q, k
 
+    def fused_kernel(self) -> DistanceKernel | None:
+        """The scheme's bias/weight as a DistanceKernel (distance_kernel.py): the one description
+        of its formula. None only for a scheme that overrides score_bias/score_weight itself
+        (and has_score_bias/has_score_weight): the fused backends then refuse it."""
+        return DistanceKernel.plain()
+
+    @property
+    def has_score_bias(self) -> bool:
+        return self._hook_flags()[0]
+
+    @property
+    def has_score_weight(self) -> bool:
+        return self._hook_flags()[1]
+
+    def _hook_flags(self) -> tuple[bool, bool]:
+        """(bias?, weight?) read off the description once: which hooks a scheme has is fixed at
+        construction, and backends ask on every forward."""
+        flags = self.__dict__.get("_hook_flags_cache")
+        if flags is None:
+            with torch.no_grad():
+                kernel = self.fused_kernel()
+            flags = (kernel is not None and kernel.bias != "none", kernel is not None and kernel.has_weight)
+            self.__dict__["_hook_flags_cache"] = flags
+        return flags
+
     def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
-        return None
+        kernel = self.fused_kernel()
+        return None if kernel is None else kernel.bias_at(causal_distance(q_pos, k_pos))
 
     def score_weight(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
-        return None
+        kernel = self.fused_kernel()
+        return None if kernel is None else kernel.weight_at(causal_distance(q_pos, k_pos))
 
-    def fused_kernel(self):
-        """The scheme's bias/weight as a megatron.positional.fused.DistanceKernel for fused
-        attention kernels, or None when it has score hooks they cannot express."""
-        from megatron.positional.fused import DistanceKernel
-
-        if not self.has_score_bias and not self.has_score_weight:
-            return DistanceKernel.plain()
-        return None
+    def clamped(self) -> dict[str, torch.Tensor]:
+        """Every parameter named in `clamps` that exists, float32, clamped into its domain."""
+        out = {}
+        for name, (lo, hi) in self.clamps.items():
+            x = getattr(self, name, None)
+            if x is not None:
+                out[name] = clamp_straight_through(x.float(), min=lo, max=hi)
+        return out
 
     def stats(self) -> dict[str, float]:
         """Scalars logged every step (the paper logs bias_p_mean, bias_p_std, ... for KERPLE)."""
-        return {}
+        out = {}
+        for name, value in self.clamped().items():
+            out.update(summary_stats(name, value))
+        return out
 
 
-def causal_distance(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
-    """d[i, j] = max(q_pos[i] - k_pos[j], 0) in float32: [Lq, Lk].
-
-    Clamping at 0 keeps log/pow finite on the masked upper triangle (else log1p(a*d) with
-    d < -1/a is NaN and 0*NaN poisons the parameter gradients)."""
-    d = q_pos[:, None].to(torch.float32) - k_pos[None, :].to(torch.float32)
-    return d.clamp_min(0.0)
+def config_options(model_config) -> dict:
+    """PositionalSpec.options for a ModelConfig dataclass: every field with a plain JSON value."""
+    values = {f.name: getattr(model_config, f.name) for f in dataclasses.fields(model_config)}
+    return {k: v for k, v in values.items() if v is None or isinstance(v, (bool, int, float, str))}
 
 
 def clamp_straight_through(x: torch.Tensor, min: float | None = None, max: float | None = None):
@@ -111,16 +150,6 @@ def clamp_straight_through(x: torch.Tensor, min: float | None = None, max: float
     This is what the paper's code does by clamping `.data` outside autograd, but without
     mutating the stored parameter (so optimizer state and checkpoints see the raw value)."""
     return x + (x.clamp(min=min, max=max) - x).detach()
-
-
-def pow_distance(d: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-    """d ** p for d >= 0 with d ** p = 0 at d = 0 and a finite gradient for p everywhere.
-
-    d/dp d^p = d^p * log(d) is 0 * -inf = NaN at d = 0 when written naively; PyTorch's pow
-    masks that case but a hand-written kernel may not, so the guard is explicit here."""
-    positive = d > 0
-    d_safe = torch.where(positive, d, torch.ones_like(d))  # log(1) = 0 keeps the dead branch finite
-    return torch.where(positive, torch.exp(p * torch.log(d_safe)), torch.zeros_like(d_safe * p))
 
 
 def summary_stats(name: str, x: torch.Tensor) -> dict[str, float]:

@@ -9,15 +9,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from megatron.positional.base import (
-    PositionalScheme,
-    PositionalSpec,
-    causal_distance,
-    clamp_straight_through,
-    summary_stats,
-)
-from megatron.positional.fused import DistanceKernel, heads_vector
-from megatron.positional.registry import register
+from .base import PositionalScheme, PositionalSpec
+from .distance_kernel import DistanceKernel, heads_vector
+from .registry import register
 
 EPS = 1e-2
 
@@ -31,28 +25,13 @@ def uniform_heads(spec: PositionalSpec, scale: float) -> nn.Parameter:
 
 @register("kerple_log")
 class KerpleLog(PositionalScheme):
-    has_score_bias = True
+    clamps = {"bias_p": (EPS, None), "bias_a": (EPS, None)}
 
     def __init__(self, spec: PositionalSpec):
         super().__init__(spec)
         self.bias_p = uniform_heads(spec, 2.0)  # drawn first, as in the paper's code
         self.bias_a = uniform_heads(spec, 1.0)
 
-    def clamped(self) -> dict[str, torch.Tensor]:
-        return {"bias_p": clamp_straight_through(self.bias_p.float(), min=EPS),
-                "bias_a": clamp_straight_through(self.bias_a.float(), min=EPS)}
-
-    def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
-        c = self.clamped()
-        d = causal_distance(q_pos, k_pos)  # (Lq, Lk), clamped at 0 above the diagonal
-        return -c["bias_p"] * torch.log1p(c["bias_a"] * d)  # (H_local, Lq, Lk)
-
     def fused_kernel(self) -> DistanceKernel:
-        c = self.clamped()
+        c = self.clamped()  # -p * log(1 + a * d)
         return DistanceKernel(bias="log", r1=heads_vector(c["bias_p"]), r2=heads_vector(c["bias_a"]))
-
-    def stats(self) -> dict[str, float]:
-        out = {}
-        for name, value in self.clamped().items():
-            out.update(summary_stats(name, value))
-        return out

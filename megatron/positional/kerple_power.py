@@ -17,18 +17,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from megatron.positional.alibi import alibi_slopes
-from megatron.positional.base import (
-    PositionalScheme,
-    PositionalSpec,
-    causal_distance,
-    clamp_straight_through,
-    pow_distance,
-    summary_stats,
-)
-from megatron.positional.fused import DistanceKernel, heads_vector
-from megatron.positional.kerple_log import EPS, uniform_heads
-from megatron.positional.registry import register
+from .alibi import alibi_slopes
+from .base import PositionalScheme, PositionalSpec
+from .distance_kernel import DistanceKernel, heads_vector
+from .kerple_log import EPS, uniform_heads
+from .registry import register
 
 P_MAX = 2.0
 
@@ -36,6 +29,8 @@ P_MAX = 2.0
 @register("kerple_power_ap_", "kerple_power__ap", "kerple_power_ap_ap", "kerple_power_original")
 class KerplePower(PositionalScheme):
     takes_variant_name = True
+    # Exponents live in [1e-2, 2], factors >= 1e-2; a variant has a subset of these.
+    clamps = {"bias_p": (EPS, P_MAX), "bias_a": (EPS, None), "wei_p": (EPS, P_MAX), "wei_a": (EPS, None)}
 
     def __init__(self, spec: PositionalSpec, name: str):
         super().__init__(spec)
@@ -53,50 +48,11 @@ class KerplePower(PositionalScheme):
             self.bias_a = uniform_heads(spec, 1.0) if "a" in bias_arg else None
             self.wei_p = uniform_heads(spec, 2.0) if "p" in wei_arg else None
             self.wei_a = uniform_heads(spec, 1.0) if "a" in wei_arg else None
-        # Instance attributes: which hooks are live depends on the variant.
-        self.has_score_bias = self.bias_p is not None or self.bias_a is not None
-        self.has_score_weight = self.wei_p is not None or self.wei_a is not None
-
-    def clamped(self) -> dict[str, torch.Tensor]:
-        """Every existing parameter, float32, clamped into its domain (straight-through)."""
-        out = {}
-        for name in ("bias_p", "bias_a", "wei_p", "wei_a"):
-            x = getattr(self, name)
-            if x is not None:
-                hi = P_MAX if name.endswith("_p") else None
-                out[name] = clamp_straight_through(x.float(), min=EPS, max=hi)
-        return out
-
-    @staticmethod
-    def _kernel(d: torch.Tensor, p: torch.Tensor | None, a: torch.Tensor | None) -> torch.Tensor:
-        """a * d^p, with p = 1 and a = 1 when absent: (H_local or 1, Lq, Lk)."""
-        x = pow_distance(d, p) if p is not None else d[None]
-        return a * x if a is not None else x
-
-    def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
-        if not self.has_score_bias:
-            return None
-        c = self.clamped()
-        d = causal_distance(q_pos, k_pos)  # (Lq, Lk)
-        return -self._kernel(d, c.get("bias_p"), c.get("bias_a"))  # (H_local, Lq, Lk)
-
-    def score_weight(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
-        if not self.has_score_weight:
-            return None
-        c = self.clamped()
-        d = causal_distance(q_pos, k_pos)  # (Lq, Lk)
-        return torch.exp(-self._kernel(d, c.get("wei_p"), c.get("wei_a")))  # (H_local, Lq, Lk)
 
     def fused_kernel(self) -> DistanceKernel:
-        c = self.clamped()
+        c = self.clamped()  # bias -a_b * d**p_b, weight exp(-a_w * d**p_w)
         return DistanceKernel(
-            bias="power" if self.has_score_bias else "none",
+            bias="power" if {"bias_p", "bias_a"} & c.keys() else "none",
             r2=heads_vector(c.get("bias_a")), r3=heads_vector(c.get("bias_p")),
-            has_weight=self.has_score_weight,
+            has_weight=bool({"wei_p", "wei_a"} & c.keys()),
             w_a=heads_vector(c.get("wei_a")), w_p=heads_vector(c.get("wei_p")))
-
-    def stats(self) -> dict[str, float]:
-        out = {}
-        for name, value in self.clamped().items():
-            out.update(summary_stats(name, value))
-        return out

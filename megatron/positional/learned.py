@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from megatron.positional.base import PositionalScheme, PositionalSpec
-from megatron.positional.registry import register
+from .base import PositionalScheme, PositionalSpec
+from .registry import register
 
 
 @register("learned")

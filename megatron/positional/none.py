@@ -1,8 +1,8 @@
 """No positional signal at all (a causal decoder still infers some order from the mask)."""
 from __future__ import annotations
 
-from megatron.positional.base import PositionalScheme
-from megatron.positional.registry import register
+from .base import PositionalScheme
+from .registry import register
 
 
 @register("none")

@@ -1,10 +1,13 @@
-"""Name -> scheme class. Each scheme file registers itself with @register("name")."""
+"""Name -> scheme class. Each scheme file registers itself with @register("name"); every module
+of this package is imported on first use, so a new scheme is one new file and nothing else.
+
+Relative imports only: the Hugging Face export ships this package's files next to the weights."""
 from __future__ import annotations
 
 import importlib
 import pkgutil
 
-from megatron.positional.base import PositionalScheme, PositionalSpec
+from .base import PositionalScheme, PositionalSpec
 
 _REGISTRY: dict[str, type[PositionalScheme]] = {}
 
@@ -12,8 +15,12 @@ _REGISTRY: dict[str, type[PositionalScheme]] = {}
 def register(*names: str):
     def deco(cls):
         for n in names:
-            if n in _REGISTRY:
-                raise RuntimeError(f"positional scheme {n!r} registered twice")
+            old = _REGISTRY.get(n)
+            # The same class imported again (a reloaded module) replaces itself; two classes
+            # claiming one name is a mistake.
+            if old is not None and (old.__module__, old.__qualname__) != (cls.__module__, cls.__qualname__):
+                raise RuntimeError(f"positional scheme {n!r} registered twice "
+                                   f"({old.__module__}.{old.__qualname__} and {cls.__module__}.{cls.__qualname__})")
             _REGISTRY[n] = cls
         return cls
 
@@ -21,11 +28,10 @@ def register(*names: str):
 
 
 def _load_all() -> None:
-    import megatron.positional as pkg
-
-    for mod in pkgutil.iter_modules(pkg.__path__):
+    package = importlib.import_module(__package__)
+    for mod in pkgutil.iter_modules(package.__path__):
         if mod.name not in ("base", "registry"):
-            importlib.import_module(f"megatron.positional.{mod.name}")
+            importlib.import_module(f"{__package__}.{mod.name}")
 
 
 def scheme_names() -> list[str]:
@@ -33,11 +39,19 @@ def scheme_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def build_scheme(name: str, spec: PositionalSpec) -> PositionalScheme:
+def scheme_class(name: str) -> type[PositionalScheme]:
     _load_all()
     if name not in _REGISTRY:
         raise ValueError(f"unknown pos-emb {name!r}; choose one of: {', '.join(sorted(_REGISTRY))}")
-    cls = _REGISTRY[name]
+    return _REGISTRY[name]
+
+
+def instantiate(cls: type[PositionalScheme], name: str, spec: PositionalSpec) -> PositionalScheme:
+    """Build scheme `name` of class `cls` (a class may serve several names, e.g. kerple_power_*)."""
     scheme = cls(spec, name) if getattr(cls, "takes_variant_name", False) else cls(spec)
     scheme.name = name
     return scheme
+
+
+def build_scheme(name: str, spec: PositionalSpec) -> PositionalScheme:
+    return instantiate(scheme_class(name), name, spec)

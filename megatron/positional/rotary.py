@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from megatron.positional.base import PositionalScheme, PositionalSpec
-from megatron.positional.registry import register
+from .base import PositionalScheme, PositionalSpec
+from .registry import register
 
 
 def rotary_inv_freq(dim: int, base: float) -> torch.Tensor:

@@ -18,6 +18,7 @@ def _hf_roundtrip(model, cfg, out, prompt_len=6, new=12):
     from megatron.interop.hf_export import export_hf
 
     export_hf(model, cfg, str(out))
+    _check_positional_files(out)
     hf = transformers.AutoModelForCausalLM.from_pretrained(str(out), trust_remote_code=True, dtype=torch.float32).eval()
     torch.manual_seed(1)
     tokens = torch.randint(1, 100, (2, 20))
@@ -29,6 +30,18 @@ def _hf_roundtrip(model, cfg, out, prompt_len=6, new=12):
     got = hf.generate(prompt, max_new_tokens=new, min_new_tokens=new, do_sample=False, use_cache=True,
                       attention_mask=torch.ones_like(prompt), pad_token_id=0, eos_token_id=None)
     assert got[0, prompt_len:].tolist() == expect
+
+
+def _check_positional_files(out):
+    """The remote code runs megatron/positional's own files, byte for byte, not a copy of the math."""
+    import megatron.positional as package
+
+    shipped = {f for f in os.listdir(out) if f.endswith(".py")} - {
+        "configuration_kerple.py", "modeling_kerple.py", "positional_scheme.py"}
+    assert {"base.py", "distance_kernel.py", "registry.py"} <= shipped
+    for name in shipped:
+        with open(os.path.join(package.__path__[0], name), "rb") as ours, open(out / name, "rb") as theirs:
+            assert ours.read() == theirs.read(), name
 
 
 def test_trained_kerple_log_export(tmp_path, token_dataset):

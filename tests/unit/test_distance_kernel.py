@@ -1,9 +1,11 @@
-"""Each scheme's fused description (DistanceKernel) equals its own score hooks, so a fused kernel
-that reproduces DistanceKernel's closed forms reproduces the scheme."""
+"""Each scheme's description (DistanceKernel) is where its score hooks come from, so a fused kernel
+that reproduces DistanceKernel's closed forms reproduces the scheme. (The closed forms themselves
+are checked against hand-written formulas in test_positional_closed_forms.py.)"""
 import pytest
 import torch
 
-from megatron.positional.base import PositionalSpec, causal_distance
+from megatron.positional.base import PositionalSpec
+from megatron.positional.distance import causal_distance
 from megatron.positional.registry import build_scheme, scheme_names
 
 SPEC = PositionalSpec(num_heads=4, head_dim=8, hidden_size=32, max_position_embeddings=64,
@@ -38,7 +40,33 @@ def test_distance_kernel_gradients_reach_raw_parameters():
 
 
 def test_unknown_bias_kind_is_refused():
-    from megatron.positional.fused import DistanceKernel
+    from megatron.positional.distance_kernel import DistanceKernel
 
     with pytest.raises(ValueError, match="unknown fused bias kind 'cubic'"):
         DistanceKernel(bias="cubic")
+
+
+@pytest.mark.parametrize("name,bias,weight", [("kerple_log", True, False), ("kerple_power__ap", False, True),
+                                              ("kerple_power_ap_ap", True, True), ("rpe", True, False),
+                                              ("alibi", True, False), ("rotary", False, False)])
+def test_hook_flags_are_read_off_the_description(name, bias, weight):
+    scheme = build_scheme(name, SPEC)
+    assert (scheme.has_score_bias, scheme.has_score_weight) == (bias, weight)
+
+
+def test_a_scheme_without_a_description_keeps_its_own_hooks():
+    from megatron.positional.base import PositionalScheme
+
+    class Custom(PositionalScheme):  # a bias no DistanceKernel kind expresses
+        has_score_bias = True
+
+        def fused_kernel(self):
+            return None
+
+        def score_bias(self, q_pos, k_pos):
+            return (q_pos[:, None] * k_pos[None, :]).float()[None]
+
+    scheme = Custom(SPEC)
+    assert scheme.has_score_bias and not scheme.has_score_weight
+    assert scheme.score_weight(torch.arange(3), torch.arange(3)) is None
+    assert scheme.score_bias(torch.arange(3), torch.arange(3))[0, 2, 2] == 4

@@ -19,8 +19,6 @@ REPO = Path(__file__).resolve().parents[2]
 # TO BE EMPTIED AT MERGE: once k11pos and k11ckpt are merged this set must become empty, and the
 # test then fails on any circle at all.
 KNOWN_CYCLES_BEING_REMOVED = {
-    # k11pos: one positional formula (a leaf module for causal_distance/pow_distance)
-    frozenset({"megatron.positional.base", "megatron.positional.fused"}),
     # k11ckpt: the megatron/checkpoint/ package below training/ and interop/ (the issue's 5-file
     # circle; issue 10's checkpoint_* modules and pipeline_merge joined it)
     frozenset({

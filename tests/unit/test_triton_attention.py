@@ -124,7 +124,7 @@ def test_dropout_is_refused_with_the_fix():
 
 
 def test_bad_block_override(monkeypatch):
-    from megatron.kernels.fused_attention import block_sizes
+    from megatron.kernels.attention import block_sizes
 
     monkeypatch.setenv("KERPLE_TRITON_BLOCKS", "64,64")
     with pytest.raises(ValueError, match="KERPLE_TRITON_BLOCKS='64,64'.*four integers"):

@@ -4,7 +4,11 @@ The same computation as megatron/model (pre-LN NeoX layers; QKV rows per head [q
 positional bias added after the 1/sqrt(d) scaling, before the causal/window mask; exact GELU),
 with the same parameter names, so the weights are our state_dict unchanged. kv-cache: HF's
 Cache object (`past_key_values.update`) holds the rotated keys; new queries take positions
-past_len + arange(new) and attend to keys 0..past_len+new-1. Standalone: torch + transformers."""
+past_len + arange(new) and attend to keys 0..past_len+new-1. Standalone: torch + transformers.
+
+The positional scheme is megatron/positional's own code: the export copies the scheme's file and
+the package files it imports (base.py, distance_kernel.py, ...) next to this one, and writes
+positional_scheme.py naming the class, so the bias here is the training code's, not a copy."""
 import math
 
 import torch
@@ -14,8 +18,9 @@ from transformers import GenerationMixin, PreTrainedModel
 from transformers.cache_utils import DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from .configuration_kerple import KerpleConfig
-from .positions_kerple import Positions
+from .base import PositionalSpec
+from .configuration_kerple import SCHEME_CLASS, KerpleConfig
+from .registry import instantiate
 
 
 def build_norm(config):
@@ -35,14 +40,14 @@ class Attention(nn.Module):
     def forward(self, x, positions, q_pos, k_pos, cache):
         B, L, _ = x.shape
         q, k, v = self.query_key_value(x).view(B, L, self.heads, 3 * self.head_dim).transpose(1, 2).chunk(3, dim=-1)
-        q, k = positions.rotate(q, k, q_pos, q_pos)  # new keys sit at the new positions
+        q, k = positions.rotate_qk(q, k, q_pos, q_pos)  # new keys sit at the new positions
         if cache is not None:
             k, v = cache.update(k, v, self.layer_idx)  # (B, H, past + L, D)
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(self.head_dim)  # (B, H, Lq, Lk)
-        weight = positions.weight_kernel(q_pos, k_pos)
+        weight = positions.score_weight(q_pos, k_pos)
         if weight is not None:
             scores = scores * weight.to(scores.dtype)
-        bias = positions.bias(q_pos, k_pos)
+        bias = positions.score_bias(q_pos, k_pos)
         if bias is not None:
             scores = scores + bias.to(scores.dtype)
         diff = q_pos[:, None] - k_pos[None, :]
@@ -83,7 +88,9 @@ class KerpleForCausalLM(PreTrainedModel, GenerationMixin):
     def __init__(self, config):
         super().__init__(config)
         self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.position = Positions(config)
+        # The training code's scheme, built from the spec the export recorded (every field,
+        # including spec.options, so a scheme's own hyperparameters need no export change).
+        self.position = instantiate(SCHEME_CLASS, config.pos_emb, PositionalSpec(**config.positional_spec))
         self.layers = nn.ModuleList(Layer(config, i) for i in range(config.num_hidden_layers))
         self.final_norm = build_norm(config)
         self.output_layer = None if config.tie_output_to_embedding else nn.Linear(

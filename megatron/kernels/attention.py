@@ -1,4 +1,4 @@
-"""Autograd wrapper around the Triton attention kernels: fused_attention(q, k, v, kernel, ...).
+"""Autograd wrapper around the Triton attention kernels: triton_attention(q, k, v, kernel, ...).
 
 Inputs follow the backend contract (megatron/attention/base.py): q (B, H, Lq, D), k/v (B, H, Lk, D)
 with unit stride on D (views straight out of the fused QKV projection are fine), positions
@@ -12,9 +12,9 @@ import os
 import torch
 import triton
 
+from megatron.kernels.attention_bwd import attention_bwd_dkdv_kernel, attention_bwd_dq_kernel
+from megatron.kernels.attention_fwd import attention_fwd_kernel
 from megatron.kernels.distance_bias import BIAS_CODES
-from megatron.kernels.fused_attention_bwd import attention_bwd_dkdv_kernel, attention_bwd_dq_kernel
-from megatron.kernels.fused_attention_fwd import attention_fwd_kernel
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
@@ -60,7 +60,7 @@ def _meta(kernel, head_dim: int, dtype: torch.dtype) -> dict:
     )
 
 
-class _FusedAttention(torch.autograd.Function):
+class _TritonAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, q0, k0, window, kernel, r1, r2, r3, w_a, w_p, table):
         B, H, LQ, D = q.shape
@@ -135,11 +135,11 @@ class _FusedAttention(torch.autograd.Function):
         return (dq, dk, dv, None, None, None, None, *grads)
 
 
-def fused_attention(q, k, v, kernel, q0: int, k0: int, window: int | None = None) -> torch.Tensor:
+def triton_attention(q, k, v, kernel, q0: int, k0: int, window: int | None = None) -> torch.Tensor:
     """Causal attention with the DistanceKernel's bias/weight: (B, H, Lq, D) like the reference."""
     if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
         q, k, v = (x.contiguous() for x in (q, k, v))
     t = kernel
     table = t.table.float() if t.table is not None else None
-    return _FusedAttention.apply(q, k, v, int(q0), int(k0), window, kernel,
+    return _TritonAttention.apply(q, k, v, int(q0), int(k0), window, kernel,
                                  t.r1, t.r2, t.r3, t.w_a, t.w_p, table)

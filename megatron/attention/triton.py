@@ -1,4 +1,5 @@
-"""Triton backend: one fused kernel for every shift-invariant score-bias scheme.
+"""Triton backend: one fused attention kernel (megatron/kernels/attention.py) for every
+shift-invariant score-bias scheme.
 
 FlashAttention-2-style online softmax with the scheme's bias (and bias+wht weight) computed on the
 fly from per-head parameters (the scheme's DistanceKernel), so memory is O(L), never [H, L, L].
@@ -69,8 +70,8 @@ class TritonAttention(AttentionBackend):
         allowed_mask(q_pos[:0], k_pos[:0], window)  # validates window with the shared message
         if q.shape[-1] > MAX_HEAD_DIM:
             raise ValueError(f"the triton attention backend supports head_dim <= {MAX_HEAD_DIM}, got {q.shape[-1]}")
-        from megatron.kernels.fused_attention import fused_attention
+        from megatron.kernels.attention import triton_attention
 
         q0 = consecutive_start(q_pos, "query")
         k0 = consecutive_start(k_pos, "key")
-        return fused_attention(q, k, v, scheme.fused_kernel(), q0, k0, window)  # (B, H, Lq, D)
+        return triton_attention(q, k, v, scheme.fused_kernel(), q0, k0, window)  # (B, H, Lq, D)

@@ -1,4 +1,4 @@
-"""Backward Triton kernels for fused_attention_fwd: dq, dk, dv and the positional parameters'
+"""Backward Triton kernels for attention_fwd: dq, dk, dv and the positional parameters'
 gradients, all without atomics, so two runs give bitwise-identical gradients.
 
 Two kernels recompute the probabilities P = exp(S - lse) from the saved row log-sum-exp:

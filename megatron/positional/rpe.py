@@ -1,4 +1,5 @@
-"""T5 relative position bias ("rpe"), as NeoX's ParallelRelativePositionBias with causal=True.
+"""Relative position bias, pos-emb "rpe" (T5's bucketed bias), as NeoX's
+ParallelRelativePositionBias with causal=True.
 
 Distance n = max(i - j, 0) goes to a bucket: n itself below max_exact = num_buckets // 2, then
 log-spaced buckets up to rpe_max_distance, everything further in the last bucket. Each bucket has
@@ -9,15 +10,14 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from megatron.positional.base import PositionalScheme, PositionalSpec
-from megatron.positional.fused import DistanceKernel
-from megatron.positional.registry import register
+from .base import PositionalScheme, PositionalSpec
+from .distance_kernel import DistanceKernel
+from .registry import register
 
 
-def t5_causal_bucket(n: torch.Tensor, num_buckets: int, max_distance: int) -> torch.Tensor:
+def rpe_bucket(n: torch.Tensor, num_buckets: int, max_distance: int) -> torch.Tensor:
     """n: int64 distances >= 0 -> int64 bucket ids in [0, num_buckets)."""
     max_exact = num_buckets // 2
     # clamp_min keeps log finite where the small branch is taken anyway
@@ -30,9 +30,7 @@ def t5_causal_bucket(n: torch.Tensor, num_buckets: int, max_distance: int) -> to
 
 
 @register("rpe")
-class T5RelativeBias(PositionalScheme):
-    has_score_bias = True
-
+class RPE(PositionalScheme):
     def __init__(self, spec: PositionalSpec):
         super().__init__(spec)
         # Init the full [buckets, H] table, then keep this rank's columns: TP=2 starts like TP=1.
@@ -42,17 +40,12 @@ class T5RelativeBias(PositionalScheme):
         self.scale = math.sqrt(spec.head_dim)
 
     def fused_kernel(self) -> DistanceKernel:
-        # Every distance >= rpe_max_distance falls in the last bucket, so a table of the buckets
-        # of 0..max_distance is exact at any length (checked here, not assumed).
+        # bias = weight[bucket(d), h] * sqrt(head_dim). Every distance >= rpe_max_distance falls
+        # in the last bucket, so a table of the buckets of 0..max_distance is exact at any length
+        # (checked here, not assumed).
         md, nb = self.spec.rpe_max_distance, self.spec.rpe_num_buckets
         n = torch.arange(md + 1, device=self.weight.device)
-        bucket_of = t5_causal_bucket(n, nb, md)
-        far = t5_causal_bucket(torch.tensor([md, 4 * md, 1 << 40]), nb, md)
+        bucket_of = rpe_bucket(n, nb, md)
+        far = rpe_bucket(torch.tensor([md, 4 * md, 1 << 40]), nb, md)
         assert bool((far == nb - 1).all()), "T5 buckets past max_distance are not the last bucket"
         return DistanceKernel(bias="lookup", table=self.weight, bucket_of=bucket_of, table_scale=self.scale)
-
-    def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
-        n = (q_pos[:, None] - k_pos[None, :]).clamp_min(0)  # (Lq, Lk) int64: exact at any length
-        buckets = t5_causal_bucket(n, self.spec.rpe_num_buckets, self.spec.rpe_max_distance)
-        values = F.embedding(buckets, self.weight.float())  # (Lq, Lk, H_local)
-        return values.permute(2, 0, 1) * self.scale  # (H_local, Lq, Lk)
