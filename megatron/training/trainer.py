@@ -15,13 +15,14 @@ import time
 import numpy as np
 import torch
 
+from megatron.checkpoint.tags import read_latest, tag_for
 from megatron.data.loader import batch_loader, loss_mask_for
 from megatron.errors import is_out_of_memory, out_of_memory
 from megatron.model import GPTModel, count_parameters
 from megatron.parallel import context_for
 from megatron.tokenizer import build_tokenizer, padded_vocab_size
 from megatron.training import health, norms, throughput
-from megatron.training.checkpoint import Checkpointer, read_latest, tag_for
+from megatron.training.checkpoint import Checkpointer
 from megatron.training.data_setup import build_datasets
 from megatron.training.distributed import init_distributed
 from megatron.training.logging import MetricsLogger
