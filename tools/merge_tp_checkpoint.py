@@ -6,6 +6,7 @@
 Writes <output>/latest, <output>/global_stepN/mp_rank_00_model_states.pt (module + client state
 with model_parallel_size 1; no optimizer state), resolved_config.yml (model-parallel-size 1) and
 configs/. evaluate.py also merges automatically in memory, so this is for keeping a TP=1 copy.
+Any layout megatron/checkpoint/reader.py reads works as input (pipeline layer files, ZeRO-3 too).
 """
 from __future__ import annotations
 
