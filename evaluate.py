@@ -54,7 +54,7 @@ def parse_args(argv=None):
     p.add_argument("--out", default=None, help="output directory (with several checkpoints: one subdirectory each)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
-    from megatron.interop.safe_load import add_load_flags
+    from megatron.checkpoint.safe_load import add_load_flags
 
     add_load_flags(p)
     return p.parse_args(argv)
@@ -172,6 +172,7 @@ def run_lengths(args, model, cfg, lengths, prefix, split, partial: str, save_par
 
 
 def evaluate_checkpoint(args, ckpt: str) -> None:
+    from megatron.checkpoint.tags import tag_or_latest
     from megatron.evaluation.lengths import default_lengths
     from megatron.evaluation.load import load_checkpoint_model
     from megatron.evaluation.report import build_record, markdown_table, write_outputs
@@ -182,8 +183,7 @@ def evaluate_checkpoint(args, ckpt: str) -> None:
         overrides["attention-window"] = args.window
     if args.attention_backend:
         overrides["attention-backend"] = args.attention_backend
-    tag = f"global_step{args.iteration}" if args.iteration is not None else None
-    model, cfg, client = load_checkpoint_model(ckpt, tag, overrides, args.device, args.allow_nonfinite)
+    model, cfg, client = load_checkpoint_model(ckpt, tag_or_latest(args.iteration), overrides, args.device, args.allow_nonfinite)
     train_len = cfg.model.seq_length
     lengths = parse_lengths(args.lengths) if args.lengths else default_lengths(train_len, args.max_factor)
     limit = model.position.max_length()
@@ -222,7 +222,7 @@ def evaluate_checkpoint(args, ckpt: str) -> None:
 
 
 def main(argv=None) -> int:
-    from megatron.interop.safe_load import apply_trust_flag
+    from megatron.checkpoint.safe_load import apply_trust_flag
 
     args = parse_args(argv)
     apply_trust_flag(args)

@@ -37,7 +37,7 @@ def parse_args(argv=None):
     p.add_argument("--device", default="cpu")
     p.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key of the checkpoint, e.g. -o vocab-file=data/tok.json")
-    from megatron.interop.safe_load import add_load_flags
+    from megatron.checkpoint.safe_load import add_load_flags
 
     add_load_flags(p)
     args = p.parse_args(argv)
@@ -105,17 +105,17 @@ def interactive_prompts():
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from megatron.interop.safe_load import apply_trust_flag
+    from megatron.checkpoint.safe_load import apply_trust_flag
 
     apply_trust_flag(args)
     texts = prompts(args)
+    from megatron.checkpoint.tags import tag_or_latest
     from megatron.evaluation.load import load_checkpoint_model
     from megatron.launcher import parse_overrides
     from megatron.tokenizer import build_tokenizer
 
-    tag = f"global_step{args.iteration}" if args.iteration is not None else None
-    model, cfg, _ = load_checkpoint_model(args.checkpoint, tag, parse_overrides(args.override) or None, args.device,
-                                          args.allow_nonfinite)
+    model, cfg, _ = load_checkpoint_model(args.checkpoint, tag_or_latest(args.iteration),
+                                          parse_overrides(args.override) or None, args.device, args.allow_nonfinite)
     d = cfg.data
     tok = build_tokenizer(d.tokenizer_type, d.vocab_file, d.merge_file)
     gen = torch.Generator(device=args.device).manual_seed(args.seed)

@@ -23,19 +23,28 @@ def main(argv=None) -> int:
     p.add_argument("--iteration", type=int, default=None, help="convert global_step<N> instead of latest")
     p.add_argument("--config", nargs="+", default=None,
                    help="the NeoX YAML files (default: the checkpoint's global_step<N>/configs/*.yml)")
+    from megatron.checkpoint.safe_load import add_load_flags
     from megatron.config.precision import DTYPE_NAMES, torch_dtype
-    from megatron.interop.safe_load import add_load_flags
 
     p.add_argument("--dtype", choices=DTYPE_NAMES, default="fp32")
 
     add_load_flags(p)
     args = p.parse_args(argv)
-    from megatron.interop.convert import convert_neox_checkpoint
+    from megatron.checkpoint.errors import CheckpointError
+    from megatron.checkpoint.layout import detect_layout, is_neox
+    from megatron.checkpoint.reader import read_tp1_state
+    from megatron.checkpoint.tags import tag_dir_of, tag_or_latest
+    from megatron.checkpoint.writer import write_tp1_checkpoint
 
     dtype = torch_dtype(args.dtype)
-    tag = f"global_step{args.iteration}" if args.iteration is not None else None
-    out = convert_neox_checkpoint(args.input, args.output, tag, args.config, args.trust_checkpoint, dtype,
-                                  args.allow_nonfinite)
+    tag = tag_or_latest(args.iteration)
+    tag_dir = tag_dir_of(args.input, tag)
+    if not is_neox(detect_layout(tag_dir)):
+        raise CheckpointError(f"{tag_dir} is in this stack's own layout, not NeoX's: it needs no conversion "
+                              "(tools/merge_tp_checkpoint.py merges its tensor-parallel shards)")
+    ck = read_tp1_state(args.input, tag, config=args.config, trust=args.trust_checkpoint, dtype=dtype,
+                        allow_nonfinite=args.allow_nonfinite)
+    out = write_tp1_checkpoint(ck, args.output)
     print(f"wrote {out}")
     return 0
 

@@ -28,17 +28,17 @@ def main(argv=None) -> int:
     p.add_argument("--no-tokenizer", action="store_true", help="do not write tokenizer files")
     p.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key of the checkpoint, e.g. -o vocab-file=data/tok.json")
-    from megatron.interop.safe_load import add_load_flags, apply_trust_flag
+    from megatron.checkpoint.safe_load import add_load_flags, apply_trust_flag
 
     add_load_flags(p)
     args = p.parse_args(argv)
     apply_trust_flag(args)
+    from megatron.checkpoint.tags import tag_or_latest
     from megatron.evaluation.load import load_checkpoint_model
     from megatron.interop.hf_export import export_hf
     from megatron.launcher import parse_overrides
 
-    tag = f"global_step{args.iteration}" if args.iteration is not None else None
-    model, cfg, _ = load_checkpoint_model(args.checkpoint, tag, parse_overrides(args.override) or None,
+    model, cfg, _ = load_checkpoint_model(args.checkpoint, tag_or_latest(args.iteration), parse_overrides(args.override) or None,
                                           allow_nonfinite=args.allow_nonfinite)
     info = export_hf(model, cfg, args.out, args.dtype, tokenizer=not args.no_tokenizer)
     print(f"wrote {info['out']}: {info['tensors']} tensors, pos-emb {info['pos_emb']}, "

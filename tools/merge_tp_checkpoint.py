@@ -6,6 +6,7 @@
 Writes <output>/latest, <output>/global_stepN/mp_rank_00_model_states.pt (module + client state
 with model_parallel_size 1; no optimizer state), resolved_config.yml (model-parallel-size 1) and
 configs/. evaluate.py also merges automatically in memory, so this is for keeping a TP=1 copy.
+Any layout megatron/checkpoint/reader.py reads works as input (pipeline layer files, ZeRO-3 too).
 """
 from __future__ import annotations
 
@@ -23,14 +24,17 @@ def main(argv=None) -> int:
     p.add_argument("--input", required=True, help="checkpoint directory holding `latest` and global_step<N>/")
     p.add_argument("--output", required=True, help="directory for the TP=1 checkpoint")
     p.add_argument("--iteration", type=int, default=None, help="merge global_step<N> instead of latest")
-    from megatron.interop.safe_load import add_load_flags, apply_trust_flag
+    from megatron.checkpoint.safe_load import add_load_flags, apply_trust_flag
 
     add_load_flags(p)
     args = p.parse_args(argv)
     apply_trust_flag(args)
-    from megatron.parallel.merge_checkpoint import write_merged_checkpoint
+    from megatron.checkpoint.reader import read_tp1_state
+    from megatron.checkpoint.tags import tag_or_latest
+    from megatron.checkpoint.writer import write_tp1_checkpoint
 
-    out = write_merged_checkpoint(args.input, args.output, args.iteration, args.allow_nonfinite)
+    ck = read_tp1_state(args.input, tag_or_latest(args.iteration), allow_nonfinite=args.allow_nonfinite)
+    out = write_tp1_checkpoint(ck, args.output)
     print(f"[checkpoint] wrote TP=1 checkpoint {out}")
     return 0
 

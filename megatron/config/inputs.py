@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 
+from megatron.checkpoint.tags import tag_for
 from megatron.config.errors import ConfigError, Problem
 from megatron.config.schema import KEYS, canonical, hyphen
 from megatron.config.validate import value_problem
@@ -103,7 +104,7 @@ def _load_problems(cfg) -> list[tuple[str, str]]:
         return [] if fresh_ok else [("load", f"no such directory{_where(c.load)}; point it at a checkpoint "
                                      "directory (the one holding `latest`), or remove it to start from scratch")]
     if c.iteration is not None:
-        step = os.path.join(c.load, f"global_step{c.iteration}")
+        step = os.path.join(c.load, tag_for(c.iteration))
         return [] if os.path.isdir(step) else [("iteration", f"{step} does not exist")]
     if not fresh_ok and not os.path.isfile(os.path.join(c.load, "latest")):
         return [("load", "holds no checkpoint (no `latest` file); point it at the directory holding "

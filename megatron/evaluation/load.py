@@ -12,11 +12,11 @@ import os
 
 import torch
 
-from megatron.config import NeoXConfig
+from megatron.checkpoint.errors import CheckpointError
+from megatron.checkpoint.reader import read_tp1_state
+from megatron.checkpoint.tags import read_latest, resolve_tag
 from megatron.errors import UserError
 from megatron.model import GPTModel
-from megatron.training.checkpoint import CheckpointError, load_model_state
-from megatron.training.checkpoint_latest import read_latest, resolve_tag
 
 LOAD_ATTEMPTS = 3
 
@@ -25,10 +25,10 @@ def load_checkpoint_model(ckpt_dir: str, tag: str | None = None, overrides: dict
                           device: str | torch.device = "cpu", allow_nonfinite: bool = False):
     """Returns (model in eval mode, resolved config, client state).
 
-    A NeoX / KERPLE checkpoint (no resolved_config.yml; pipeline layer files or a sequential
-    module) is read through megatron/interop, which prints one line naming its layout.
+    Every layout megatron/checkpoint/reader.py accepts (ours, TP shards, pipeline layer files,
+    ZeRO-3, NeoX / KERPLE 2022) loads; a merged or foreign one prints one line naming its layout.
     `tag` None: the step `latest` names (see the module docstring). allow_nonfinite: accept
-    NaN/inf weights (refused by default, megatron/training/checkpoint_finite.py)."""
+    NaN/inf weights (refused by default, megatron/checkpoint/finite.py)."""
     if tag is not None:
         tag_dir = os.path.join(ckpt_dir, resolve_tag(ckpt_dir, tag))
         if not os.path.isdir(tag_dir):
@@ -69,29 +69,17 @@ def _moved_on(ckpt_dir: str, tag: str) -> bool:
 
 
 def _load_tag(ckpt_dir: str, tag: str, overrides: dict | None, device, allow_nonfinite: bool):
-    from megatron.interop.neox_layout import foreign_layout
+    from megatron.checkpoint.safe_load import trusted_from_env
 
-    if foreign_layout(ckpt_dir, tag) is not None:
-        from megatron.interop.neox_checkpoint import load_neox_model
-        from megatron.interop.safe_load import trusted_from_env
-
-        return load_neox_model(ckpt_dir, tag, overrides=overrides, trust=trusted_from_env(), device=device,
-                               allow_nonfinite=allow_nonfinite)
-    state, client, tag_dir = load_model_state(ckpt_dir, tag, allow_nonfinite)
-    resolved = os.path.join(tag_dir, "resolved_config.yml")
-    if not os.path.isfile(resolved):
-        raise CheckpointError(f"{resolved} is missing: {tag_dir} was not written by this stack's train.py")
-    cfg = NeoXConfig.from_file(resolved)
-    if cfg.parallel.model_parallel_size != 1:  # the shards were merged to TP=1 by load_model_state
-        overrides = {"model_parallel_size": 1, **(overrides or {})}
-    if overrides:
-        cfg = cfg.replace(**overrides)
-    vocab = client.get("args", {}).get("padded_vocab_size")
-    if vocab is None:
-        raise CheckpointError(f"{tag_dir}: client state lacks args.padded_vocab_size")
-    model = GPTModel(cfg.model, vocab)
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    ck = read_tp1_state(ckpt_dir, tag, overrides=overrides, trust=trusted_from_env(), allow_nonfinite=allow_nonfinite)
+    if ck.cfg is None:
+        raise CheckpointError(f"{os.path.join(ck.tag_dir, 'resolved_config.yml')} is missing: {ck.tag_dir} was not "
+                              "written by this stack's train.py")
+    if ck.vocab_size is None:
+        raise CheckpointError(f"{ck.tag_dir}: client state lacks args.padded_vocab_size")
+    model = GPTModel(ck.cfg.model, ck.vocab_size)
+    missing, unexpected = model.load_state_dict(ck.state, strict=False)
     if missing or unexpected:
-        raise CheckpointError(f"{tag_dir}: weights do not match the model built from its config: "
+        raise CheckpointError(f"{ck.tag_dir}: weights do not match the model built from its config: "
                               f"missing {sorted(missing)[:8]}, unexpected {sorted(unexpected)[:8]}")
-    return model.to(device).eval(), cfg, client
+    return model.to(device).eval(), ck.cfg, ck.client

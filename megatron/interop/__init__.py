@@ -1,2 +1,2 @@
-"""Interop with checkpoints and tools from elsewhere: NeoX / KERPLE checkpoints in
-(neox_checkpoint.py), Hugging Face out (hf_export.py), safe loading (safe_load.py)."""
+"""Adapters at the edge: Hugging Face out (hf_export.py). Reading NeoX / KERPLE checkpoints in is
+one layout among others of megatron/checkpoint/ (reader.py, neox.py, neox_keys.py)."""

@@ -15,13 +15,14 @@ import time
 import numpy as np
 import torch
 
+from megatron.checkpoint.tags import read_latest, tag_for
 from megatron.data.loader import batch_loader, loss_mask_for
 from megatron.errors import is_out_of_memory, out_of_memory
 from megatron.model import GPTModel, count_parameters
 from megatron.parallel import context_for
 from megatron.tokenizer import build_tokenizer, padded_vocab_size
 from megatron.training import health, norms, throughput
-from megatron.training.checkpoint import Checkpointer, read_latest
+from megatron.training.checkpoint import Checkpointer
 from megatron.training.data_setup import build_datasets
 from megatron.training.distributed import init_distributed
 from megatron.training.logging import MetricsLogger
@@ -329,7 +330,7 @@ class Trainer:
         return os.path.join(save, tag) if tag else None
 
     def _saved_at(self, iteration: int) -> bool:
-        return os.path.isdir(os.path.join(self.cfg.checkpoint.save, f"global_step{iteration}"))
+        return os.path.isdir(os.path.join(self.cfg.checkpoint.save, tag_for(iteration)))
 
     @torch.no_grad()
     def evaluate(self, chart: str, dataset, prefix: str, round_index: int = 0) -> dict:

@@ -9,9 +9,10 @@ import sys
 import pytest
 import torch
 
+from megatron.checkpoint.errors import CheckpointError, CheckpointSaveError, UnsafeCheckpointError
+from megatron.checkpoint.safe_load import safe_torch_load
+from megatron.checkpoint.tags import read_latest
 from megatron.config import load_config
-from megatron.interop.safe_load import UnsafeCheckpointError, safe_torch_load
-from megatron.training.checkpoint import CheckpointError, CheckpointSaveError, read_latest
 from tests.conftest import ROOT, hyphenate, train_config_dict, write_token_dataset, write_yaml
 from tests.integration.fault_helpers import child_env
 
@@ -80,7 +81,7 @@ def test_trainer_files_load_safely_and_resume_without_trust(trained, tmp_path, m
         assert isinstance(safe_torch_load(os.path.join(step, f)), dict)
     trainer = _trainer(trained, tmp_path, load=trained[1])
     assert trainer.iteration == 4
-    from megatron.training.checkpoint_engine import SafeLoadingCheckpointEngine
+    from megatron.checkpoint.deepspeed_engine import SafeLoadingCheckpointEngine
 
     assert isinstance(trainer.engine.checkpoint_engine, SafeLoadingCheckpointEngine)
 
@@ -124,8 +125,8 @@ def test_crafted_pickle_runs_no_code_without_trust(trained, ck, tmp_path, monkey
 
 
 def test_latest_pointing_outside_is_refused_everywhere(trained, ck, tmp_path):
+    from megatron.checkpoint.tags import tag_dir_of
     from megatron.evaluation.load import load_checkpoint_model
-    from megatron.interop.neox_layout import tag_dir_of
 
     elsewhere = tmp_path / "elsewhere"
     shutil.copytree(os.path.join(ck, "global_step4"), elsewhere / "global_step40")
@@ -161,7 +162,7 @@ def test_nonfinite_weights_are_refused_unless_allowed(trained, ck, tmp_path):
 
 
 def test_failed_save_says_disk_full_and_keeps_latest(trained, tmp_path, monkeypatch):
-    import megatron.training.checkpoint as checkpoint
+    import megatron.checkpoint.writer as writer
 
     save = str(tmp_path / "save")
     trainer = _trainer(trained, tmp_path, save=save, load=None, save_interval=2)
@@ -177,7 +178,7 @@ def test_failed_save_says_disk_full_and_keeps_latest(trained, tmp_path, monkeypa
         return real(save_dir, tag, **kw)
 
     monkeypatch.setattr(trainer.engine, "save_checkpoint", fails_second_time)
-    monkeypatch.setattr(checkpoint, "_free_bytes", lambda path: 3 << 20)
+    monkeypatch.setattr(writer, "free_bytes", lambda path: 3 << 20)
     stale = os.path.join(save, "latest.tmp999999999")  # left by a killed writer (no such pid)
     with pytest.raises(CheckpointSaveError) as err:
         os.makedirs(save)
@@ -193,9 +194,9 @@ def test_failed_save_says_disk_full_and_keeps_latest(trained, tmp_path, monkeypa
 
 
 def test_evaluation_retries_a_step_pruned_while_reading(ck, monkeypatch):
-    import megatron.interop.safe_load as safe_load
+    import megatron.checkpoint.safe_load as safe_load
+    from megatron.checkpoint.tags import write_latest
     from megatron.evaluation.load import LOAD_ATTEMPTS, load_checkpoint_model
-    from megatron.training.checkpoint_latest import write_latest
 
     write_latest(ck, "global_step2")
     template = os.path.join(os.path.dirname(ck), "template")
@@ -233,7 +234,7 @@ def test_evaluation_retries_a_step_pruned_while_reading(ck, monkeypatch):
 def test_zero3_finetune_reads_through_the_safe_reader(tmp_path, token_dataset, monkeypatch):
     """ZeRO-3 without optimizer states: DeepSpeed consolidates through zero_to_fp32, which bypasses
     its checkpoint engine; the files still go through the safe reader, inside the requested step."""
-    import megatron.interop.safe_load as safe_load
+    import megatron.checkpoint.safe_load as safe_load
     from megatron.training.trainer import Trainer
 
     ck = str(tmp_path / "ck")

@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from megatron.training.checkpoint import load_model_state, read_latest
+from megatron.checkpoint.reader import read_tp1_state
+from megatron.checkpoint.tags import read_latest, step_of
 from tests.conftest import ROOT, train_config_dict
 from tests.integration.fault_helpers import child_env, last_iteration, train_losses, write_config
 
@@ -50,9 +51,9 @@ def reference(tmp_path, token_dataset):
 
 def assert_latest_complete(ck):
     tag = read_latest(ck)
-    state, client, tag_dir = load_model_state(ck, tag)  # reads and unpickles the whole file
-    assert client["iteration"] == int(tag.removeprefix("global_step")) and state
-    assert os.path.isfile(os.path.join(tag_dir, "resolved_config.yml"))
+    read = read_tp1_state(ck, tag)  # reads and unpickles the whole file
+    assert read.client["iteration"] == step_of(tag) and read.state
+    assert os.path.isfile(os.path.join(read.tag_dir, "resolved_config.yml"))
 
 
 def assert_each_step_once(run):

@@ -1,6 +1,6 @@
 """NeoX / KERPLE checkpoints in: fixtures written in the exact DeepSpeed layouts (the 2022 KERPLE
 pipeline layer files, the same split over TP=2, the current NeoX sequential layout), loaded
-through megatron/interop, compared with our model built from the same tensors."""
+through megatron/checkpoint/reader.py, compared with our model built from the same tensors."""
 import os
 import random
 import subprocess
@@ -146,11 +146,11 @@ def kerple_ckpt(tmp_path):
 
 
 def _error(ck, **kw):
-    from megatron.interop.neox_checkpoint import read_neox_checkpoint
-    from megatron.training.checkpoint import CheckpointError
+    from megatron.checkpoint.errors import CheckpointError
+    from megatron.checkpoint.reader import read_tp1_state
 
     with pytest.raises(CheckpointError) as e:
-        read_neox_checkpoint(ck, **kw)
+        read_tp1_state(ck, **kw)
     return str(e.value)
 
 
@@ -158,9 +158,9 @@ def test_missing_latest(kerple_ckpt):
     ck, _ = kerple_ckpt
     os.remove(os.path.join(ck, "latest"))
     assert "has no `latest` file" in _error(ck) and "--iteration" in _error(ck)
-    from megatron.interop.neox_checkpoint import read_neox_checkpoint
+    from megatron.checkpoint.reader import read_tp1_state
 
-    assert read_neox_checkpoint(ck, tag="global_step10").vocab_size == 128
+    assert read_tp1_state(ck, tag="global_step10").vocab_size == 128
 
 
 def test_truncated_shard(kerple_ckpt):
@@ -196,8 +196,8 @@ def test_missing_layer_file_and_disagreeing_scheme_copies(kerple_ckpt):
 
 
 def test_unsafe_pickle_needs_trust(kerple_ckpt, monkeypatch):
-    from megatron.interop.neox_checkpoint import read_neox_checkpoint
-    from megatron.interop.safe_load import UnsafeCheckpointError
+    from megatron.checkpoint.errors import UnsafeCheckpointError
+    from megatron.checkpoint.reader import read_tp1_state
 
     ck, _ = kerple_ckpt
     path = os.path.join(ck, "global_step10", "mp_rank_00_model_states.pt")
@@ -205,10 +205,10 @@ def test_unsafe_pickle_needs_trust(kerple_ckpt, monkeypatch):
     blob["extra"] = yaml.SafeLoader  # any class outside the allow-list
     torch.save(blob, path)
     with pytest.raises(UnsafeCheckpointError, match="mp_rank_00_model_states.pt .*yaml.loader.SafeLoader.*--trust-checkpoint"):
-        read_neox_checkpoint(ck)
-    assert read_neox_checkpoint(ck, trust=True).client["iteration"] == 10
+        read_tp1_state(ck)
+    assert read_tp1_state(ck, trust=True).client["iteration"] == 10
     monkeypatch.setenv("KERPLE_TRUST_CHECKPOINT", "1")
-    assert read_neox_checkpoint(ck).client["iteration"] == 10
+    assert read_tp1_state(ck).client["iteration"] == 10
 
 
 def test_convert_then_evaluate_cli(tmp_path, kerple_ckpt):

@@ -6,9 +6,9 @@ import os
 import pytest
 import torch
 
+from megatron.checkpoint.tags import read_latest
 from megatron.config import load_config
 from megatron.errors import handle
-from megatron.training.checkpoint import read_latest
 from tests.conftest import train_config_dict, write_yaml
 
 

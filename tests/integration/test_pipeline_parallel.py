@@ -217,9 +217,9 @@ def test_checkpoint_layer_files_and_exact_reload(pp2):
 
 
 def test_merge_pipeline_to_sequential_loads_strict_and_matches(pp2):
+    from megatron.checkpoint.pipeline import merge_pipeline_to_sequential
     from megatron.data.loader import batch_loader
     from megatron.model import GPTModel
-    from megatron.parallel.pipeline_merge import merge_pipeline_to_sequential
     from megatron.training.data_setup import build_datasets
 
     cfg = make_config(pp2["tmp"], pp2["prefix"], "merge", seq_length_val=16)

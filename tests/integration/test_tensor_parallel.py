@@ -146,8 +146,8 @@ def _validation_loss_tp1(ckpt: str) -> float:
 
 
 def test_tp2_checkpoint_evaluates_with_tp1(tmp_path, token_dataset, capsys):
-    from megatron.parallel.merge_checkpoint import write_merged_checkpoint
-    from megatron.training.checkpoint import load_model_state
+    from megatron.checkpoint.reader import read_tp1_state
+    from megatron.checkpoint.writer import write_tp1_checkpoint
     from megatron.training.metrics_file import read_metrics
     from tests.conftest import train_config_dict
     from tests.integration.fault_helpers import run_deepy, write_config
@@ -170,10 +170,10 @@ def test_tp2_checkpoint_evaluates_with_tp1(tmp_path, token_dataset, capsys):
 
     # The tool: a TP=1 checkpoint on disk that loads without merging and scores the same.
     out_dir = str(tmp_path / "merged")
-    write_merged_checkpoint(ck, out_dir)
+    write_tp1_checkpoint(read_tp1_state(ck), out_dir)
     assert os.listdir(os.path.join(out_dir, "global_step2")).count("mp_rank_00_model_states.pt") == 1
     assert not os.path.exists(os.path.join(out_dir, "global_step2", "mp_rank_01_model_states.pt"))
-    _, client, _ = load_model_state(out_dir)
+    client = read_tp1_state(out_dir).client
     assert client["args"]["model_parallel_size"] == 1
     assert _validation_loss_tp1(out_dir) == pytest.approx(tp2_loss, rel=1e-5)
 

@@ -6,9 +6,9 @@ import sys
 import pytest
 import torch
 
-from megatron.training.checkpoint import CheckpointError
-from megatron.training.checkpoint_finite import check_finite, nonfinite_tensors
-from megatron.training.checkpoint_latest import check_tag, clean_stale_tmp, read_latest, resolve_tag, write_latest
+from megatron.checkpoint.errors import CheckpointError
+from megatron.checkpoint.finite import check_finite, nonfinite_tensors
+from megatron.checkpoint.tags import check_tag, clean_stale_tmp, read_latest, resolve_tag, write_latest
 
 
 @pytest.mark.parametrize("tag", ["../../elsewhere/global_step40", "/abs/global_step40", "sub/global_step40",
@@ -67,26 +67,26 @@ def test_nonfinite_tensors_are_named():
 
 def test_tool_write_failure_is_one_clear_error(tmp_path, monkeypatch):
     """merge/convert write with torch_save_file: a full disk names the file, the partial is removed."""
-    import megatron.training.checkpoint as checkpoint
+    import megatron.checkpoint.writer as writer
 
     def disk_full(obj, path):
         open(path, "wb").close()
         raise RuntimeError("[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed writing file "
                            "data/0: file write failed")
 
-    monkeypatch.setattr(checkpoint.torch, "save", disk_full)
-    monkeypatch.setattr(checkpoint, "_free_bytes", lambda path: 0)
+    monkeypatch.setattr(writer.torch, "save", disk_full)
+    monkeypatch.setattr(writer, "free_bytes", lambda path: 0)
     path = str(tmp_path / "mp_rank_00_model_states.pt")
-    with pytest.raises(checkpoint.CheckpointSaveError, match=rf"could not write {path}: the disk is full \(.*file "
+    with pytest.raises(writer.CheckpointSaveError, match=rf"could not write {path}: the disk is full \(.*file "
                                                              r"write failed; 0 MiB free there\); `latest` next to it "
                                                              r"was not changed"):
-        checkpoint.torch_save_file({"a": 1}, path)
+        writer.torch_save_file({"a": 1}, path)
     assert os.listdir(tmp_path) == []
 
 
 def test_trust_flag_reaches_the_training_processes(tiny_config, monkeypatch):
     """deepy.py --trust-checkpoint: the launched train.py processes (other nodes too) get the flag."""
-    from megatron.interop.safe_load import apply_trust_flag
+    from megatron.checkpoint.safe_load import apply_trust_flag
     from megatron.launcher import parse_args, runner_args
 
     monkeypatch.setenv("KERPLE_TRUST_CHECKPOINT", "")  # restored (unset) after the test

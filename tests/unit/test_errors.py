@@ -5,10 +5,9 @@ import sys
 import pytest
 
 from megatron import errors
+from megatron.checkpoint.errors import CheckpointError, UnsafeCheckpointError
 from megatron.config import ConfigError
 from megatron.data.indexed import IndexedDatasetError
-from megatron.interop.safe_load import UnsafeCheckpointError
-from megatron.training.checkpoint import CheckpointError
 
 
 @pytest.fixture(autouse=True)

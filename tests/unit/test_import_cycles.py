@@ -15,25 +15,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
-# Circles that other issue-11 branches remove in parallel; each is named by its member modules.
-# TO BE EMPTIED AT MERGE: once k11pos and k11ckpt are merged this set must become empty, and the
-# test then fails on any circle at all.
-KNOWN_CYCLES_BEING_REMOVED = {
-    # k11ckpt: the megatron/checkpoint/ package below training/ and interop/ (the issue's 5-file
-    # circle; issue 10's checkpoint_* modules and pipeline_merge joined it)
-    frozenset({
-        "megatron.interop.neox_checkpoint",
-        "megatron.interop.neox_layout",
-        "megatron.interop.safe_load",
-        "megatron.parallel.merge_checkpoint",
-        "megatron.parallel.pipeline_merge",
-        "megatron.training.checkpoint",
-        "megatron.training.checkpoint_engine",
-        "megatron.training.checkpoint_finite",
-        "megatron.training.checkpoint_latest",
-    }),
-}
-
 
 def module_files(root: Path, package: str) -> dict[str, Path]:
     """Dotted module name -> file, for every .py under root/package."""
@@ -160,15 +141,7 @@ def test_no_import_cycles_under_megatron():
     graph = import_graph(REPO, "megatron")
     assert len(graph) > 50, "the walker found too few modules: is REPO right?"
     cycles = find_cycles(graph)
-    unexpected = [c for c in cycles if frozenset(c) not in KNOWN_CYCLES_BEING_REMOVED]
-    assert not unexpected, "import circles among megatron modules:\n" + _describe(unexpected, graph)
-
-
-def test_known_cycles_are_still_real():
-    # an entry that no longer exists must be deleted, so the set empties as branches land
-    cycles = {frozenset(c) for c in find_cycles(import_graph(REPO, "megatron"))}
-    stale = [sorted(c) for c in KNOWN_CYCLES_BEING_REMOVED if c not in cycles]
-    assert not stale, f"KNOWN_CYCLES_BEING_REMOVED lists circles that are gone, delete them: {stale}"
+    assert not cycles, "import circles among megatron modules:\n" + _describe(cycles, graph)
 
 
 def test_walker_finds_a_cycle_in_a_synthetic_package(tmp_path):
@@ -204,12 +177,7 @@ def test_tokenizers_do_not_reach_into_the_corpus_builders():
     assert not reach, f"tokenizer modules import corpus modules: {sorted(reach)}"
 
 
-# `noqa: F401` that the walker above allows: an `import x as _` availability probe, a package
-# __init__ re-export, and this one in a file another issue-11 branch rewrites (k11ckpt). TO BE
-# EMPTIED AT MERGE: once k11ckpt lands, the line is gone or must move to its importers.
-NOQA_F401_BEING_REMOVED = {"megatron/training/checkpoint.py"}
-
-
+# `noqa: F401` allowed: an `import x as _` availability probe and a package __init__ re-export.
 def test_no_unused_import_kept_with_noqa():
     # an unused import silenced by noqa reads as a dependency that is not there
     found = []
@@ -218,6 +186,5 @@ def test_no_unused_import_kept_with_noqa():
         for i, line in enumerate(path.read_text().splitlines(), 1):
             if "noqa: F401" not in line or path.name == "__init__.py" or " as _ " in f"{line} ":
                 continue
-            if rel not in NOQA_F401_BEING_REMOVED:
-                found.append(f"{rel}:{i}: {line.strip()}")
+            found.append(f"{rel}:{i}: {line.strip()}")
     assert not found, "unused imports kept with noqa (delete them or import where used):\n" + "\n".join(found)

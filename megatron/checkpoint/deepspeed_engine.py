@@ -3,7 +3,7 @@
 `engine.load_checkpoint` reads every file (model states, ZeRO optimizer partitions, pipeline layer
 files) through `engine.checkpoint_engine.load`, which unpickles fully (weights_only off): a crafted
 file runs code. `install_safe_loading` wraps whatever checkpoint engine DeepSpeed built: saving is
-unchanged, every load goes through megatron/interop/safe_load.read_checkpoint_file (weights_only=True
+unchanged, every load goes through megatron/checkpoint/safe_load.read_checkpoint_file (weights_only=True
 + allow-list, the full unpickler only when trusted, then the NaN/inf check).
 
 Why a wrapped engine rather than validating every file with the safe loader first and then letting
@@ -17,6 +17,10 @@ Two DeepSpeed paths bypass the checkpoint engine: ZeRO-3 without optimizer state
 `no-load-optim`) consolidates through deepspeed.utils.zero_to_fp32, which calls torch.load itself
 (`safe_zero_to_fp32` routes it through the same reader while it runs), and universal checkpoints
 (refused unless trusted, see Checkpointer.load).
+
+It lives in megatron/checkpoint/ rather than training/ because the engine-free reader needs it too:
+reader.py consolidates a ZeRO-3 checkpoint for evaluation through `safe_zero_to_fp32`, and this
+package must not import training/. It imports no DeepSpeed at module level.
 """
 from __future__ import annotations
 
@@ -24,6 +28,9 @@ import contextlib
 import os
 
 import torch
+
+from megatron.checkpoint import safe_load
+from megatron.checkpoint.errors import CheckpointError
 
 
 def _check_inside(path: str, tag_dir: str | None) -> str:
@@ -33,8 +40,6 @@ def _check_inside(path: str, tag_dir: str | None) -> str:
     if tag_dir is not None:
         root = os.path.realpath(tag_dir)
         if not os.path.realpath(path).startswith(root + os.sep):
-            from megatron.training.checkpoint import CheckpointError
-
             raise CheckpointError(f"DeepSpeed went to read {path}, outside the checkpoint being loaded ({tag_dir}); "
                                   "with ZeRO-3 and finetune / no-load-optim it loads the step `latest` names: point "
                                   "`latest` at the step you want, or leave `iteration:` unset")
@@ -51,9 +56,7 @@ class SafeLoadingCheckpointEngine:
         self.tag_dir = tag_dir
 
     def load(self, path: str, map_location=None):
-        from megatron.interop.safe_load import read_checkpoint_file
-
-        return read_checkpoint_file(_check_inside(path, self.tag_dir), self.trust, self.allow_nonfinite,
+        return safe_load.read_checkpoint_file(_check_inside(path, self.tag_dir), self.trust, self.allow_nonfinite,
                                     map_location or "cpu")
 
     def __getattr__(self, name):  # save, create, commit, makedirs, ... stay DeepSpeed's
@@ -88,10 +91,8 @@ def safe_zero_to_fp32(trust: bool = False, allow_nonfinite: bool = False, tag_di
     global `torch` is swapped for a proxy whose `load` is ours, and restored on exit."""
     from deepspeed.utils import zero_to_fp32
 
-    from megatron.interop.safe_load import read_checkpoint_file
-
     def load(path, map_location=None, **kwargs):
-        return read_checkpoint_file(_check_inside(path, tag_dir), trust, allow_nonfinite, map_location or "cpu",
+        return safe_load.read_checkpoint_file(_check_inside(path, tag_dir), trust, allow_nonfinite, map_location or "cpu",
                                     **kwargs)
 
     saved = zero_to_fp32.torch

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from megatron.checkpoint.errors import CheckpointError
+
 ALLOW_HINT = ("load an earlier step (--iteration / `iteration:`), or, to inspect it anyway, pass "
               "--allow-nonfinite (evaluate.py, generate.py, tools/*) or set `allow-nonfinite-weights: true` "
               "(training's `load:`)")
@@ -46,8 +48,6 @@ def check_finite(obj, where: str, allow: bool = False) -> None:
     bad = nonfinite_tensors(obj, _SHOWN + 1)
     if not bad:
         return
-    from megatron.training.checkpoint import CheckpointError
-
     more = ", ..." if len(bad) > _SHOWN else ""
     raise CheckpointError(f"{where} holds non-finite values (NaN or inf) in {', '.join(bad[:_SHOWN])}{more}: "
                           f"the run had diverged when it was saved; {ALLOW_HINT}")

@@ -1,10 +1,7 @@
-"""Read a NeoX / KERPLE checkpoint (either layout, any TP degree) into our GPTModel.
+"""Read a NeoX / KERPLE checkpoint step (either layout, any TP degree) into our TP=1 state dict;
+megatron/checkpoint/reader.read_tp1_state calls it for the neox-* layouts (layout.py).
 
-    ck = read_neox_checkpoint("kerple_ckpts/")          # state dict + config + client state
-    model, cfg, client = load_neox_model("kerple_ckpts/")
-
-Steps: find the step directory (`latest`), detect the layout (megatron/interop/neox_layout.py),
-read every file with weights_only=True and check it for NaN/inf (megatron/interop/safe_load.py), rename the keys
+Steps: read every file with weights_only=True and check it for NaN/inf (safe_load.py), rename the keys
 (neox_keys.py), check the positional scheme's per-layer copies agree, check every tensor's
 shape against the model the config describes (naming the file, key, expected and found shape),
 merge the TP shards (megatron/parallel/merge.py rules) and upcast bf16/fp16 to the model dtype.
@@ -15,27 +12,17 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 
 import torch
 
-from megatron.interop.neox_keys import our_key
-from megatron.interop.neox_layout import DESCRIPTIONS, config_files, detect_layout, layer_files, mp_files, tag_dir_of
-from megatron.interop.safe_load import read_checkpoint_file
-from megatron.training.checkpoint import CheckpointError
+from megatron.checkpoint import safe_load
+from megatron.checkpoint.client import client_state
+from megatron.checkpoint.errors import CheckpointError
+from megatron.checkpoint.layout import DESCRIPTIONS, config_files, layer_files, shard_files
+from megatron.checkpoint.neox_keys import our_key
 
 # Buffers fully determined by the config: recomputed in fp32 rather than taken from a bf16 copy.
 DERIVED_BUFFERS = ("position.inv_freq", "position.slopes")
-
-
-@dataclass
-class ForeignCheckpoint:
-    state: dict  # our GPTModel state_dict (TP=1, model dtype)
-    client: dict  # NeoX client state of mp_rank_00 (iteration, args, ...), module removed
-    cfg: object  # NeoXConfig (TP=1, no pipeline)
-    layout: str
-    tag_dir: str
-    vocab_size: int
 
 
 def read_config(tag_dir: str, files=None, overrides: dict | None = None):
@@ -53,12 +40,11 @@ def read_config(tag_dir: str, files=None, overrides: dict | None = None):
 def _raw_shards(tag_dir: str, layout: str, trust: bool, allow_nonfinite: bool) -> tuple[list[dict], dict]:
     """Per TP rank {(neox idx, key): (tensor, file name)}, and rank 0's client state."""
     def read(path: str) -> dict:
-        return read_checkpoint_file(path, trust, allow_nonfinite)
+        return safe_load.read_checkpoint_file(path, trust, allow_nonfinite)
 
-    mps = mp_files(tag_dir)
+    mps = shard_files(tag_dir)
     blobs = [read(p) for p in mps] if layout == "neox-sequential" else []
-    client_blob = blobs[0] if blobs else (read(mps[0]) if mps else {})
-    client = {k: v for k, v in client_blob.items() if k not in ("module", "optimizer")}
+    client = client_state(blobs[0] if blobs else (read(mps[0]) if mps else {}))
     if layout == "neox-pipeline":
         by_rank: dict[int, dict] = {}
         for (tp, idx), path in sorted(layer_files(tag_dir).items()):
@@ -153,18 +139,15 @@ def _finish(state: dict, model, dtype: torch.dtype, tag_dir: str) -> dict:
     return out
 
 
-def read_neox_checkpoint(ckpt_dir: str, tag: str | None = None, config=None, overrides: dict | None = None,
-                         trust: bool = False, dtype: torch.dtype = torch.float32,
-                         allow_nonfinite: bool = False) -> ForeignCheckpoint:
-    """Read a NeoX/KERPLE checkpoint into our TP=1 state dict. `config`: YAML files to use
+def read_neox_state(tag_dir: str, layout: str, config=None, overrides: dict | None = None,
+                    trust: bool = False, dtype: torch.dtype = torch.float32,
+                    allow_nonfinite: bool = False) -> tuple[dict, dict, object, int]:
+    """(our TP=1 state dict in `dtype`, client state with args.padded_vocab_size, NeoXConfig with
+    TP=1 and no pipeline, padded vocab size) of one NeoX step directory. `config`: YAML files to use
     instead of global_stepN/configs/. `trust`: allow the full unpickler (see safe_load.py).
-    `allow_nonfinite`: accept NaN/inf tensors (see checkpoint_finite.py)."""
+    `allow_nonfinite`: accept NaN/inf tensors (see finite.py)."""
     from megatron.model import GPTModel
 
-    tag_dir = tag_dir_of(ckpt_dir, tag)
-    layout = detect_layout(tag_dir)
-    if layout == "ours":
-        raise CheckpointError(f"{tag_dir} is in this stack's own layout; load it with load_model_state")
     cfg = read_config(tag_dir, config, overrides)
     raw, client = _raw_shards(tag_dir, layout, trust, allow_nonfinite)
     L = cfg.model.num_layers
@@ -186,16 +169,5 @@ def read_neox_checkpoint(ckpt_dir: str, tag: str | None = None, config=None, ove
     state = _finish(state, model, dtype, tag_dir)
     merged_note = f", {len(shards)} tensor-parallel shards merged" if len(shards) > 1 else ""
     print(f"[checkpoint] read {tag_dir} as {DESCRIPTIONS[layout]}{merged_note}", flush=True)
-    return ForeignCheckpoint(state, client, cfg, layout, tag_dir, vocab)
-
-
-def load_neox_model(ckpt_dir: str, tag: str | None = None, config=None, overrides: dict | None = None,
-                    trust: bool = False, device="cpu", allow_nonfinite: bool = False):
-    """(GPTModel in eval mode, config, client state) from a NeoX/KERPLE checkpoint."""
-    from megatron.model import GPTModel
-
-    ck = read_neox_checkpoint(ckpt_dir, tag, config, overrides, trust, allow_nonfinite=allow_nonfinite)
-    model = GPTModel(ck.cfg.model, ck.vocab_size)
-    model.load_state_dict(ck.state, strict=True)
-    client = {**ck.client, "args": {**(ck.client.get("args") or {}), "padded_vocab_size": ck.vocab_size}}
-    return model.to(device).eval(), ck.cfg, client
+    client = {**client, "args": {**(client.get("args") or {}), "padded_vocab_size": vocab}}
+    return state, client, cfg, vocab

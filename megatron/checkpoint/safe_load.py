@@ -8,7 +8,7 @@ in DeepSpeed's ZeRO optimizer files, a few DeepSpeed classes; the ones that are 
 runs when they are rebuilt: object.__new__ plus a __dict__ update, or an int Enum) are allow-listed
 below. Anything else is refused with an error that names the file and the switch that allows the
 full unpickler: `--trust-checkpoint` on the CLIs, or KERPLE_TRUST_CHECKPOINT=1 in the environment
-(train.py / deepy.py). After reading, the tensors are checked for NaN/inf (checkpoint_finite.py).
+(train.py / deepy.py). After reading, the tensors are checked for NaN/inf (finite.py).
 """
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ import sys
 import numpy as np
 import torch
 
-from megatron.training.checkpoint import CheckpointError
+from megatron.checkpoint.errors import CheckpointError, UnsafeCheckpointError
+from megatron.checkpoint.finite import check_finite
 
 TRUST_ENV = "KERPLE_TRUST_CHECKPOINT"
 TRUST_HINT = (f"if you trust where it came from, pass --trust-checkpoint (evaluate.py, generate.py, train.py, "
@@ -38,10 +39,6 @@ DEEPSPEED_GLOBALS = (
     "deepspeed.runtime.zero.config.ZeroStageEnum",  # optimizer_state_dict.zero_stage (an int Enum)
     "deepspeed.utils.tensor_fragment.fragment_address",  # ZeRO-1/2 param_slice_mappings (numel, start)
 )
-
-
-class UnsafeCheckpointError(CheckpointError):
-    """A file safe loading refuses: only the explicit trust switch reads it."""
 
 
 def add_trust_flag(parser) -> None:
@@ -148,8 +145,6 @@ def safe_torch_load(path: str, trust: bool = False, map_location="cpu", **kwargs
 def read_checkpoint_file(path: str, trust: bool = False, allow_nonfinite: bool = False, map_location="cpu",
                          **kwargs):
     """safe_torch_load, then the NaN/inf check of every tensor in it: how every checkpoint file is read."""
-    from megatron.training.checkpoint_finite import check_finite
-
     obj = safe_torch_load(path, trust, map_location, **kwargs)
     check_finite(obj, path, allow_nonfinite)
     return obj

@@ -15,20 +15,39 @@ import os
 import re
 
 from megatron.atomic_io import atomic_output, fsync_path
+from megatron.checkpoint.errors import CheckpointError
 
 LATEST = "latest"
 TMP_PREFIX = LATEST + ".tmp"
 _TMP = re.compile(re.escape(TMP_PREFIX) + r"(\d+)")
-
-
-def _error(message: str):
-    from megatron.training.checkpoint import CheckpointError  # checkpoint.py imports this module
-
-    return CheckpointError(message)
+TAG_PREFIX = "global_step"
+_STEP_TAG = re.compile(re.escape(TAG_PREFIX) + r"(\d+)")
 
 
 def tag_for(iteration: int) -> str:
-    return f"global_step{iteration}"
+    """The tag (step directory name) of `iteration`: the only place `global_step<N>` is spelled."""
+    return f"{TAG_PREFIX}{iteration}"
+
+
+def tag_or_latest(iteration: int | None) -> str | None:
+    """tag_for(iteration), or None (= the step `latest` names) for the CLIs' unset --iteration."""
+    return None if iteration is None else tag_for(iteration)
+
+
+def step_of(tag: str) -> int | None:
+    """N for a `global_step<N>` tag; None for any other name."""
+    m = _STEP_TAG.fullmatch(tag)
+    return int(m.group(1)) if m else None
+
+
+def tag_dir_of(ckpt_dir: str, tag: str | None = None) -> str:
+    """The step directory named by `tag` or by `latest` (a plain name inside ckpt_dir); clear
+    errors when either is missing or invalid."""
+    path = os.path.join(ckpt_dir, resolve_tag(ckpt_dir, tag))
+    if not os.path.isdir(path):
+        raise CheckpointError(f"{path} does not exist: `latest` (or --iteration) names a missing step; "
+                              "fix `latest` or pass --iteration of an existing global_step directory")
+    return path
 
 
 def is_plain_tag(tag: str) -> bool:
@@ -41,7 +60,7 @@ def check_tag(tag: str, ckpt_dir: str, source: str) -> str:
     """`tag` when it is a plain name; otherwise a CheckpointError naming `source` (the `latest`
     file, or the argument it came from) and the fix."""
     if not is_plain_tag(tag):
-        raise _error(
+        raise CheckpointError(
             f"{source} names checkpoint {tag!r}, which is not the plain name of a step directory inside "
             f"{ckpt_dir} (a path with '/', '..' or an absolute path would read files outside the checkpoint "
             "directory, so it is refused); write the name of one of its global_step<N> directories there "
@@ -58,14 +77,14 @@ def read_latest(ckpt_dir: str) -> str | None:
     except FileNotFoundError:
         return None
     except UnicodeDecodeError as e:
-        raise _error(f"{path} is not a text file holding a checkpoint tag ({e}); write the name of a "
+        raise CheckpointError(f"{path} is not a text file holding a checkpoint tag ({e}); write the name of a "
                      "global_step<N> directory into it, or name a step with --iteration / `iteration:`") from e
     if not tag:
-        raise _error(f"{path} is empty; write the name of a global_step<N> directory into it, or name a step "
+        raise CheckpointError(f"{path} is empty; write the name of a global_step<N> directory into it, or name a step "
                      "with --iteration / `iteration:`")
     check_tag(tag, ckpt_dir, path)
     if not os.path.isdir(os.path.join(ckpt_dir, tag)):
-        raise _error(f"{path} names checkpoint {tag!r}, but {os.path.join(ckpt_dir, tag)} does not exist; "
+        raise CheckpointError(f"{path} names checkpoint {tag!r}, but {os.path.join(ckpt_dir, tag)} does not exist; "
                      "fix `latest` to name an existing global_step directory, or name a step with "
                      "--iteration / `iteration:`")
     return tag
@@ -74,12 +93,12 @@ def read_latest(ckpt_dir: str) -> str | None:
 def resolve_tag(ckpt_dir: str, tag: str | None = None) -> str:
     """`tag` (validated), else the one `latest` names; a clear error when neither exists."""
     if not os.path.isdir(ckpt_dir):
-        raise _error(f"checkpoint directory {ckpt_dir!r} does not exist")
+        raise CheckpointError(f"checkpoint directory {ckpt_dir!r} does not exist")
     if tag is not None:
         return check_tag(tag, ckpt_dir, "--iteration / the requested tag")
     found = read_latest(ckpt_dir)
     if found is None:
-        raise _error(f"{ckpt_dir!r} has no `latest` file; pass the checkpoint directory that holds `latest` "
+        raise CheckpointError(f"{ckpt_dir!r} has no `latest` file; pass the checkpoint directory that holds `latest` "
                      "and global_step<N>/, or name a step with --iteration")
     return found
 

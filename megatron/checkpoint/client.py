@@ -1,0 +1,21 @@
+"""The client state saved next to the weights in mp_rank_00_model_states.pt (NeoX's keys)."""
+from __future__ import annotations
+
+# Model-shape arguments NeoX asserts equal on load (check_checkpoint_args), plus the scheme.
+CHECKED_ARGS = ("num_layers", "hidden_size", "num_attention_heads", "pos_emb")
+
+
+def model_args(cfg, padded_vocab_size: int) -> dict:
+    """The `args` entry: what a loader checks against its own config."""
+    args = {k: getattr(cfg.model, k) for k in CHECKED_ARGS}
+    args["max_position_embeddings"] = cfg.model.max_position_embeddings
+    args["padded_vocab_size"] = padded_vocab_size
+    args["model_parallel_size"] = cfg.parallel.model_parallel_size
+    args["make_vocab_size_divisible_by"] = cfg.model.make_vocab_size_divisible_by
+    args["tokenizer_type"] = cfg.data.tokenizer_type
+    return args
+
+
+def client_state(blob: dict) -> dict:
+    """A model-states file's dict without the weights and optimizer state."""
+    return {k: v for k, v in blob.items() if k not in ("module", "optimizer")}

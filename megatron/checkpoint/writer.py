@@ -1,0 +1,90 @@
+"""The one TP=1 checkpoint writer (tools/merge_tp_checkpoint.py, tools/convert_neox_checkpoint.py),
+and the words for a failed write (shared with training's Checkpointer):
+
+    <out>/latest                                     written last: never names a partial directory
+    <out>/global_stepN/mp_rank_00_model_states.pt    {module, optimizer: None, client state}
+    <out>/global_stepN/resolved_config.yml           the config as read, TP=1
+    <out>/global_stepN/configs/<original yml>
+
+The result is a TP=1 checkpoint in our own layout that evaluate.py, generate.py,
+tools/export_hf.py and `load:` (with finetune: true, as it holds no optimizer state) read.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+
+import torch
+
+from megatron.checkpoint.client import model_args
+from megatron.checkpoint.errors import CheckpointError, CheckpointSaveError
+from megatron.checkpoint.layout import CONFIGS_DIR, MODEL_FILE, RESOLVED_CONFIG, is_neox
+from megatron.checkpoint.tags import write_latest
+
+# torch.save's C++ writer reports a failed write (ENOSPC included) as a RuntimeError with these words
+_WRITE_FAILURE = ("iostream error", "PytorchStreamWriter", "inline_container", "file write failed", "unexpected pos")
+DISK_FULL_BYTES = 64 << 20  # less than this free after a failed write: call it a full disk
+
+
+def is_write_failure(e: BaseException | None) -> bool:
+    """OSError, or torch.save's RuntimeError for a failed write; None: another rank failed."""
+    if e is None or isinstance(e, OSError):
+        return True
+    return isinstance(e, RuntimeError) and any(w in str(e) for w in _WRITE_FAILURE)
+
+
+def free_bytes(path: str) -> int | None:
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None
+
+
+def describe_write_failure(error: BaseException | None, free: int | None) -> str:
+    """'the disk is full (<error>; 3 MiB free there)' or 'writing failed (...)'."""
+    full = (getattr(error, "errno", None) == errno.ENOSPC) or (free is not None and free < DISK_FULL_BYTES)
+    detail = " ".join(str(error).split())[:200] if error is not None else "it failed on another rank"
+    left = f"{free / 2**20:.0f} MiB free there" if free is not None else "free space unknown"
+    return f"{'the disk is full' if full else 'writing failed'} ({detail}; {left})"
+
+
+def torch_save_file(obj, path: str) -> None:
+    """torch.save for the tools that write checkpoints: a failed write (disk full) becomes
+    CheckpointSaveError naming the file; the partial file is removed. `latest` is written last,
+    so it is unchanged."""
+    try:
+        torch.save(obj, path)
+    except (OSError, RuntimeError) as e:
+        if not is_write_failure(e):
+            raise
+        free = free_bytes(os.path.dirname(path) or ".")
+        if os.path.exists(path):
+            os.remove(path)
+        raise CheckpointSaveError(f"could not write {path}: {describe_write_failure(e, free)}; `latest` next to "
+                                  "it was not changed. Free space there or choose another --output") from e
+
+
+def write_tp1_checkpoint(ck, output_dir: str) -> str:
+    """Write `ck` (a reader.Tp1Checkpoint) as a TP=1 checkpoint in our layout under output_dir, with
+    the same step tag; returns the written step directory. A NeoX source gets our client state
+    (model args, config, where it came from); ours keeps its own (already saying TP=1)."""
+    tag = os.path.basename(os.path.normpath(ck.tag_dir))
+    out = os.path.join(output_dir, tag)
+    if os.path.abspath(out) == os.path.abspath(ck.tag_dir):
+        raise CheckpointError("--output must differ from --input: the checkpoint it reads is never overwritten")
+    if is_neox(ck.layout):
+        client = {"iteration": ck.client.get("iteration", 0), "args": model_args(ck.cfg, ck.vocab_size),
+                  "config": ck.cfg.to_flat_dict(), "converted_from": os.path.abspath(ck.tag_dir),
+                  "source_layout": ck.layout}
+        header = f"converted from {ck.tag_dir} ({ck.layout})"
+    else:
+        client, header = ck.client, f"merged to TP=1 from {ck.tag_dir}"
+    os.makedirs(out, exist_ok=True)
+    torch_save_file({**client, "module": ck.state, "optimizer": None}, os.path.join(out, MODEL_FILE))
+    if os.path.isdir(os.path.join(ck.tag_dir, CONFIGS_DIR)):
+        shutil.copytree(os.path.join(ck.tag_dir, CONFIGS_DIR), os.path.join(out, CONFIGS_DIR), dirs_exist_ok=True)
+    if ck.cfg is not None:
+        ck.cfg.save(os.path.join(out, RESOLVED_CONFIG), header=header)
+    write_latest(output_dir, tag)  # last: never names a partial directory
+    return out
