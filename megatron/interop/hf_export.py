@@ -30,34 +30,34 @@ POSITIONAL_PACKAGE = "megatron.positional"
 SCHEME_FILE = "positional_scheme.py"  # written per export: which class modeling_kerple.py builds
 
 
-def hf_config(mcfg, vocab_size: int, dtype: str = "fp32", tokenizer=None) -> dict:
+def hf_config(model_cfg, vocab_size: int, dtype: str = "fp32", tokenizer=None) -> dict:
     cfg = {
         "model_type": "kerple_neox", "architectures": ["KerpleForCausalLM"],
         "auto_map": {"AutoConfig": "configuration_kerple.KerpleConfig",
                      "AutoModelForCausalLM": "modeling_kerple.KerpleForCausalLM"},
-        "vocab_size": vocab_size, "hidden_size": mcfg.hidden_size, "num_hidden_layers": mcfg.num_layers,
-        "num_attention_heads": mcfg.num_attention_heads,
-        "intermediate_size": mcfg.intermediate_size or 4 * mcfg.hidden_size,
-        "max_position_embeddings": mcfg.max_position_embeddings or mcfg.seq_length,
-        "pos_emb": mcfg.pos_emb, "rotary_pct": mcfg.rotary_pct, "rotary_emb_base": mcfg.rotary_emb_base,
-        "rpe_num_buckets": mcfg.rpe_num_buckets, "rpe_max_distance": mcfg.rpe_max_distance,
-        "attention_window": mcfg.attention_window, "norm": mcfg.norm,
-        "layernorm_epsilon": mcfg.layernorm_epsilon, "rms_norm_epsilon": mcfg.rms_norm_epsilon,
-        "use_bias_in_norms": mcfg.use_bias_in_norms, "use_bias_in_attn_linear": mcfg.use_bias_in_attn_linear,
-        "use_bias_in_mlp": mcfg.use_bias_in_mlp, "tie_output_to_embedding": not mcfg.no_weight_tying,
+        "vocab_size": vocab_size, "hidden_size": model_cfg.hidden_size, "num_hidden_layers": model_cfg.num_layers,
+        "num_attention_heads": model_cfg.num_attention_heads,
+        "intermediate_size": model_cfg.intermediate_size or 4 * model_cfg.hidden_size,
+        "max_position_embeddings": model_cfg.max_position_embeddings or model_cfg.seq_length,
+        "pos_emb": model_cfg.pos_emb, "rotary_pct": model_cfg.rotary_pct, "rotary_emb_base": model_cfg.rotary_emb_base,
+        "rpe_num_buckets": model_cfg.rpe_num_buckets, "rpe_max_distance": model_cfg.rpe_max_distance,
+        "attention_window": model_cfg.attention_window, "norm": model_cfg.norm,
+        "layernorm_epsilon": model_cfg.layernorm_epsilon, "rms_norm_epsilon": model_cfg.rms_norm_epsilon,
+        "use_bias_in_norms": model_cfg.use_bias_in_norms, "use_bias_in_attn_linear": model_cfg.use_bias_in_attn_linear,
+        "use_bias_in_mlp": model_cfg.use_bias_in_mlp, "tie_output_to_embedding": not model_cfg.no_weight_tying,
         "tie_word_embeddings": False, "dtype": str(torch_dtype(dtype)).replace("torch.", ""),
-        "positional_spec": _spec_fields(mcfg),
+        "positional_spec": _spec_fields(model_cfg),
     }
     if tokenizer is not None:
         cfg.update(eos_token_id=tokenizer.eod, bos_token_id=tokenizer.eod, pad_token_id=tokenizer.eod)
     return cfg
 
 
-def _spec_fields(mcfg) -> dict:
+def _spec_fields(model_cfg) -> dict:
     """The full-model (TP=1) PositionalSpec the remote code builds its scheme from."""
     from megatron.model.gpt import positional_spec
 
-    spec = dataclasses.asdict(positional_spec(mcfg))
+    spec = dataclasses.asdict(positional_spec(model_cfg))
     for key in ("tp_rank", "tp_size"):
         del spec[key]
     return spec
@@ -116,12 +116,12 @@ def write_positional_files(pos_emb: str, out_dir: str) -> list[str]:
     return sorted(files) + [SCHEME_FILE]
 
 
-def _check_supported(mcfg) -> None:
-    if mcfg.gpt_j_residual:
+def _check_supported(model_cfg) -> None:
+    if model_cfg.gpt_j_residual:
         raise UserError("gpt-j-residual models cannot be exported yet (the remote code is sequential "
                          "pre-LN); export a model trained with gpt-j-residual: false")
-    if mcfg.activation != "gelu":
-        raise UserError(f"activation {mcfg.activation!r} cannot be exported; the remote code uses GELU")
+    if model_cfg.activation != "gelu":
+        raise UserError(f"activation {model_cfg.activation!r} cannot be exported; the remote code uses GELU")
 
 
 def save_tokenizer(cfg, out_dir: str) -> str | None:
