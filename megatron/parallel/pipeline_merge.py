@@ -13,26 +13,10 @@ import re
 
 import torch
 
+from megatron.model.layer_numbering import sequential_key
 from megatron.training.checkpoint import CheckpointError
 
 _LAYER_FILE = re.compile(r"layer_(\d+)-model_(\d+)-model_states\.pt")
-
-
-def sequential_key(idx: int, key: str, num_layers: int, tied: bool) -> str:
-    """GPTModel state_dict key of `key` in NeoX pipeline layer `idx`."""
-    if key.startswith("position."):
-        return key  # the shared scheme, wherever it is stored
-    if idx == 0 or (tied and idx == num_layers + 4):
-        if key == "word_embeddings.weight":
-            return key
-    elif 2 <= idx <= num_layers + 1:
-        return f"layers.{idx - 2}.{key}"
-    elif idx == num_layers + 3 and key.startswith("norm."):
-        return "final_norm." + key[len("norm."):]
-    elif idx == num_layers + 4 and key == "final_linear.weight":
-        return "output_layer.weight"
-    raise CheckpointError(f"pipeline layer {idx} key {key!r} has no GPTModel counterpart "
-                     f"(num_layers {num_layers}, tied embeddings {tied})")
 
 
 def layer_files(tag_dir: str) -> dict[int, str]:
