@@ -12,18 +12,22 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from megatron.attention.resolve import resolve_backend
+from megatron.attention.mask import consecutive_starts
+from megatron.attention.resolve import long_cpu_inference, resolve_backend
 from megatron.model.linear import column_parallel, row_parallel
 
 
 def cached_backend(backends: dict, mcfg, scheme: nn.Module, device: torch.device, dtype: torch.dtype,
-                   training: bool):
+                   training: bool, tokens: int | None = None):
     """The attention backend for this (device, dtype, mode), resolved once into `backends` (a
-    model's own dict: GPTModel and every pipeline layer keep one)."""
-    key = (device.type, dtype, training)
+    model's own dict: GPTModel and every pipeline layer keep one). `tokens`: the full-sequence
+    length (no kv-cache), which "auto" consults for long CPU inference only."""
+    long = long_cpu_inference(device, training, tokens)
+    key = (device.type, dtype, training, long)
     if key not in backends:
         backends[key] = resolve_backend(mcfg.attention_backend, scheme, device, dtype, training,
-                                        dropout=training and mcfg.attention_dropout > 0)
+                                        dropout=training and mcfg.attention_dropout > 0,
+                                        tokens=tokens if long else None)
     return backends[key]
 
 
@@ -58,7 +62,11 @@ class AttentionContext:
         Build it OUTSIDE activation-checkpointed regions when layers share it: the prepared
         tensors are then inputs of every layer (one autograd node, gradient summed over layers),
         and a layer's recomputation finds exactly the ops its first forward ran."""
-        backend = cached_backend(backends, mcfg, scheme, x.device, x.dtype, training)
+        # A full sequence (queries = keys = one consecutive run, no kv-cache) tells "auto" its length.
+        full = k_pos is None and long_cpu_inference(x.device, training, q_pos.numel()) and (
+            consecutive_starts(q_pos, q_pos) is not None)
+        backend = cached_backend(backends, mcfg, scheme, x.device, x.dtype, training,
+                                 tokens=q_pos.numel() if full else None)
         k_pos = q_pos if k_pos is None else k_pos
         window = mcfg.attention_window
         prepared = backend.prepare(scheme, q_pos, k_pos, window) if shares_prepared(scheme) else None

@@ -96,3 +96,49 @@ def test_pipeline_loss_is_the_model_loss(tiny_config):
     mask[0, :5] = 0
     assert torch.equal(loss_fn(model(tokens), (labels, mask)), model(tokens, labels=labels, loss_mask=mask))
     assert torch.equal(masked_mean(torch.tensor([1.0, 3.0]), torch.tensor([0, 1])), torch.tensor(3.0))
+
+
+def _flex_can_compile_on_cpu() -> bool:
+    from megatron.attention.flex import _cpp_compiler
+
+    return _cpp_compiler() is not None
+
+
+needs_compiler = pytest.mark.skipif(not _flex_can_compile_on_cpu(), reason="no C++ compiler for compiled flex")
+
+
+@needs_compiler
+def test_auto_takes_compiled_flex_for_long_cpu_inference():
+    from megatron.attention.resolve import CPU_FLEX_MIN_TOKENS, resolve_backend
+    from megatron.positional.base import PositionalSpec
+    from megatron.positional.registry import build_scheme
+
+    spec = PositionalSpec(num_heads=2, head_dim=8, hidden_size=16, max_position_embeddings=16)
+    kerple, plain = build_scheme("kerple_log", spec), build_scheme("none", spec)
+    long, short = CPU_FLEX_MIN_TOKENS, CPU_FLEX_MIN_TOKENS - 1
+    assert CPU_FLEX_MIN_TOKENS > 2048  # the quickstart evaluates up to 2,048 tokens on sdpa
+    def pick(scheme, training=False, tokens=long, name="auto"):
+        return resolve_backend(name, scheme, "cpu", torch.float32, training, tokens=tokens).name
+
+    assert pick(kerple) == "flex"
+    assert pick(kerple, tokens=short) == pick(kerple, tokens=None) == "sdpa"
+    assert pick(kerple, training=True) == "sdpa"  # flex has no CPU backward
+    assert pick(plain) == "sdpa"  # no bias: SDPA's causal path
+    assert pick(kerple, name="sdpa") == "sdpa"  # an explicit name is kept
+
+
+@needs_compiler
+def test_the_model_tells_auto_its_length_only_for_a_full_sequence(tiny_config, monkeypatch):
+    import megatron.attention.resolve as resolve
+
+    monkeypatch.setattr(resolve, "CPU_FLEX_MIN_TOKENS", 16)
+    model = GPTModel(tiny_config(pos_emb="kerple_log").model, 128).eval()
+    x = torch.zeros(1, 16, 32)
+    with torch.no_grad():
+        full = attention_mod.AttentionContext.build(model.mcfg, model.position, {}, x, False, torch.arange(16))
+        short = attention_mod.AttentionContext.build(model.mcfg, model.position, {}, x[:, :8], False, torch.arange(8))
+        gapped = attention_mod.AttentionContext.build(model.mcfg, model.position, {}, x, False, torch.arange(16) * 2)
+        cached = attention_mod.AttentionContext.build(model.mcfg, model.position, {}, x[:, :1], False,
+                                                      torch.tensor([15]), torch.arange(16))
+    assert full.backend.name == "flex"
+    assert short.backend.name == gapped.backend.name == cached.backend.name == "sdpa"
