@@ -18,9 +18,11 @@ Where it runs (torch 2.13):
         is the compiled C++ kernel (needs a compiler). Measured on a busy 2-core box: the first
         compile takes 15-25 s with a cold inductor cache (3-5 s warm), each new score_mod or
         dtype ~5 s more; then a call costs about what SDPA does or less (kerple_log, fp32,
-        B1 H8 L512 D64: flex 13 ms, sdpa 37 ms, reference 117 ms). Never picked by "auto" on
-        CPU. `eager_on_cpu = True` runs flex's unfused eager path instead: no compile, but it
-        materialises the scores and is ~20-50x slower per call than the compiled kernel.
+        B1 H8 L512 D64: flex 13 ms, sdpa 37 ms, reference 117 ms). "auto" picks it on CPU
+        only for inference over full sequences of CPU_FLEX_MIN_TOKENS or more (resolve.py:
+        there one forward saves more than the compile costs). `eager_on_cpu = True` runs
+        flex's unfused eager path instead: no compile, but it materialises the scores and
+        is ~20-50x slower per call than the compiled kernel.
 
 Positions must be consecutive runs (q_pos = q0 + arange(Lq), k_pos = k0 + arange(Lk), q0 >= k0,
 which training and the kv-cache both produce); the offset q0 - k0 is a captured tensor, so a new
@@ -151,7 +153,8 @@ class FlexAttention(AttentionBackend):
 
     def auto_rank(self, scheme, device, dtype, training):
         # CUDA with a bias/weight only: plain schemes run faster on SDPA's flash path, and on
-        # CPU the compile cost makes flex an explicit choice. triton (priority 20) ranks first.
+        # CPU the compile cost makes flex an explicit choice, except for long inference, which
+        # resolve.auto_backend decides before ranking. triton (priority 20) ranks first.
         kernel = scheme.fused_kernel()
         if device.type != "cuda" or kernel is None or kernel.is_plain:
             return None
