@@ -13,10 +13,17 @@ the "auto" preference (lower = tried first), so a new backend (flex, triton, fla
 file and no edit elsewhere. A backend whose speed depends on the case (a fused kernel that only
 pays off for score-bias schemes, or that runs on CPU only in an interpreter) overrides
 `auto_rank` to step aside; an explicit name still gets it whenever unsupported_reason allows.
+
+Whatever depends only on the positions, the window and the scheme (a shared scheme's
+[H, Lq, Lk] bias, SDPA's float mask, flex's block mask, the layout checks) is built by
+`prepare`, once per model forward (megatron.model.attention.AttentionContext.build), and handed
+to every layer's `forward` as `prepared`; a direct call without it prepares for itself.
 """
 from __future__ import annotations
 
 import torch
+
+from megatron.attention.mask import check_window
 
 
 class AttentionBackend:
@@ -35,10 +42,19 @@ class AttentionBackend:
         never be picked automatically here. Default: the registered priority."""
         return self.priority
 
+    def prepare(self, scheme, q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None = None):
+        """Per-forward state shared by every layer (see the module docstring), or None. It may hold
+        tensors on the autograd graph of the scheme's parameters: built once and used by every
+        layer, their gradient is the sum over layers, as when each layer built its own. It lives
+        as long as the forward's context (and its graph), never longer: nothing is cached here."""
+        check_window(window)
+        return None
+
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scheme,
                 q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None = None,
-                softmax_in_fp32: bool = False, dropout_p: float = 0.0) -> torch.Tensor:
+                softmax_in_fp32: bool = False, dropout_p: float = 0.0, prepared=None) -> torch.Tensor:
         """q: (B, H_local, Lq, D); k, v: (B, H_local, Lk, D); q_pos: (Lq,), k_pos: (Lk,) int64
         absolute positions. Returns (B, H_local, Lq, D). dropout_p is applied as given (the
-        caller passes 0 in eval)."""
+        caller passes 0 in eval). `prepared`: this backend's prepare(scheme, q_pos, k_pos, window)
+        for these positions, or None to prepare here."""
         raise NotImplementedError

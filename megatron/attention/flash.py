@@ -23,7 +23,7 @@ import math
 import torch
 
 from megatron.attention.base import AttentionBackend
-from megatron.attention.mask import allowed_mask
+from megatron.attention.mask import check_window, consecutive_starts
 from megatron.attention.registry import register_backend
 
 try:
@@ -59,8 +59,8 @@ def _scheme_problem(scheme, training: bool) -> str | None:
 def _check_layout(q_pos: torch.Tensor, k_pos: torch.Tensor) -> None:
     """flash-attn aligns queries to the LAST keys: require consecutive keys, q_pos = k_pos[-Lq:]."""
     lq, lk = q_pos.numel(), k_pos.numel()
-    ok = lq <= lk and bool(((k_pos[1:] - k_pos[:-1]) == 1).all() & (q_pos == k_pos[lk - lq:]).all())
-    if not ok:
+    starts = consecutive_starts(q_pos, k_pos)
+    if lq > lk or starts is None or starts[0] != starts[1] + lk - lq:
         raise ValueError("the flash backend needs consecutive key positions with the queries at the last Lq "
                          "of them (q_pos = k_pos[-Lq:], as in training and kv-cache decoding); use the sdpa "
                          "or reference backend for other layouts")
@@ -83,13 +83,18 @@ class FlashAttention(AttentionBackend):
             return "flash-attn 2 needs an Ampere or newer GPU (compute capability 8.0+)"
         return None
 
+    def prepare(self, scheme, q_pos, k_pos, window=None):
+        check_window(window)
+        _check_layout(q_pos, k_pos)
+        return True  # checked: nothing else depends on the positions
+
     def forward(self, q, k, v, scheme, q_pos, k_pos, window=None, softmax_in_fp32=False,
-                dropout_p=0.0):
+                dropout_p=0.0, prepared=None):
         # softmax_in_fp32 needs no flag: flash-attn accumulates the softmax in fp32.
         if flash_attn_func is None:
             raise ValueError(NOT_INSTALLED)
-        allowed_mask(q_pos[:0], k_pos[:0], window)  # validates window with the shared message
-        _check_layout(q_pos, k_pos)
+        if prepared is None:
+            self.prepare(scheme, q_pos, k_pos, window)
         kernel = scheme.fused_kernel()
         assert not kernel.has_weight and kernel.bias in ("none", "power") and kernel.r3 is None, (
             "resolve_backend should have refused this scheme")

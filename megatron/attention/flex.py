@@ -18,9 +18,11 @@ Where it runs (torch 2.13):
         is the compiled C++ kernel (needs a compiler). Measured on a busy 2-core box: the first
         compile takes 15-25 s with a cold inductor cache (3-5 s warm), each new score_mod or
         dtype ~5 s more; then a call costs about what SDPA does or less (kerple_log, fp32,
-        B1 H8 L512 D64: flex 13 ms, sdpa 37 ms, reference 117 ms). Never picked by "auto" on
-        CPU. `eager_on_cpu = True` runs flex's unfused eager path instead: no compile, but it
-        materialises the scores and is ~20-50x slower per call than the compiled kernel.
+        B1 H8 L512 D64: flex 13 ms, sdpa 37 ms, reference 117 ms). "auto" picks it on CPU
+        only for inference over full sequences of CPU_FLEX_MIN_TOKENS or more (resolve.py:
+        there one forward saves more than the compile costs). `eager_on_cpu = True` runs
+        flex's unfused eager path instead: no compile, but it materialises the scores and
+        is ~20-50x slower per call than the compiled kernel.
 
 Positions must be consecutive runs (q_pos = q0 + arange(Lq), k_pos = k0 + arange(Lk), q0 >= k0,
 which training and the kv-cache both produce); the offset q0 - k0 is a captured tensor, so a new
@@ -36,7 +38,7 @@ import torch
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 from megatron.attention.base import AttentionBackend
-from megatron.attention.mask import allowed_mask
+from megatron.attention.mask import check_window, consecutive_starts
 from megatron.attention.registry import register_backend
 
 # A window wider than any sequence: "no window" shares the windowed mask_mod (no recompile).
@@ -102,13 +104,11 @@ def _score_mod(kernel, off: torch.Tensor):
 
 def _consecutive_offset(q_pos: torch.Tensor, k_pos: torch.Tensor) -> int:
     """q0 - k0 when q_pos and k_pos are consecutive runs with q0 >= k0 (one host sync)."""
-    def steps_ok(pos):
-        return (pos[1:] - pos[:-1] == 1).all()
-
-    q0, k0, q_ok, k_ok = torch.stack([q_pos[0], k_pos[0], steps_ok(q_pos), steps_ok(k_pos)]).tolist()
-    if not (q_ok and k_ok):
+    starts = consecutive_starts(q_pos, k_pos)
+    if starts is None:
         raise ValueError("the flex backend needs consecutive positions (q_pos = q0 + arange(Lq), "
                          "k_pos = k0 + arange(Lk)); use the sdpa or reference backend for gapped positions")
+    q0, k0 = starts
     if q0 < k0:
         raise ValueError(f"the first query (position {q0}) precedes the first key ({k0}), so it has no "
                          "key to attend to; pass keys that start at or before the queries")
@@ -143,19 +143,26 @@ class FlexAttention(AttentionBackend):
 
     def auto_rank(self, scheme, device, dtype, training):
         # CUDA with a bias/weight only: plain schemes run faster on SDPA's flash path, and on
-        # CPU the compile cost makes flex an explicit choice. triton (priority 20) ranks first.
+        # CPU the compile cost makes flex an explicit choice, except for long inference, which
+        # resolve.auto_backend decides before ranking. triton (priority 20) ranks first.
         kernel = scheme.fused_kernel()
         if device.type != "cuda" or kernel is None or kernel.is_plain:
             return None
         return self.priority
 
+    def prepare(self, scheme, q_pos, k_pos, window=None):
+        """(block_mask, offset tensor) for these positions: the layout check's host sync once."""
+        check_window(window)
+        return _block_mask(q_pos.numel(), k_pos.numel(), _consecutive_offset(q_pos, k_pos), window,
+                           q_pos.device)
+
     def forward(self, q, k, v, scheme, q_pos, k_pos, window=None, softmax_in_fp32=False,
-                dropout_p=0.0):
+                dropout_p=0.0, prepared=None):
         # softmax_in_fp32 needs no flag: flex accumulates the scores and softmax in fp32.
         if dropout_p > 0.0:
             raise ValueError("the flex backend has no attention dropout; resolve_backend should have "
                              "refused it (pass dropout=True there) or set attention-dropout to 0")
-        allowed_mask(q_pos[:0], k_pos[:0], window)  # validates window with the shared message
+        check_window(window)
         D = q.shape[-1]
         if q.device.type == "cuda" and D < 16:
             raise ValueError(f"flex on CUDA needs head_dim >= 16 (Triton's dot), got {D}; use a larger "
@@ -165,8 +172,7 @@ class FlexAttention(AttentionBackend):
                 any(x.requires_grad for x in (q, k, v)) or any(t.requires_grad for t in kernel.tensors().values())):
             raise ValueError("flex on CPU is inference only (no CPU backward): run it under "
                              "torch.no_grad(), or use the sdpa or reference backend to train")
-        block_mask, off = _block_mask(q.shape[2], k.shape[2], _consecutive_offset(q_pos, k_pos), window,
-                                      q.device)
+        block_mask, off = prepared or self.prepare(scheme, q_pos, k_pos, window)
         score_mod = None if kernel.is_plain else _score_mod(kernel, off)
         fn = flex_attention if q.device.type == "cpu" and self.eager_on_cpu else _compiled_flex()
         return fn(q, k, v, score_mod=score_mod, block_mask=block_mask,

@@ -7,6 +7,7 @@ tested against."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -27,26 +28,34 @@ def scaled_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return out.view(B, H, Lq, Lk)
 
 
+@dataclass(frozen=True)
+class ReferencePrepared:
+    weight: torch.Tensor | None  # (H, Lq, Lk) fp32 score weight, or None
+    bias: torch.Tensor | None  # (H, Lq, Lk) fp32 score bias, or None
+    allowed: torch.Tensor  # (Lq, Lk) bool
+
+
 @register_backend("reference", priority=1000)
 class ReferenceAttention(AttentionBackend):
+    def prepare(self, scheme, q_pos, k_pos, window=None):
+        # The scheme computes in fp32; like the paper, forward casts to the scores' dtype.
+        allowed = allowed_mask(q_pos, k_pos, window)  # (Lq, Lk)
+        # The diagonal is always allowed under a causal mask, so no row is empty (no 0/0).
+        assert bool(allowed.any(dim=-1).all()), "a query row has no allowed key"
+        return ReferencePrepared(scheme.score_weight(q_pos, k_pos), scheme.score_bias(q_pos, k_pos), allowed)
+
     def forward(self, q, k, v, scheme, q_pos, k_pos, window=None, softmax_in_fp32=False,
-                dropout_p=0.0):
+                dropout_p=0.0, prepared=None):
+        prepared = prepared or self.prepare(scheme, q_pos, k_pos, window)
         scores = scaled_scores(q, k)  # (B, H, Lq, Lk), input dtype
         if softmax_in_fp32:
             # Upcast before the bias so the kernel values are not rounded to bf16 first.
             scores = scores.float()
-        # The scheme computes in fp32; like the paper, the result joins the scores' dtype.
-        weight = scheme.score_weight(q_pos, k_pos)  # (H, Lq, Lk) or None
-        if weight is not None:
-            scores = scores * weight.to(scores.dtype)
-        bias = scheme.score_bias(q_pos, k_pos)  # (H, Lq, Lk) or None
-        if bias is not None:
-            scores = scores + bias.to(scores.dtype)
-
-        allowed = allowed_mask(q_pos, k_pos, window)  # (Lq, Lk)
-        # The diagonal is always allowed under a causal mask, so no row is empty (no 0/0).
-        assert bool(allowed.any(dim=-1).all()), "a query row has no allowed key"
-        scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
+        if prepared.weight is not None:
+            scores = scores * prepared.weight.to(scores.dtype)
+        if prepared.bias is not None:
+            scores = scores + prepared.bias.to(scores.dtype)
+        scores = scores.masked_fill(~prepared.allowed, torch.finfo(scores.dtype).min)
         probs = F.softmax(scores, dim=-1).to(v.dtype)  # (B, H, Lq, Lk)
         if dropout_p > 0.0:
             probs = F.dropout(probs, p=dropout_p, training=True)

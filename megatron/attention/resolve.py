@@ -11,6 +11,14 @@ from megatron.attention.registry import backend_classes
 
 logger = logging.getLogger("megatron.attention")
 
+# CPU inference over full sequences of at least this many tokens: "auto" takes compiled flex
+# (when it can run the scheme) over SDPA's materialised [H, L, L] bias. Measured on the 2-core
+# CPU, 1 thread, 4x256 model, kerple_log eval forward (docs/benchmarks.md, "evaluation forward"):
+# per call flex is already faster at 2,048 tokens, but its first call compiles (11-30 s), and the
+# quickstart evaluates up to 2,048 tokens, whose figures must not change; from 4,096 on one
+# forward saves more than the compile costs.
+CPU_FLEX_MIN_TOKENS = 4096
+
 
 def backend_names() -> list[str]:
     """Registered backend names in "auto" preference order (reference last)."""
@@ -27,8 +35,20 @@ def describe_case(scheme, device: torch.device, dtype: torch.dtype, training: bo
         " (training)" if training else " (inference)")
 
 
-def auto_backend(scheme, device, dtype, training, dropout=False) -> AttentionBackend:
-    """The best-ranked backend that supports the case; reference always does."""
+def long_cpu_inference(device: torch.device | str, training: bool, tokens: int | None) -> bool:
+    """The case where "auto" prefers compiled flex on CPU (see CPU_FLEX_MIN_TOKENS)."""
+    return torch.device(device).type == "cpu" and not training and (tokens or 0) >= CPU_FLEX_MIN_TOKENS
+
+
+def auto_backend(scheme, device, dtype, training, dropout=False, tokens=None) -> AttentionBackend:
+    """The best-ranked backend that supports the case; reference always does. `tokens`: the
+    full-sequence length (queries = keys) when known, for the long CPU inference rule."""
+    if long_cpu_inference(device, training, tokens):
+        flex = backend_classes().get("flex")
+        kernel = scheme.fused_kernel()
+        if (flex is not None and kernel is not None and not kernel.is_plain
+                and flex().unsupported_reason(scheme, device, dtype, training, dropout=dropout) is None):
+            return flex()
     ranked = []
     for name, cls in backend_classes().items():
         backend = cls()
@@ -44,23 +64,24 @@ def auto_backend(scheme, device, dtype, training, dropout=False) -> AttentionBac
 
 
 def resolve_backend(name: str, scheme, device: torch.device | str, dtype: torch.dtype,
-                    training: bool, dropout: bool = False) -> AttentionBackend:
+                    training: bool, dropout: bool = False, tokens: int | None = None) -> AttentionBackend:
     """`dropout`: attention dropout > 0 will be applied (fused kernels without dropout refuse).
+    `tokens`: the full-sequence length (queries = keys, no kv-cache), for "auto" only.
 
     Runs without autograd: the backends' checks may evaluate the scheme (fused_kernel() clamps
     its parameters), and the pipeline model resolves inside an activation-checkpointed layer on
     its first call only, so recorded ops there would make the recomputation save a different
     number of tensors than the original forward (torch.utils.checkpoint.CheckpointError)."""
     with torch.no_grad():
-        return _resolve(name, scheme, device, dtype, training, dropout)
+        return _resolve(name, scheme, device, dtype, training, dropout, tokens)
 
 
-def _resolve(name, scheme, device, dtype, training, dropout) -> AttentionBackend:
+def _resolve(name, scheme, device, dtype, training, dropout, tokens=None) -> AttentionBackend:
     device = torch.device(device)
     classes = backend_classes()
     where = describe_case(scheme, device, dtype, training)
     if name == "auto":
-        backend = auto_backend(scheme, device, dtype, training, dropout)
+        backend = auto_backend(scheme, device, dtype, training, dropout, tokens)
         logger.info("attention backend auto -> %s for %s", backend.name, where)
         return backend
     if name not in classes:

@@ -17,7 +17,7 @@ import os
 import torch
 
 from megatron.attention.base import AttentionBackend
-from megatron.attention.mask import allowed_mask
+from megatron.attention.mask import check_window, consecutive_starts
 from megatron.attention.registry import register_backend
 
 MAX_HEAD_DIM = 256  # per-program tiles of [BLOCK, head_dim] must fit in shared memory
@@ -25,15 +25,6 @@ MAX_HEAD_DIM = 256  # per-program tiles of [BLOCK, head_dim] must fit in shared 
 
 def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
-
-
-def consecutive_start(pos: torch.Tensor, what: str) -> int:
-    """The first position when pos = start + arange(len); the kernel indexes by that offset."""
-    start = int(pos[0])
-    if pos.numel() > 1 and not torch.equal(pos, torch.arange(start, start + pos.numel(), device=pos.device)):
-        raise ValueError(f"the triton attention backend needs consecutive {what} positions (start + 0..L-1); "
-                         "use attention-backend sdpa or reference for arbitrary positions")
-    return start
 
 
 @register_backend("triton", priority=20)
@@ -61,17 +52,25 @@ class TritonAttention(AttentionBackend):
             return None
         return self.priority
 
+    def prepare(self, scheme, q_pos, k_pos, window=None):
+        """(q0, k0): the kernel indexes by the first query and key positions."""
+        check_window(window)
+        starts = consecutive_starts(q_pos, k_pos)
+        if starts is None:
+            raise ValueError("the triton attention backend needs consecutive query positions and consecutive key positions "
+                             "(start + 0..L-1); use attention-backend sdpa or reference for arbitrary positions")
+        return starts
+
     def forward(self, q, k, v, scheme, q_pos, k_pos, window=None, softmax_in_fp32=False,
-                dropout_p=0.0):
+                dropout_p=0.0, prepared=None):
         # softmax_in_fp32 needs no flag: the kernel keeps scores and the softmax in fp32.
         if dropout_p > 0.0:
             raise ValueError("the triton attention backend has no attention dropout; set attention-dropout 0 "
                              "or attention-backend sdpa")
-        allowed_mask(q_pos[:0], k_pos[:0], window)  # validates window with the shared message
+        check_window(window)
         if q.shape[-1] > MAX_HEAD_DIM:
             raise ValueError(f"the triton attention backend supports head_dim <= {MAX_HEAD_DIM}, got {q.shape[-1]}")
         from megatron.kernels.attention import triton_attention
 
-        q0 = consecutive_start(q_pos, "query")
-        k0 = consecutive_start(k_pos, "key")
+        q0, k0 = prepared or self.prepare(scheme, q_pos, k_pos, window)
         return triton_attention(q, k, v, scheme.fused_kernel(), q0, k0, window)  # (B, H, Lq, D)

@@ -1,7 +1,7 @@
 """This stack's pipeline checkpoint (per-layer files) -> one GPTModel state_dict.
 
 A pipeline checkpoint directory holds `layer_{idx:02d}-model_{tp:02d}-model_states.pt`, one plain
-state_dict per NeoX layer index (numbering: megatron/parallel/pipeline_merge.sequential_key). The
+state_dict per NeoX layer index (numbering: megatron/model/layer_numbering.sequential_key). The
 shared positional scheme is stored in every file that uses it (`position.*`); all copies must agree.
 No DeepSpeed import here: evaluation reads files only.
 """
@@ -12,7 +12,7 @@ import torch
 from megatron.checkpoint import safe_load
 from megatron.checkpoint.errors import CheckpointError
 from megatron.checkpoint.layout import layer_files
-from megatron.parallel.pipeline_merge import sequential_key
+from megatron.model.layer_numbering import sequential_key
 
 
 def _rank0_layer_files(tag_dir: str) -> dict[int, str]:

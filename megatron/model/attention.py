@@ -12,12 +12,29 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from megatron.attention.mask import consecutive_starts
+from megatron.attention.resolve import long_cpu_inference, resolve_backend
 from megatron.model.linear import column_parallel, row_parallel
+
+
+def cached_backend(backends: dict, mcfg, scheme: nn.Module, device: torch.device, dtype: torch.dtype,
+                   training: bool, tokens: int | None = None):
+    """The attention backend for this (device, dtype, mode), resolved once into `backends` (a
+    model's own dict: GPTModel and every pipeline layer keep one). `tokens`: the full-sequence
+    length (no kv-cache), which "auto" consults for long CPU inference only."""
+    long = long_cpu_inference(device, training, tokens)
+    key = (device.type, dtype, training, long)
+    if key not in backends:
+        backends[key] = resolve_backend(mcfg.attention_backend, scheme, device, dtype, training,
+                                        dropout=training and mcfg.attention_dropout > 0,
+                                        tokens=tokens if long else None)
+    return backends[key]
 
 
 @dataclass
 class AttentionContext:
-    """Per-forward state shared by all layers (built once by GPTModel.forward)."""
+    """Per-forward state shared by all layers: GPTModel builds it once per forward, a pipeline
+    layer once per its forward (AttentionContext.build for both)."""
 
     scheme: nn.Module  # the shared PositionalScheme instance
     backend: object  # an AttentionBackend from megatron.attention
@@ -32,6 +49,41 @@ class AttentionContext:
     # Incremental decoding: this layer's megatron.model.kv_cache.LayerCache, or None. With a
     # cache, q_pos are the new tokens' positions and k_pos = past positions + q_pos.
     cache: object | None = None
+    # The backend's prepare(scheme, q_pos, k_pos, window): a shared scheme's [H, Lq, Lk] bias,
+    # SDPA's float mask, flex's block mask..., built once for every layer of this forward.
+    prepared: object | None = None
+
+    @classmethod
+    def build(cls, mcfg, scheme: nn.Module, backends: dict, x: torch.Tensor, training: bool,
+              q_pos: torch.Tensor, k_pos: torch.Tensor | None = None) -> AttentionContext:
+        """The context for hidden states `x` (B, L, h) at positions q_pos (keys: k_pos, default
+        q_pos), with the backend resolved once per (device, dtype, mode) into `backends`.
+
+        Build it OUTSIDE activation-checkpointed regions when layers share it: the prepared
+        tensors are then inputs of every layer (one autograd node, gradient summed over layers),
+        and a layer's recomputation finds exactly the ops its first forward ran."""
+        # A full sequence (queries = keys = one consecutive run, no kv-cache) tells "auto" its length.
+        full = k_pos is None and long_cpu_inference(x.device, training, q_pos.numel()) and (
+            consecutive_starts(q_pos, q_pos) is not None)
+        backend = cached_backend(backends, mcfg, scheme, x.device, x.dtype, training,
+                                 tokens=q_pos.numel() if full else None)
+        k_pos = q_pos if k_pos is None else k_pos
+        window = mcfg.attention_window
+        prepared = backend.prepare(scheme, q_pos, k_pos, window) if shares_prepared(scheme) else None
+        return cls(scheme=scheme, backend=backend, q_pos=q_pos, k_pos=k_pos, window=window,
+                   softmax_in_fp32=mcfg.attention_softmax_in_fp32, dropout_p=mcfg.attention_dropout,
+                   prepared=prepared)
+
+
+def shares_prepared(scheme: nn.Module) -> bool:
+    """Whether the layers of one forward share one prepared bias: always, except when autograd
+    records the scheme's learnable parameters (training KERPLE). There each layer prepares its own,
+    as before: sharing would sum the layers' [H, Lq, Lk] bias gradients BEFORE the reduction to
+    the per-head parameters instead of after it, the same gradient up to rounding (measured: max
+    difference 4e-9 on the quickstart model) but not the same bits, and training figures (the
+    quickstart table) must stay bit-identical. Evaluation (no_grad), fixed biases (alibi) and
+    plain schemes share: bitwise the same logits and gradients."""
+    return not (torch.is_grad_enabled() and any(p.requires_grad for p in scheme.parameters()))
 
 
 class SelfAttention(nn.Module):
@@ -69,5 +121,6 @@ class SelfAttention(nn.Module):
                 window=ctx.window,
                 softmax_in_fp32=ctx.softmax_in_fp32,
                 dropout_p=ctx.dropout_p if self.training else 0.0,
+                prepared=ctx.prepared,
             )  # (B, H_local, L, D)
         return self.dense(out.transpose(1, 2).reshape(B, L, -1))

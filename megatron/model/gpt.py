@@ -16,8 +16,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from megatron.attention.resolve import resolve_backend
-from megatron.model.attention import AttentionContext
+from megatron.model.attention import AttentionContext, cached_backend
 from megatron.model.init import build_init
 from megatron.model.linear import (
     column_parallel,
@@ -26,6 +25,7 @@ from megatron.model.linear import (
     token_cross_entropy,
     vocab_parallel_embedding,
 )
+from megatron.model.loss import masked_mean
 from megatron.model.norms import build_norm
 from megatron.model.transformer import TransformerLayer
 from megatron.positional.base import PositionalSpec, config_options
@@ -81,13 +81,7 @@ class GPTModel(nn.Module):
     # ---- pieces ------------------------------------------------------------------------------
     def backend(self, device: torch.device, dtype: torch.dtype):
         """The attention backend for this (device, dtype, mode), resolved once and cached."""
-        key = (device.type, dtype, self.training)
-        if key not in self._backends:
-            self._backends[key] = resolve_backend(
-                self.mcfg.attention_backend, self.position, device, dtype, self.training,
-                dropout=self.training and self.mcfg.attention_dropout > 0,
-            )
-        return self._backends[key]
+        return cached_backend(self._backends, self.mcfg, self.position, device, dtype, self.training)
 
     def position_stats(self) -> dict[str, float]:
         """The scheme's logged statistics over ALL heads (under TP a rank holds only its own
@@ -117,15 +111,8 @@ class GPTModel(nn.Module):
         if absolute is not None:
             x = x + absolute.to(x.dtype)
         x = self.embedding_dropout(x)
-        ctx = AttentionContext(
-            scheme=self.position,
-            backend=self.backend(x.device, x.dtype),
-            q_pos=positions,
-            k_pos=positions if k_pos is None else k_pos,
-            window=self.mcfg.attention_window,
-            softmax_in_fp32=self.mcfg.attention_softmax_in_fp32,
-            dropout_p=self.mcfg.attention_dropout,
-        )
+        # Once per forward, outside the checkpointed layers: every layer shares the scheme's bias.
+        ctx = AttentionContext.build(self.mcfg, self.position, self._backends, x, self.training, positions, k_pos)
         if cache is not None:
             return self._cached_layers(x, ctx, cache)
         extra = {}
@@ -161,11 +148,7 @@ class GPTModel(nn.Module):
         x = self.hidden_states(tokens, positions, cache)
         if labels is None:
             return gather_logits(parallel_logits(x, self.output_weight(), self.parallel), self.parallel)
-        losses = self._token_losses_from_hidden(x, labels)
-        if loss_mask is None:
-            return losses.mean()
-        loss_mask = loss_mask.to(losses.dtype)
-        return (losses * loss_mask).sum() / loss_mask.sum().clamp_min(1.0)
+        return masked_mean(self._token_losses_from_hidden(x, labels), loss_mask)
 
     @torch.no_grad()
     def token_losses(self, tokens, labels, positions=None, chunk: int = 2048):

@@ -7,8 +7,10 @@
     L+3      NormPipe            `norm.*`                     -> layer_{L+3}
     L+4      OutputPipe          `final_linear.weight` (untied) -> layer_{L+4}
 
-Built from the same blocks as GPTModel. Activations between stages are tensors only: hidden
-states (B, L, h); every layer rebuilds positions (arange(L)) and its AttentionContext.
+Built from the same blocks as GPTModel, with the same AttentionContext.build and loss
+(megatron/model/loss.py). Activations between stages are tensors only: hidden states (B, L, h);
+so every layer rebuilds positions (arange(L)) and its context (a bias scheme's [H, L, L] bias
+is thus built once per layer here, once per forward in GPTModel).
 
 The positional scheme is ONE instance per stage, shared by that stage's layers (and the
 embedding, for absolute schemes). Each stage thus holds a replica: the replicas start equal (the
@@ -26,25 +28,13 @@ from deepspeed.pipe import LayerSpec, PipelineModule, TiedLayerSpec
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from megatron.attention.resolve import resolve_backend
-from megatron.model.attention import AttentionContext
+from megatron.model.attention import AttentionContext, cached_backend
 from megatron.model.gpt import GPTModel, build_init, build_norm, positional_spec
+from megatron.model.layer_numbering import sequential_key
+from megatron.model.linear import token_cross_entropy
+from megatron.model.loss import masked_mean
 from megatron.model.transformer import TransformerLayer
 from megatron.positional.registry import build_scheme
-
-
-def attention_context(mcfg, scheme, x: torch.Tensor, backends: dict, training: bool) -> AttentionContext:
-    """The context GPTModel.hidden_states builds, rebuilt from the activation's shape."""
-    positions = torch.arange(x.shape[1], device=x.device)
-    key = (x.device.type, x.dtype, training)
-    if key not in backends:
-        backends[key] = resolve_backend(mcfg.attention_backend, scheme, x.device, x.dtype, training,
-                                        dropout=training and mcfg.attention_dropout > 0)
-    return AttentionContext(
-        scheme=scheme, backend=backends[key], q_pos=positions, k_pos=positions,
-        window=mcfg.attention_window, softmax_in_fp32=mcfg.attention_softmax_in_fp32,
-        dropout_p=mcfg.attention_dropout,
-    )
 
 
 class EmbeddingPipe(nn.Module):
@@ -76,7 +66,8 @@ class TransformerLayerPipe(TransformerLayer):
         self._backends: dict = {}
 
     def forward(self, x):  # (B, L, h)
-        ctx = attention_context(self.mcfg, self.position, x, self._backends, self.training)
+        positions = torch.arange(x.shape[1], device=x.device)
+        ctx = AttentionContext.build(self.mcfg, self.position, self._backends, x, self.training, positions)
         return super().forward(x, ctx)
 
 
@@ -117,9 +108,7 @@ def _tied_logits(embedding: EmbeddingPipe, x):
 def loss_fn(logits: torch.Tensor, labels_and_mask) -> torch.Tensor:
     """NeoX's loss: sum(CE(float logits) * loss_mask) / sum(loss_mask), as GPTModel.forward."""
     labels, loss_mask = labels_and_mask
-    losses = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), reduction="none")
-    mask = loss_mask.to(losses.dtype).flatten()
-    return (losses * mask).sum() / mask.sum().clamp_min(1.0)
+    return masked_mean(token_cross_entropy(logits.float().flatten(0, 1), labels.flatten(), None), loss_mask)
 
 
 def layer_specs(mcfg, vocab_size: int, scheme: nn.Module) -> list:
@@ -170,6 +159,7 @@ class GPTPipe(PipelineModule):
             )
         self.mcfg = mcfg
         self.position = scheme
+        self._backends: dict = {}
         self._load_sequential(reference)
         self._mark_replicated_scheme()
 
@@ -179,8 +169,7 @@ class GPTPipe(PipelineModule):
 
     def backend(self, device: torch.device, dtype: torch.dtype):
         """The attention backend the layers resolve (for logging, as GPTModel.backend)."""
-        return resolve_backend(self.mcfg.attention_backend, self.position, device, dtype, self.training,
-                               dropout=self.training and self.mcfg.attention_dropout > 0)
+        return cached_backend(self._backends, self.mcfg, self.position, device, dtype, self.training)
 
     # ---- initial values ----------------------------------------------------------------------
     def local_modules(self) -> list[tuple[int, nn.Module]]:
@@ -192,8 +181,6 @@ class GPTPipe(PipelineModule):
 
     @torch.no_grad()
     def _load_sequential(self, state: dict) -> None:
-        from megatron.parallel.pipeline_merge import sequential_key
-
         L, tied = self.mcfg.num_layers, not self.mcfg.no_weight_tying
         for idx, module in self.local_modules():
             for key, tensor in module.state_dict(keep_vars=True).items():

@@ -259,7 +259,7 @@ def test_layer_numbering_matches_neox(tiny_config):
 
 
 def test_sequential_key_map():
-    from megatron.parallel.pipeline_merge import sequential_key
+    from megatron.model.layer_numbering import sequential_key
 
     assert sequential_key(0, "word_embeddings.weight", 12, False) == "word_embeddings.weight"
     assert sequential_key(2, "attention.dense.weight", 12, False) == "layers.0.attention.dense.weight"

@@ -206,3 +206,15 @@ def test_train_step_eval_length_columns():
     header = table_lines(text)[0]
     assert header[-3:] == ["eval 64 s", "eval 64 peak GiB", "note"]
     assert table_lines(text)[2][-3] == "error"
+
+
+def test_eval_forward_tool_interleaves_variants_against_none(capsys):
+    """tools/bench_eval_forward.py: one row per (length, variant), ratios against `none`."""
+    tool = load_tool("bench_eval_forward")
+    assert tool.main(["--variants", "none", "kerple_log", "alibi@reference", "--lengths", "32", "64",
+                      "--layers", "1", "--hidden", "32", "--heads", "2", "--vocab", "64", "--reps", "1"]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("| tokens |"):].splitlines()[2:]
+    assert [row.split("|")[1:3] for row in table] == [
+        [f" {n} ", f" {v} "] for n in (32, 64) for v in ("none", "kerple_log", "alibi@reference")]
+    assert all(row.split("|")[4].strip() == "1.00" for row in table if "| none |" in row)
