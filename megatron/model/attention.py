@@ -82,8 +82,14 @@ def shares_prepared(scheme: nn.Module) -> bool:
     the per-head parameters instead of after it, the same gradient up to rounding (measured: max
     difference 4e-9 on the quickstart model) but not the same bits, and training figures (the
     quickstart table) must stay bit-identical. Evaluation (no_grad), fixed biases (alibi) and
-    plain schemes share: bitwise the same logits and gradients."""
-    return not (torch.is_grad_enabled() and any(p.requires_grad for p in scheme.parameters()))
+    plain schemes share: bitwise the same logits and gradients.
+
+    Never under ZeRO-3 (parameters carry `ds_id`): the scheme's partitioned parameters are gathered
+    only inside the layers' forward, so a bias prepared outside them would have no heads."""
+    params = list(scheme.parameters())
+    if any(hasattr(p, "ds_id") for p in params):
+        return False
+    return not (torch.is_grad_enabled() and any(p.requires_grad for p in params))
 
 
 class SelfAttention(nn.Module):
