@@ -17,7 +17,7 @@ from megatron.attention.resolve import long_cpu_inference, resolve_backend
 from megatron.model.linear import column_parallel, row_parallel
 
 
-def cached_backend(backends: dict, mcfg, scheme: nn.Module, device: torch.device, dtype: torch.dtype,
+def cached_backend(backends: dict, model_cfg, scheme: nn.Module, device: torch.device, dtype: torch.dtype,
                    training: bool, tokens: int | None = None):
     """The attention backend for this (device, dtype, mode), resolved once into `backends` (a
     model's own dict: GPTModel and every pipeline layer keep one). `tokens`: the full-sequence
@@ -25,8 +25,8 @@ def cached_backend(backends: dict, mcfg, scheme: nn.Module, device: torch.device
     long = long_cpu_inference(device, training, tokens)
     key = (device.type, dtype, training, long)
     if key not in backends:
-        backends[key] = resolve_backend(mcfg.attention_backend, scheme, device, dtype, training,
-                                        dropout=training and mcfg.attention_dropout > 0,
+        backends[key] = resolve_backend(model_cfg.attention_backend, scheme, device, dtype, training,
+                                        dropout=training and model_cfg.attention_dropout > 0,
                                         tokens=tokens if long else None)
     return backends[key]
 
@@ -54,7 +54,7 @@ class AttentionContext:
     prepared: object | None = None
 
     @classmethod
-    def build(cls, mcfg, scheme: nn.Module, backends: dict, x: torch.Tensor, training: bool,
+    def build(cls, model_cfg, scheme: nn.Module, backends: dict, x: torch.Tensor, training: bool,
               q_pos: torch.Tensor, k_pos: torch.Tensor | None = None) -> AttentionContext:
         """The context for hidden states `x` (B, L, h) at positions q_pos (keys: k_pos, default
         q_pos), with the backend resolved once per (device, dtype, mode) into `backends`.
@@ -65,13 +65,13 @@ class AttentionContext:
         # A full sequence (queries = keys = one consecutive run, no kv-cache) tells "auto" its length.
         full = k_pos is None and long_cpu_inference(x.device, training, q_pos.numel()) and (
             consecutive_starts(q_pos, q_pos) is not None)
-        backend = cached_backend(backends, mcfg, scheme, x.device, x.dtype, training,
+        backend = cached_backend(backends, model_cfg, scheme, x.device, x.dtype, training,
                                  tokens=q_pos.numel() if full else None)
         k_pos = q_pos if k_pos is None else k_pos
-        window = mcfg.attention_window
+        window = model_cfg.attention_window
         prepared = backend.prepare(scheme, q_pos, k_pos, window) if shares_prepared(scheme) else None
         return cls(scheme=scheme, backend=backend, q_pos=q_pos, k_pos=k_pos, window=window,
-                   softmax_in_fp32=mcfg.attention_softmax_in_fp32, dropout_p=mcfg.attention_dropout,
+                   softmax_in_fp32=model_cfg.attention_softmax_in_fp32, dropout_p=model_cfg.attention_dropout,
                    prepared=prepared)
 
 
@@ -93,24 +93,24 @@ def shares_prepared(scheme: nn.Module) -> bool:
 
 
 class SelfAttention(nn.Module):
-    def __init__(self, mcfg, init_method, output_init_method, par=None):
+    def __init__(self, model_cfg, init_method, output_init_method, parallel=None):
         super().__init__()
-        h, heads = mcfg.hidden_size, mcfg.num_attention_heads
-        tp_size = par.tp_size if par is not None else 1
+        h, heads = model_cfg.hidden_size, model_cfg.num_attention_heads
+        tp_size = parallel.tp_size if parallel is not None else 1
         self.num_heads = heads // tp_size  # this rank's heads
         self.head_dim = h // heads
         # Rows are laid out per head as [q_h | k_h | v_h] (NeoX), so a contiguous split of the
         # rows across tensor-parallel ranks gives each rank whole heads.
-        qkv = nn.Linear(h, 3 * h, bias=mcfg.use_bias_in_attn_linear)
-        dense = nn.Linear(h, h, bias=mcfg.use_bias_in_attn_linear)
+        qkv = nn.Linear(h, 3 * h, bias=model_cfg.use_bias_in_attn_linear)
+        dense = nn.Linear(h, h, bias=model_cfg.use_bias_in_attn_linear)
         init_method(qkv.weight)
         output_init_method(dense.weight)
         for lin in (qkv, dense):
             if lin.bias is not None:
                 nn.init.zeros_(lin.bias)
         # The full layers above are built on every rank (same draws as TP=1), then sharded.
-        self.query_key_value = column_parallel(qkv, par)
-        self.dense = row_parallel(dense, par)
+        self.query_key_value = column_parallel(qkv, parallel)
+        self.dense = row_parallel(dense, parallel)
 
     def forward(self, x: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
         B, L, _ = x.shape

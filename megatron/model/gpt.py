@@ -32,56 +32,56 @@ from megatron.positional.base import PositionalSpec, config_options
 from megatron.positional.registry import build_scheme
 
 
-def positional_spec(mcfg, tp_rank: int = 0, tp_size: int = 1) -> PositionalSpec:
+def positional_spec(model_cfg, tp_rank: int = 0, tp_size: int = 1) -> PositionalSpec:
     return PositionalSpec(
-        num_heads=mcfg.num_attention_heads,
-        head_dim=mcfg.hidden_size // mcfg.num_attention_heads,
-        hidden_size=mcfg.hidden_size,
-        max_position_embeddings=mcfg.max_position_embeddings or mcfg.seq_length,
-        rotary_pct=mcfg.rotary_pct,
-        rotary_emb_base=mcfg.rotary_emb_base,
-        rpe_num_buckets=mcfg.rpe_num_buckets,
-        rpe_max_distance=mcfg.rpe_max_distance,
+        num_heads=model_cfg.num_attention_heads,
+        head_dim=model_cfg.hidden_size // model_cfg.num_attention_heads,
+        hidden_size=model_cfg.hidden_size,
+        max_position_embeddings=model_cfg.max_position_embeddings or model_cfg.seq_length,
+        rotary_pct=model_cfg.rotary_pct,
+        rotary_emb_base=model_cfg.rotary_emb_base,
+        rpe_num_buckets=model_cfg.rpe_num_buckets,
+        rpe_max_distance=model_cfg.rpe_max_distance,
         tp_rank=tp_rank,
         tp_size=tp_size,
-        init_method_std=mcfg.init_method_std,
-        options=config_options(mcfg),
+        init_method_std=model_cfg.init_method_std,
+        options=config_options(model_cfg),
     )
 
 
 class GPTModel(nn.Module):
-    def __init__(self, mcfg, vocab_size: int, checkpoint_activations: bool = False, parallel=None):
+    def __init__(self, model_cfg, vocab_size: int, checkpoint_activations: bool = False, parallel=None):
         super().__init__()
-        self.mcfg = mcfg
+        self.model_cfg = model_cfg
         self.vocab_size = vocab_size
         self.checkpoint_activations = checkpoint_activations
         self.parallel = parallel  # a megatron.parallel.ParallelContext, or None (one rank)
         tp_rank, tp_size = (parallel.tp_rank, parallel.tp_size) if parallel is not None else (0, 1)
-        L, h = mcfg.num_layers, mcfg.hidden_size
-        init = build_init(mcfg.init_method, mcfg.init_method_std, L, h)
-        out_init = build_init(mcfg.output_layer_init_method, mcfg.init_method_std, L, h)
+        L, h = model_cfg.num_layers, model_cfg.hidden_size
+        init = build_init(model_cfg.init_method, model_cfg.init_method_std, L, h)
+        out_init = build_init(model_cfg.output_layer_init_method, model_cfg.init_method_std, L, h)
 
         emb = nn.Embedding(vocab_size, h)
         init(emb.weight)
         self.word_embeddings = vocab_parallel_embedding(emb, parallel)
-        self.position = build_scheme(mcfg.pos_emb, positional_spec(mcfg, tp_rank, tp_size))
-        self.embedding_dropout = nn.Dropout(mcfg.hidden_dropout)
-        self.layers = nn.ModuleList(TransformerLayer(mcfg, init, out_init, parallel) for _ in range(L))
-        self.final_norm = build_norm(mcfg, h)
-        if mcfg.no_weight_tying:
+        self.position = build_scheme(model_cfg.pos_emb, positional_spec(model_cfg, tp_rank, tp_size))
+        self.embedding_dropout = nn.Dropout(model_cfg.hidden_dropout)
+        self.layers = nn.ModuleList(TransformerLayer(model_cfg, init, out_init, parallel) for _ in range(L))
+        self.final_norm = build_norm(model_cfg, h)
+        if model_cfg.no_weight_tying:
             out = nn.Linear(h, vocab_size, bias=False)
             init(out.weight)
             self.output_layer = column_parallel(out, parallel)  # vocab split, like the embedding
         else:
             self.output_layer = None  # logits use word_embeddings.weight
         if tp_size > 1:
-            mark_positional_parallel(self.position, mcfg.pos_emb)
+            mark_positional_parallel(self.position, model_cfg.pos_emb)
         self._backends: dict = {}
 
     # ---- pieces ------------------------------------------------------------------------------
     def backend(self, device: torch.device, dtype: torch.dtype):
         """The attention backend for this (device, dtype, mode), resolved once and cached."""
-        return cached_backend(self._backends, self.mcfg, self.position, device, dtype, self.training)
+        return cached_backend(self._backends, self.model_cfg, self.position, device, dtype, self.training)
 
     def position_stats(self) -> dict[str, float]:
         """The scheme's logged statistics over ALL heads (under TP a rank holds only its own
@@ -90,7 +90,7 @@ class GPTModel(nn.Module):
             return self.position.stats()
         from megatron.parallel.merge import gather_full_scheme
 
-        return gather_full_scheme(self.position, positional_spec(self.mcfg), self.mcfg.pos_emb, self.parallel).stats()
+        return gather_full_scheme(self.position, positional_spec(self.model_cfg), self.model_cfg.pos_emb, self.parallel).stats()
 
     def output_weight(self) -> torch.Tensor:
         return self.word_embeddings.weight if self.output_layer is None else self.output_layer.weight
@@ -112,7 +112,7 @@ class GPTModel(nn.Module):
             x = x + absolute.to(x.dtype)
         x = self.embedding_dropout(x)
         # Once per forward, outside the checkpointed layers: every layer shares the scheme's bias.
-        ctx = AttentionContext.build(self.mcfg, self.position, self._backends, x, self.training, positions, k_pos)
+        ctx = AttentionContext.build(self.model_cfg, self.position, self._backends, x, self.training, positions, k_pos)
         if cache is not None:
             return self._cached_layers(x, ctx, cache)
         extra = {}
@@ -139,7 +139,7 @@ class GPTModel(nn.Module):
         """An empty kv cache for this model (honours attention-window: memory stays O(W))."""
         from megatron.model.kv_cache import KVCache
 
-        return KVCache(len(self.layers), self.mcfg.attention_window)
+        return KVCache(len(self.layers), self.model_cfg.attention_window)
 
     # ---- entry points ------------------------------------------------------------------------
     def forward(self, tokens, labels=None, loss_mask=None, positions=None, cache=None):

@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from torch import nn
 
 
-def _tp(par) -> bool:
-    return par is not None and par.is_tensor_parallel
+def _tp(parallel) -> bool:
+    return parallel is not None and parallel.is_tensor_parallel
 
 
 def _copy_of(full: torch.Tensor):
@@ -26,71 +26,71 @@ def _copy_of(full: torch.Tensor):
     return init
 
 
-def column_parallel(full: nn.Linear, par) -> nn.Module:
+def column_parallel(full: nn.Linear, parallel) -> nn.Module:
     """Output features split contiguously over TP ranks (QKV: whole heads, rows are per head)."""
-    if not _tp(par):
+    if not _tp(parallel):
         return full
     from megatron.parallel.layers import ColumnLinear
 
-    layer = ColumnLinear(full.in_features, full.out_features, config=par.megatron_config(full.weight.dtype),
+    layer = ColumnLinear(full.in_features, full.out_features, config=parallel.megatron_config(full.weight.dtype),
                          init_method=_copy_of(full.weight), bias=full.bias is not None,
-                         gather_output=False, tp_group=par.tp_group)
+                         gather_output=False, tp_group=parallel.tp_group)
     if full.bias is not None:
         with torch.no_grad():
-            layer.bias.copy_(full.bias.chunk(par.tp_size, dim=0)[par.tp_rank])
+            layer.bias.copy_(full.bias.chunk(parallel.tp_size, dim=0)[parallel.tp_rank])
     return layer
 
 
-def row_parallel(full: nn.Linear, par) -> nn.Module:
+def row_parallel(full: nn.Linear, parallel) -> nn.Module:
     """Input features split over TP ranks; the full bias is added once, after the all-reduce."""
-    if not _tp(par):
+    if not _tp(parallel):
         return full
     from megatron.parallel.layers import RowLinear
 
-    layer = RowLinear(full.in_features, full.out_features, config=par.megatron_config(full.weight.dtype),
+    layer = RowLinear(full.in_features, full.out_features, config=parallel.megatron_config(full.weight.dtype),
                       init_method=_copy_of(full.weight), bias=full.bias is not None,
-                      input_is_parallel=True, skip_bias_add=False, tp_group=par.tp_group)
+                      input_is_parallel=True, skip_bias_add=False, tp_group=parallel.tp_group)
     if full.bias is not None:
         with torch.no_grad():
             layer.bias.copy_(full.bias)
     return layer
 
 
-def vocab_parallel_embedding(full: nn.Embedding, par) -> nn.Module:
+def vocab_parallel_embedding(full: nn.Embedding, parallel) -> nn.Module:
     """Vocabulary rows split contiguously over TP ranks; the lookup is all-reduced."""
-    if not _tp(par):
+    if not _tp(parallel):
         return full
-    if full.num_embeddings % par.tp_size:
+    if full.num_embeddings % parallel.tp_size:
         raise ValueError(f"padded vocab size {full.num_embeddings} is not divisible by model-parallel-size "
-                         f"{par.tp_size}; set padded-vocab-size to a multiple of it")
+                         f"{parallel.tp_size}; set padded-vocab-size to a multiple of it")
     from megatron.parallel.layers import VocabParallelEmbedding
 
     return VocabParallelEmbedding(full.num_embeddings, full.embedding_dim, init_method=_copy_of(full.weight),
-                                  config=par.megatron_config(full.weight.dtype), tp_group=par.tp_group)
+                                  config=parallel.megatron_config(full.weight.dtype), tp_group=parallel.tp_group)
 
 
-def parallel_logits(x: torch.Tensor, weight: torch.Tensor, par) -> torch.Tensor:
+def parallel_logits(x: torch.Tensor, weight: torch.Tensor, parallel) -> torch.Tensor:
     """x (B, L, h), replicated -> this rank's vocabulary slice of the logits (B, L, V/tp).
     Under TP the gradient of x is all-reduced over ranks, as in a column-parallel layer."""
-    if _tp(par):
+    if _tp(parallel):
         from megatron.parallel.layers import copy_to_tp
 
-        x = copy_to_tp(x, par.tp_group)
+        x = copy_to_tp(x, parallel.tp_group)
     return F.linear(x, weight)
 
 
-def gather_logits(logits: torch.Tensor, par) -> torch.Tensor:
+def gather_logits(logits: torch.Tensor, parallel) -> torch.Tensor:
     """(..., V/tp) on each rank -> (..., V) on every rank."""
-    if not _tp(par):
+    if not _tp(parallel):
         return logits
     from megatron.parallel.layers import gather_last_dim
 
-    return gather_last_dim(logits, par.tp_group)
+    return gather_last_dim(logits, parallel.tp_group)
 
 
-def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, par) -> torch.Tensor:
+def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, parallel) -> torch.Tensor:
     """logits (N, V or V/tp) float32, labels (N,) -> per-token loss (N,)."""
-    if not _tp(par):
+    if not _tp(parallel):
         return F.cross_entropy(logits, labels, reduction="none")
     from megatron.parallel.layers import vocab_parallel_cross_entropy
 

@@ -2,9 +2,9 @@
 from torch import nn
 
 
-def build_norm(mcfg, dim: int) -> nn.Module:
-    if mcfg.norm == "layernorm":
-        return nn.LayerNorm(dim, eps=mcfg.layernorm_epsilon, bias=mcfg.use_bias_in_norms)
-    if mcfg.norm == "rmsnorm":
-        return nn.RMSNorm(dim, eps=mcfg.rms_norm_epsilon)
-    raise ValueError(f"norm {mcfg.norm!r} is not supported; use layernorm or rmsnorm")
+def build_norm(model_cfg, dim: int) -> nn.Module:
+    if model_cfg.norm == "layernorm":
+        return nn.LayerNorm(dim, eps=model_cfg.layernorm_epsilon, bias=model_cfg.use_bias_in_norms)
+    if model_cfg.norm == "rmsnorm":
+        return nn.RMSNorm(dim, eps=model_cfg.rms_norm_epsilon)
+    raise ValueError(f"norm {model_cfg.norm!r} is not supported; use layernorm or rmsnorm")

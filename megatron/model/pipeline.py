@@ -40,12 +40,12 @@ from megatron.positional.registry import build_scheme
 class EmbeddingPipe(nn.Module):
     """tokens (B, L) or (tokens,) -> hidden (B, L, h). Holds the stage's scheme for `embed`."""
 
-    def __init__(self, mcfg, vocab_size: int, init, scheme: nn.Module):
+    def __init__(self, model_cfg, vocab_size: int, init, scheme: nn.Module):
         super().__init__()
-        self.word_embeddings = nn.Embedding(vocab_size, mcfg.hidden_size)
+        self.word_embeddings = nn.Embedding(vocab_size, model_cfg.hidden_size)
         init(self.word_embeddings.weight)
         self.position = scheme
-        self.embedding_dropout = nn.Dropout(mcfg.hidden_dropout)
+        self.embedding_dropout = nn.Dropout(model_cfg.hidden_dropout)
 
     def forward(self, inputs):
         tokens = inputs[0] if isinstance(inputs, (tuple, list)) else inputs
@@ -59,22 +59,22 @@ class EmbeddingPipe(nn.Module):
 class TransformerLayerPipe(TransformerLayer):
     """TransformerLayer whose forward takes only the hidden states (pipeline activations)."""
 
-    def __init__(self, mcfg, init, out_init, scheme: nn.Module):
-        super().__init__(mcfg, init, out_init)
-        self.mcfg = mcfg
+    def __init__(self, model_cfg, init, out_init, scheme: nn.Module):
+        super().__init__(model_cfg, init, out_init)
+        self.model_cfg = model_cfg
         self.position = scheme  # the stage's shared instance (also a stage attribute)
         self._backends: dict = {}
 
     def forward(self, x):  # (B, L, h)
         positions = torch.arange(x.shape[1], device=x.device)
-        ctx = AttentionContext.build(self.mcfg, self.position, self._backends, x, self.training, positions)
+        ctx = AttentionContext.build(self.model_cfg, self.position, self._backends, x, self.training, positions)
         return super().forward(x, ctx)
 
 
 class NormPipe(nn.Module):
-    def __init__(self, mcfg):
+    def __init__(self, model_cfg):
         super().__init__()
-        self.norm = build_norm(mcfg, mcfg.hidden_size)
+        self.norm = build_norm(model_cfg, model_cfg.hidden_size)
 
     def forward(self, x):
         return self.norm(x)
@@ -83,9 +83,9 @@ class NormPipe(nn.Module):
 class OutputPipe(nn.Module):
     """Untied output layer: hidden (B, L, h) -> logits (B, L, V)."""
 
-    def __init__(self, mcfg, vocab_size: int, init):
+    def __init__(self, model_cfg, vocab_size: int, init):
         super().__init__()
-        self.final_linear = nn.Linear(mcfg.hidden_size, vocab_size, bias=False)
+        self.final_linear = nn.Linear(model_cfg.hidden_size, vocab_size, bias=False)
         init(self.final_linear.weight)
 
     def forward(self, x):
@@ -111,30 +111,30 @@ def loss_fn(logits: torch.Tensor, labels_and_mask) -> torch.Tensor:
     return masked_mean(token_cross_entropy(logits.float().flatten(0, 1), labels.flatten(), None), loss_mask)
 
 
-def layer_specs(mcfg, vocab_size: int, scheme: nn.Module) -> list:
+def layer_specs(model_cfg, vocab_size: int, scheme: nn.Module) -> list:
     """The NeoX-numbered spec list (see the module docstring)."""
-    L, h = mcfg.num_layers, mcfg.hidden_size
-    init = build_init(mcfg.init_method, mcfg.init_method_std, L, h)
-    out_init = build_init(mcfg.output_layer_init_method, mcfg.init_method_std, L, h)
-    tied = not mcfg.no_weight_tying
+    L, h = model_cfg.num_layers, model_cfg.hidden_size
+    init = build_init(model_cfg.init_method, model_cfg.init_method_std, L, h)
+    out_init = build_init(model_cfg.output_layer_init_method, model_cfg.init_method_std, L, h)
+    tied = not model_cfg.no_weight_tying
     if tied:  # as NeoX: the same key at both ends, DeepSpeed all-reduces the tied gradient
-        embed = TiedLayerSpec("embed", EmbeddingPipe, mcfg, vocab_size, init, scheme,
+        embed = TiedLayerSpec("embed", EmbeddingPipe, model_cfg, vocab_size, init, scheme,
                               tied_weight_attr=["word_embeddings.weight"])
-        output = TiedLayerSpec("embed", EmbeddingPipe, mcfg, vocab_size, init, scheme,
+        output = TiedLayerSpec("embed", EmbeddingPipe, model_cfg, vocab_size, init, scheme,
                                forward_fn=_tied_logits, tied_weight_attr=["word_embeddings.weight"])
     else:
-        embed = LayerSpec(EmbeddingPipe, mcfg, vocab_size, init, scheme)
-        output = LayerSpec(OutputPipe, mcfg, vocab_size, init)
-    layers = [LayerSpec(TransformerLayerPipe, mcfg, init, out_init, scheme) for _ in range(L)]
-    return [embed, _pre_transformer_block, *layers, _post_transformer_block, LayerSpec(NormPipe, mcfg), output]
+        embed = LayerSpec(EmbeddingPipe, model_cfg, vocab_size, init, scheme)
+        output = LayerSpec(OutputPipe, model_cfg, vocab_size, init)
+    layers = [LayerSpec(TransformerLayerPipe, model_cfg, init, out_init, scheme) for _ in range(L)]
+    return [embed, _pre_transformer_block, *layers, _post_transformer_block, LayerSpec(NormPipe, model_cfg), output]
 
 
-def check_pipeline_supported(mcfg, num_stages: int, model_parallel_size: int) -> None:
+def check_pipeline_supported(model_cfg, num_stages: int, model_parallel_size: int) -> None:
     if model_parallel_size > 1 and num_stages > 1:
         raise ValueError(f"pipe-parallel-size {num_stages} with model-parallel-size {model_parallel_size} is "
                          "not supported yet: use pipeline or tensor parallelism, not both")
-    if num_stages > mcfg.num_layers:
-        raise ValueError(f"pipe-parallel-size {num_stages} exceeds num-layers {mcfg.num_layers}: every "
+    if num_stages > model_cfg.num_layers:
+        raise ValueError(f"pipe-parallel-size {num_stages} exceeds num-layers {model_cfg.num_layers}: every "
                          "stage needs at least one transformer layer")
 
 
@@ -142,22 +142,22 @@ class GPTPipe(PipelineModule):
     """GPTModel as pipeline stages. Build it right after seeding, as GPTModel: its initial values
     are GPTModel's for the same seed, on every stage and for any number of stages."""
 
-    def __init__(self, mcfg, vocab_size: int, topology, checkpoint_activations: bool = False,
+    def __init__(self, model_cfg, vocab_size: int, topology, checkpoint_activations: bool = False,
                  checkpoint_num_layers: int = 1):
-        check_pipeline_supported(mcfg, topology.get_dim("pipe"), topology.get_dim("model"))
+        check_pipeline_supported(model_cfg, topology.get_dim("pipe"), topology.get_dim("model"))
         # The reference draws from the caller's RNG exactly as the sequential path does; the
         # stage's own construction then runs on a forked RNG, so later draws (dropout) match too.
-        reference = GPTModel(mcfg, vocab_size).state_dict()
+        reference = GPTModel(model_cfg, vocab_size).state_dict()
         with torch.random.fork_rng(devices=[]):
-            scheme = build_scheme(mcfg.pos_emb, positional_spec(mcfg))
+            scheme = build_scheme(model_cfg.pos_emb, positional_spec(model_cfg))
             super().__init__(
-                layers=layer_specs(mcfg, vocab_size, scheme), topology=topology, loss_fn=loss_fn,
+                layers=layer_specs(model_cfg, vocab_size, scheme), topology=topology, loss_fn=loss_fn,
                 partition_method="type:TransformerLayerPipe",  # NeoX: balance transformer layers
                 activation_checkpoint_interval=checkpoint_num_layers if checkpoint_activations else 0,
                 activation_checkpoint_func=partial(checkpoint, use_reentrant=False),
                 checkpointable_layers=["TransformerLayerPipe"],
             )
-        self.mcfg = mcfg
+        self.model_cfg = model_cfg
         self.position = scheme
         self._backends: dict = {}
         self._load_sequential(reference)
@@ -169,7 +169,7 @@ class GPTPipe(PipelineModule):
 
     def backend(self, device: torch.device, dtype: torch.dtype):
         """The attention backend the layers resolve (for logging, as GPTModel.backend)."""
-        return cached_backend(self._backends, self.mcfg, self.position, device, dtype, self.training)
+        return cached_backend(self._backends, self.model_cfg, self.position, device, dtype, self.training)
 
     # ---- initial values ----------------------------------------------------------------------
     def local_modules(self) -> list[tuple[int, nn.Module]]:
@@ -181,7 +181,7 @@ class GPTPipe(PipelineModule):
 
     @torch.no_grad()
     def _load_sequential(self, state: dict) -> None:
-        L, tied = self.mcfg.num_layers, not self.mcfg.no_weight_tying
+        L, tied = self.model_cfg.num_layers, not self.model_cfg.no_weight_tying
         for idx, module in self.local_modules():
             for key, tensor in module.state_dict(keep_vars=True).items():
                 tensor.data.copy_(state[sequential_key(idx, key, L, tied)])

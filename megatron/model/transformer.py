@@ -11,13 +11,13 @@ from megatron.model.norms import build_norm
 
 
 class TransformerLayer(nn.Module):
-    def __init__(self, mcfg, init_method, output_init_method, par=None):
+    def __init__(self, model_cfg, init_method, output_init_method, parallel=None):
         super().__init__()
-        self.input_layernorm = build_norm(mcfg, mcfg.hidden_size)
-        self.attention = SelfAttention(mcfg, init_method, output_init_method, par)
-        self.post_attention_layernorm = build_norm(mcfg, mcfg.hidden_size)
-        self.mlp = MLP(mcfg, init_method, output_init_method, par)
-        self.dropout = nn.Dropout(mcfg.hidden_dropout)
+        self.input_layernorm = build_norm(model_cfg, model_cfg.hidden_size)
+        self.attention = SelfAttention(model_cfg, init_method, output_init_method, parallel)
+        self.post_attention_layernorm = build_norm(model_cfg, model_cfg.hidden_size)
+        self.mlp = MLP(model_cfg, init_method, output_init_method, parallel)
+        self.dropout = nn.Dropout(model_cfg.hidden_dropout)
 
     def forward(self, x, ctx: AttentionContext):  # (B, L, h)
         x = x + self.dropout(self.attention(self.input_layernorm(x), ctx))
