@@ -106,7 +106,7 @@ def reference_model(tmp_path, cfg_dict, seed=0):
 
 def rounded_copy(model, dtype=torch.bfloat16):
     """Our model holding the bf16-rounded tensors the fixture stores (the 'same tensors')."""
-    out = GPTModel(model.mcfg, model.vocab_size).eval()
+    out = GPTModel(model.model_cfg, model.vocab_size).eval()
     out.load_state_dict({k: v.to(dtype).float() if k not in ("position.inv_freq", "position.slopes") else v
                          for k, v in model.state_dict().items()})
     return out

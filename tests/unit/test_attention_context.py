@@ -135,10 +135,10 @@ def test_the_model_tells_auto_its_length_only_for_a_full_sequence(tiny_config, m
     model = GPTModel(tiny_config(pos_emb="kerple_log").model, 128).eval()
     x = torch.zeros(1, 16, 32)
     with torch.no_grad():
-        full = attention_mod.AttentionContext.build(model.mcfg, model.position, {}, x, False, torch.arange(16))
-        short = attention_mod.AttentionContext.build(model.mcfg, model.position, {}, x[:, :8], False, torch.arange(8))
-        gapped = attention_mod.AttentionContext.build(model.mcfg, model.position, {}, x, False, torch.arange(16) * 2)
-        cached = attention_mod.AttentionContext.build(model.mcfg, model.position, {}, x[:, :1], False,
+        full = attention_mod.AttentionContext.build(model.model_cfg, model.position, {}, x, False, torch.arange(16))
+        short = attention_mod.AttentionContext.build(model.model_cfg, model.position, {}, x[:, :8], False, torch.arange(8))
+        gapped = attention_mod.AttentionContext.build(model.model_cfg, model.position, {}, x, False, torch.arange(16) * 2)
+        cached = attention_mod.AttentionContext.build(model.model_cfg, model.position, {}, x[:, :1], False,
                                                       torch.tensor([15]), torch.arange(16))
     assert full.backend.name == "flex"
     assert short.backend.name == gapped.backend.name == cached.backend.name == "sdpa"
