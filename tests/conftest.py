@@ -26,7 +26,11 @@ TINY_MODEL = {
 
 
 def write_yaml(path, data: dict) -> str:
-    with open(path, "w") as f:
+    """Atomically: the ranks of a multi-process test each write the same file, and one must never
+    read another's half-written copy."""
+    from megatron.atomic_io import atomic_output
+
+    with atomic_output(str(path), fsync=False) as tmp, open(tmp, "w") as f:
         yaml.safe_dump(data, f)
     return str(path)
 
