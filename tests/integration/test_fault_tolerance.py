@@ -49,6 +49,15 @@ def reference(tmp_path, token_dataset):
     return losses
 
 
+def signal_at_step(proc, run, step: int, signum: int):
+    """Send `signum` once the run has logged `step` (or the child ended, or 180 s passed)."""
+    deadline = time.time() + 180
+    while last_iteration(run) < step and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signum)
+    return proc
+
+
 def assert_latest_complete(ck):
     tag = read_latest(ck)
     read = read_tp1_state(ck, tag)  # reads and unpickles the whole file
@@ -133,11 +142,7 @@ def test_sigkill_during_save_then_resume(tmp_path, token_dataset, reference, mod
 
 def test_sigterm_saves_at_step_boundary_and_exits(tmp_path, token_dataset, reference):
     cfg, ck, run = config(tmp_path, token_dataset, "term")
-    proc = start(cfg)
-    deadline = time.time() + 180
-    while last_iteration(run) < 3 and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGTERM)
+    proc = signal_at_step(start(cfg), run, 3, signal.SIGTERM)
     rc, out = finish(proc)
     assert rc == 0, out[-3000:]
     assert "[signal] received signal" in out
@@ -151,11 +156,7 @@ def test_sigterm_saves_at_step_boundary_and_exits(tmp_path, token_dataset, refer
 
 def test_ctrl_c_saves_at_step_boundary_exits_130_then_resumes(tmp_path, token_dataset, reference):
     cfg, ck, run = config(tmp_path, token_dataset, "ctrl_c")
-    proc = start(cfg)
-    deadline = time.time() + 180
-    while last_iteration(run) < 3 and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGINT)
+    proc = signal_at_step(start(cfg), run, 3, signal.SIGINT)
     rc, out = finish(proc)
     assert rc == 130, out[-3000:]
     assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-3000:]
