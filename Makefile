@@ -9,7 +9,7 @@ export DS_ACCELERATOR ?= cpu
 export TORCH_EXTENSIONS_DIR ?= $(CURDIR)/$(VENV)/torch_extensions
 export WANDB_MODE ?= offline
 
-.PHONY: setup test quickstart quickstart-rotary docs lint clean
+.PHONY: setup test quickstart quickstart-rotary eval-tasks docs lint clean
 
 setup: $(STAMP)
 
@@ -31,15 +31,22 @@ test: setup
 quickstart: setup
 	$(PY) tools/prepare_data.py stdlib --data-dir data
 	$(PY) deepy.py train.py configs/quickstart.yml
-	$(PY) evaluate.py --checkpoint runs/quickstart/checkpoints --max-factor 16 --max-tokens 65536 \
+	$(PY) evaluate.py --checkpoint runs/quickstart/checkpoints --max-factor 16 --max-tokens 65536 --window-order contiguous \
 		--batch-size 4 --out runs/quickstart --quiet
 
 # The same run with rotary positions (one extra YAML), for contrast.
 quickstart-rotary: setup
 	$(PY) tools/prepare_data.py stdlib --data-dir data
 	$(PY) deepy.py train.py configs/quickstart.yml configs/quickstart_rotary.yml
-	$(PY) evaluate.py --checkpoint runs/quickstart_rotary/checkpoints --max-factor 16 --max-tokens 65536 \
+	$(PY) evaluate.py --checkpoint runs/quickstart_rotary/checkpoints --max-factor 16 --max-tokens 65536 --window-order contiguous \
 		--batch-size 4 --out runs/quickstart_rotary --quiet
+
+# Downstream tasks (lm-evaluation-harness), offline: the local tasks built from held-out stdlib
+# docstrings (megatron/evaluation/harness/local_tasks.py) on the checkpoint `make quickstart` left;
+# harness.json goes beside its eval.json.
+eval-tasks: setup
+	@test -f runs/quickstart/checkpoints/latest || { echo "eval-tasks: no checkpoint in runs/quickstart/checkpoints: run 'make quickstart' first" >&2; exit 2; }
+	$(PY) evaluate.py --checkpoint runs/quickstart/checkpoints --tasks kerple_local --out runs/quickstart
 
 docs: setup
 	$(PY) tools/gen_config_docs.py

@@ -7,9 +7,21 @@ extrapolation evaluation).
     python evaluate.py --checkpoint A B C --out results  # several checkpoints: results/<name>/
     python evaluate.py --checkpoint CKPT --window 128    # windowed attention (the paper's windowed@L)
     python evaluate.py --checkpoint CKPT --stride 64     # sliding-window (strided) evaluation
+    python evaluate.py --checkpoint CKPT --blockwise-causal   # xPos's blockwise causal attention
+    python evaluate.py --checkpoint CKPT -o rotary-scaling=yarn -o rotary-scaling-factor=16  # RoPE scaling
+    python evaluate.py --checkpoint CKPT --tasks kerple_local --max-length 512   # downstream tasks
 
-Writes eval.json (schema kerple-eval/1: lengths -> perplexity, per-position loss), eval.csv,
-eval.md and positionwise.csv into --out (default: <checkpoint>/../eval). The output directory is
+--tasks runs lm-evaluation-harness tasks (the offline local ones: kerple_local; the standard ones
+where their datasets can be reached) instead of the perplexity sweep, at contexts of up to
+--max-length tokens (default: the training length; longer extrapolates), and writes harness.json
+into the same output directory (see megatron/evaluation/harness/).
+
+Windows: by default the first --max-windows (320, the paper's count) in NeoX's shuffled sample order
+of the split, seeded by --data-seed; --window-order contiguous takes the first ones in stream order.
+A length whose split holds fewer windows than asked gets a warning and records both counts.
+
+Writes eval.json (schema kerple-eval/1: lengths -> perplexity, per-position loss, window order and
+data seed), eval.csv, eval.md and positionwise.csv into --out (default: <checkpoint>/../eval). The output directory is
 checked before anything is loaded; while the lengths run, the finished ones are kept in
 eval.partial.json there (removed once eval.json is written), so a failure loses none of them.
 """
@@ -24,6 +36,7 @@ import time
 
 from megatron.atomic_io import atomic_output
 from megatron.errors import OutOfMemory, UserError, is_out_of_memory, out_of_memory, run_cli
+from megatron.evaluation.windows import WINDOW_ORDERS
 
 PARTIAL = "eval.partial.json"  # not eval.json: globs and run_matrix's "done" check must not take it
 
@@ -38,12 +51,20 @@ def parse_args(argv=None):
     p.add_argument("--max-windows", type=int, default=None,
                    help="windows per length (default: the paper's 320 unless --max-tokens is given)")
     p.add_argument("--max-tokens", type=int, default=None,
-                   help="token budget per length: every length then covers the same leading tokens of the split")
+                   help="token budget per length (max-tokens // L windows); with --window-order contiguous every "
+                        "length then covers the same leading tokens of the split")
+    p.add_argument("--window-order", choices=WINDOW_ORDERS, default="shuffled",
+                   help="which windows of the split: 'shuffled' = the first ones in NeoX's seeded sample order, as "
+                        "the paper drew its 320 per length (default); 'contiguous' = the first ones in stream order "
+                        "(the same leading tokens at every length)")
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--window", type=int, default=None, help="sliding-window attention W at eval time")
     p.add_argument("--stride", type=int, default=None,
                    help="strided evaluation: windows of each length advance by this many tokens, scoring only "
                         "the new ones (budget: --max-tokens, default 65536)")
+    p.add_argument("--blockwise-causal", type=int, nargs="?", const=0, default=None, metavar="BLOCK",
+                   help="blockwise causal attention (xPos paper): blocks of BLOCK tokens (default: train length / 2), "
+                        "each query sees its own block and the previous one")
     p.add_argument("--attention-backend", default=None, help="override the attention backend")
     p.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key of the checkpoint, e.g. -o data-path=data/x/x_text_document")
@@ -54,10 +75,25 @@ def parse_args(argv=None):
     p.add_argument("--out", default=None, help="output directory (with several checkpoints: one subdirectory each)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    from megatron.evaluation.harness.cli import add_eval_flags, limit_value
+
+    add_eval_flags(p, batch_size=False)  # --tasks: downstream tasks instead of the perplexity sweep
     from megatron.checkpoint.safe_load import add_load_flags
 
     add_load_flags(p)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    sweep_only = [f for f, v in (("--lengths", args.lengths), ("--stride", args.stride), ("--window", args.window))
+                  if v is not None]
+    if args.eval_tasks and sweep_only:
+        p.error(f"{', '.join(sweep_only)} belong to the perplexity sweep, not to --tasks: run them separately")
+    if not args.eval_tasks and any(v is not None for v in (args.max_length, args.limit, args.num_fewshot,
+                                                           args.eval_results_prefix)):
+        p.error("--max-length, --limit, --num-fewshot and --eval_results_prefix apply to --tasks "
+                "(the perplexity sweep takes --lengths)")
+    if args.eval_results_prefix and len(args.checkpoint) > 1:
+        p.error("--eval_results_prefix names one results file: give one --checkpoint (or use --out)")
+    args.limit = limit_value(args.limit)
+    return args
 
 
 def parse_lengths(text: str) -> list[int]:
@@ -107,7 +143,9 @@ def output_dir(args, ckpt: str) -> str:
         if name in ("checkpoints", "ckpt"):
             name = os.path.basename(os.path.dirname(os.path.normpath(ckpt)))
         return os.path.join(base, name)
-    return args.out or os.path.join(os.path.dirname(os.path.abspath(ckpt)), "eval")
+    from megatron.evaluation.report import default_output_dir
+
+    return args.out or default_output_dir(ckpt)
 
 
 def check_output_dir(path: str) -> None:
@@ -142,8 +180,9 @@ def oom_fix(args, done: list, partial: str) -> str:
     return fix
 
 
-def run_lengths(args, model, cfg, lengths, prefix, split, partial: str, save_partial) -> list:
-    """Evaluate every length in order; `save_partial(results)` after each keeps the finished ones."""
+def run_lengths(args, model, cfg, lengths, prefix, split, partial: str, save_partial, block: int | None = None) -> list:
+    """Evaluate every length in order; `save_partial(results)` after each keeps the finished ones.
+    block: blockwise causal attention's block size, or None."""
     from megatron.evaluation.lengths import evaluate_length
     from megatron.evaluation.strided import evaluate_strided
 
@@ -158,7 +197,8 @@ def run_lengths(args, model, cfg, lengths, prefix, split, partial: str, save_par
             else:
                 r = evaluate_length(model, prefix, split, args.split, L, seed, max_windows,
                                     args.max_tokens, args.batch_size, args.device, cfg.data.data_cache_dir,
-                                    progress=not args.quiet)
+                                    progress=not args.quiet, window_order=args.window_order,
+                                    blockwise_causal=block)
         except Exception as e:
             if not is_out_of_memory(e):
                 raise
@@ -166,16 +206,16 @@ def run_lengths(args, model, cfg, lengths, prefix, split, partial: str, save_par
                                                else f" with batch size {args.batch_size}")
             raise out_of_memory(e, what, oom_fix(args, results, partial)) from e
         print(f"length {L:>6}: loss {r.loss:.4f}  ppl {r.ppl:10.3f}  ({r.windows} windows, {r.seconds:.1f}s)", flush=True)
+        if r.short:
+            print(f"evaluate.py: warning: length {L}: the {args.split} split holds only {r.windows} windows of "
+                  f"{L + 1} tokens, fewer than the {r.requested} asked for; its perplexity is noisier than the "
+                  "others' (eval.json records both counts)", file=sys.stderr, flush=True)
         results.append(r)
         save_partial(results)
     return results
 
 
-def evaluate_checkpoint(args, ckpt: str) -> None:
-    from megatron.checkpoint.tags import tag_or_latest
-    from megatron.evaluation.lengths import default_lengths
-    from megatron.evaluation.load import load_checkpoint_model
-    from megatron.evaluation.report import build_record, markdown_table, write_outputs
+def checkpoint_overrides(args) -> dict:
     from megatron.launcher import parse_overrides
 
     overrides = parse_overrides(args.override)
@@ -183,8 +223,32 @@ def evaluate_checkpoint(args, ckpt: str) -> None:
         overrides["attention-window"] = args.window
     if args.attention_backend:
         overrides["attention-backend"] = args.attention_backend
+    return overrides
+
+
+def evaluate_tasks(args, ckpt: str) -> None:
+    """--tasks: the harness on this checkpoint; harness.json beside the perplexity results."""
+    from megatron.checkpoint.tags import tag_or_latest
+    from megatron.evaluation.harness.cli import results_path
+    from megatron.evaluation.harness.run import evaluate_tasks as run_tasks
+
+    run_tasks(ckpt, args.eval_tasks, output_dir(args, ckpt), tag=tag_or_latest(args.iteration),
+              results_path=results_path(args.eval_results_prefix),
+              overrides=checkpoint_overrides(args), max_length=args.max_length, batch_size=args.batch_size,
+              limit=args.limit, num_fewshot=args.num_fewshot, device=args.device, allow_nonfinite=args.allow_nonfinite)
+
+
+def evaluate_checkpoint(args, ckpt: str) -> None:
+    from megatron.checkpoint.tags import tag_or_latest
+    from megatron.evaluation.blockwise import check_block
+    from megatron.evaluation.lengths import default_lengths
+    from megatron.evaluation.load import load_checkpoint_model
+    from megatron.evaluation.report import build_record, markdown_table, write_outputs
+
+    overrides = checkpoint_overrides(args)
     model, cfg, client = load_checkpoint_model(ckpt, tag_or_latest(args.iteration), overrides, args.device, args.allow_nonfinite)
     train_len = cfg.model.seq_length
+    block = None if args.blockwise_causal is None else check_block(args.blockwise_causal, train_len)
     lengths = parse_lengths(args.lengths) if args.lengths else default_lengths(train_len, args.max_factor)
     limit = model.position.max_length()
     if limit and max(lengths) > limit:
@@ -201,6 +265,9 @@ def evaluate_checkpoint(args, ckpt: str) -> None:
         "dataset": args.dataset or os.path.basename(prefix).removesuffix("_text_document"),
         "split": args.split, "window": cfg.model.attention_window,
         "mode": "strided" if args.stride else "non-overlapping", "stride": args.stride,
+        # strided evaluation reads the leading tokens of the stream, whatever --window-order says
+        "window_order": "contiguous" if args.stride else args.window_order,
+        "blockwise_causal": block, "overrides": dict(overrides),  # e.g. rotary-scaling set for this evaluation
         "data_path": prefix, "device": str(args.device), "lengths": lengths,
         "train_speed": train_speed(cfg),
     }
@@ -212,7 +279,7 @@ def evaluate_checkpoint(args, ckpt: str) -> None:
         with atomic_output(partial, fsync=False) as tmp, open(tmp, "w") as f:
             json.dump(rec, f, indent=1)
 
-    results = run_lengths(args, model, cfg, lengths, prefix, split, partial, save_partial)
+    results = run_lengths(args, model, cfg, lengths, prefix, split, partial, save_partial, block)
     rec = build_record(dict(meta, seconds=round(time.perf_counter() - start, 2)), results)
     paths = write_outputs(rec, results, out_dir)
     if os.path.exists(partial):
@@ -228,12 +295,20 @@ def main(argv=None) -> int:
     apply_trust_flag(args)
     if args.lengths:
         parse_lengths(args.lengths)  # a bad --lengths fails before any checkpoint is loaded
+    if args.blockwise_causal is not None and (args.stride or args.window):
+        raise UserError("--blockwise-causal is its own attention pattern: drop --stride / --window")
+    if args.blockwise_causal is not None and args.blockwise_causal < 0:
+        raise UserError(f"--blockwise-causal {args.blockwise_causal} must be a positive block size")
+    if args.eval_tasks:
+        from megatron.evaluation.harness.run import check_max_length_value
+
+        check_max_length_value(args.max_length)  # before any checkpoint is loaded
     for ckpt in args.checkpoint:  # every output directory, before hours of evaluation
         check_output_dir(output_dir(args, ckpt))
     failed = []
     for ckpt in args.checkpoint:
         try:
-            evaluate_checkpoint(args, ckpt)
+            (evaluate_tasks if args.eval_tasks else evaluate_checkpoint)(args, ckpt)
         except ValueError as e:  # UserError, or the data/interop code's plain ValueErrors
             if len(args.checkpoint) == 1 or isinstance(e, OutOfMemory):
                 raise

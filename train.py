@@ -4,10 +4,9 @@ passes) or directly `python train.py a.yml b.yml [-o KEY=VALUE ...]`. `--debug` 
 traceback of an expected failure (bad config, data, checkpoint, full disk, out of memory)."""
 import argparse
 
-from megatron.config import NeoXConfig, load_config
 from megatron.config.inputs import check_inputs
 from megatron.errors import run_cli
-from megatron.launcher import parse_overrides
+from megatron.launcher import config_from_cli
 
 
 def main() -> int:
@@ -21,12 +20,7 @@ def main() -> int:
     add_trust_flag(p)  # for `load:`; allow-nonfinite-weights is a config key
     args = p.parse_args()
     apply_trust_flag(args)
-    if bool(args.resolved_config) == bool(args.conf_file):
-        p.error("give either config files or --resolved-config")
-    if args.resolved_config:
-        cfg = NeoXConfig.from_file(args.resolved_config)
-    else:
-        cfg = load_config(args.conf_file, overrides=parse_overrides(args.override))
+    cfg = config_from_cli(p, args)
     check_inputs(cfg)  # every missing data/tokenizer/load path at once, before DeepSpeed starts
     from megatron.training.trainer import Trainer
 

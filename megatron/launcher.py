@@ -1,6 +1,7 @@
 """What `deepy.py` does: parse the CLI, resolve the config once, then dry-run or launch.
 
     python deepy.py [--dry-run] [--debug] [-d DIR] [-o KEY=VALUE ...] train.py a.yml b.yml ...
+    python deepy.py eval.py a.yml b.yml --eval_tasks TASK ...   # downstream tasks on `load`
 
 The resolved config is written to `<run_dir>/resolved_config.yml` and the original files to
 `<run_dir>/configs/` (they go into every checkpoint, see megatron/config/originals.py); the
@@ -35,9 +36,36 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--dry-run", action="store_true",
                    help="validate, check the input files, print the settings and parameter count and exit")
     from megatron.checkpoint.safe_load import add_trust_flag
+    from megatron.evaluation.harness.cli import add_eval_flags
 
     add_trust_flag(p)  # passed on to the training processes (see runner_args)
-    return p.parse_args(argv)
+    add_eval_flags(p)  # for eval.py, passed on to it (see eval_launch)
+    args = p.parse_args(argv)
+    args.parser = p
+    return args
+
+
+EVAL_SCRIPT = "eval.py"
+
+
+def is_eval(user_script: str) -> bool:
+    return os.path.basename(user_script) == EVAL_SCRIPT
+
+
+def eval_launch(args, cfg) -> int:
+    """eval.py: one process, here; its resolved config goes to <run_dir>/eval/ so the training
+    run's own resolved_config.yml and configs/ are left as they are."""
+    from megatron.config.originals import RESOLVED_NAME, write_originals
+    from megatron.evaluation.harness.cli import eval_argv
+
+    eval_dir = os.path.join(cfg.logging.run_dir, "eval")
+    os.makedirs(eval_dir, exist_ok=True)
+    resolved = os.path.join(eval_dir, RESOLVED_NAME)
+    write_originals(cfg.config_files, eval_dir)
+    cfg.save(resolved)
+    sys.argv = [args.user_script, "--resolved-config", resolved, *eval_argv(args, args.parser)]
+    runpy.run_path(args.user_script, run_name="__main__")
+    return 0
 
 
 def parse_overrides(items: list[str]) -> dict:
@@ -127,6 +155,14 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError(missing)
     if not os.path.isfile(args.user_script):
         raise UserError(f"script {args.user_script!r} not found (expected e.g. train.py)")
+    from megatron.evaluation.harness.cli import eval_argv
+
+    if is_eval(args.user_script):
+        return eval_launch(args, cfg)
+    given = eval_argv(args, args.parser)
+    if given:
+        raise UserError(f"{' '.join(a for a in given if a.startswith('--'))}: only {EVAL_SCRIPT} takes these "
+                        f"flags, not {args.user_script}")
     os.makedirs(cfg.logging.run_dir, exist_ok=True)
     resolved = os.path.join(cfg.logging.run_dir, RESOLVED_NAME)
     write_originals(cfg.config_files, cfg.logging.run_dir)  # found beside resolved_config.yml on load
@@ -195,3 +231,15 @@ def launch_with_deepspeed(cfg, user_script: str, resolved: str) -> int:
     except SystemExit as e:  # the runner exits with the workers' status
         rc = e.code
     return int(rc or 0)
+
+
+def config_from_cli(parser, args):
+    """The NeoXConfig an entry point (train.py, eval.py) was given: config files plus -o overrides,
+    or the --resolved-config a launcher wrote. Exactly one of the two."""
+    from megatron.config import NeoXConfig, load_config
+
+    if bool(args.resolved_config) == bool(args.conf_file):
+        parser.error("give either config files or --resolved-config")
+    if args.resolved_config:
+        return NeoXConfig.from_file(args.resolved_config)
+    return load_config(args.conf_file, overrides=parse_overrides(args.override))

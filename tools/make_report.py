@@ -4,7 +4,8 @@
 
 = tools/aggregate_results.py (table3.md/.csv, speed.md, perplexity and position-wise plots) plus
 kernels.png: the learned f_h(d) per head for d up to the longest evaluated length (one subplot
-per score-bias scheme; the first checkpoint of each scheme in sorted path order). Checkpoints
+per score-bias scheme; the first checkpoint of each scheme in sorted path order; a scheme whose
+bias depends on the query position too, FIRE, one subplot per query position). Checkpoints
 of schemes without a score bias (rotary, ...) are skipped with a message.
 """
 from __future__ import annotations
@@ -35,12 +36,17 @@ def kernel_plot(patterns, max_distance: int, out_dir: str, log=print) -> str | N
         if out is None:
             log(f"skipping {d}: its positional scheme has no score bias, so no kernel f_h(d)")
         elif out["scheme"] not in kernels:
-            kernels[out["scheme"]] = (d, out["kernel"])
+            kernels[out["scheme"]] = (d, out)
     if not kernels:
         log("no kernel plot: no checkpoint has a score-bias scheme")
         return None
-    path = plot_kernels({f"{s} ({os.path.relpath(d)})": k for s, (d, k) in kernels.items()},
-                        os.path.join(out_dir, "kernels.png"))
+    panels = {}
+    for s, (d, out) in kernels.items():
+        label = f"{s} ({os.path.relpath(d)})"
+        # A query-dependent bias (FIRE) gets one panel per query position i, d = 0..i.
+        for i, k in out.get("by_query", {out["distance"][-1]: out["kernel"]}).items():
+            panels[label if "by_query" not in out else f"{label}, query i = {i}"] = k
+    path = plot_kernels(panels, os.path.join(out_dir, "kernels.png"))
     log(f"wrote {path}")
     return path
 

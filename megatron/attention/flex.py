@@ -19,8 +19,8 @@ Where it runs (torch 2.13):
         compile takes 15-25 s with a cold inductor cache (3-5 s warm), each new score_mod or
         dtype ~5 s more; then a call costs about what SDPA does or less (kerple_log, fp32,
         B1 H8 L512 D64: flex 13 ms, sdpa 37 ms, reference 117 ms). "auto" picks it on CPU
-        only for inference over full sequences of CPU_FLEX_MIN_TOKENS or more (resolve.py:
-        there one forward saves more than the compile costs). `eager_on_cpu = True` runs
+        only for schemes SDPA cannot run (a score weight), for inference over full sequences
+        of CPU_FLEX_MIN_TOKENS or more (resolve.py). `eager_on_cpu = True` runs
         flex's unfused eager path instead: no compile, but it materialises the scores and
         is ~20-50x slower per call than the compiled kernel.
 
@@ -173,6 +173,8 @@ class FlexAttention(AttentionBackend):
             raise ValueError("flex on CPU is inference only (no CPU backward): run it under "
                              "torch.no_grad(), or use the sdpa or reference backend to train")
         block_mask, off = prepared or self.prepare(scheme, q_pos, k_pos, window)
+        if kernel.tabulate is not None:  # a tabulated lookup (Sandwich) must reach the largest distance
+            kernel = kernel.covering(int(off) + q.shape[2] - 1, q.device)
         score_mod = None if kernel.is_plain else _score_mod(kernel, off)
         fn = flex_attention if q.device.type == "cpu" and self.eager_on_cpu else _compiled_flex()
         return fn(q, k, v, score_mod=score_mod, block_mask=block_mask,

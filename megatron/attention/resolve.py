@@ -11,12 +11,14 @@ from megatron.attention.registry import backend_classes
 
 logger = logging.getLogger("megatron.attention")
 
-# CPU inference over full sequences of at least this many tokens: "auto" takes compiled flex
-# (when it can run the scheme) over SDPA's materialised [H, L, L] bias. Measured on the 2-core
-# CPU, 1 thread, 4x256 model, kerple_log eval forward (docs/benchmarks.md, "evaluation forward"):
-# per call flex is already faster at 2,048 tokens, but its first call compiles (11-30 s), and the
-# quickstart evaluates up to 2,048 tokens, whose figures must not change; from 4,096 on one
-# forward saves more than the compile costs.
+# CPU inference over full sequences of at least this many tokens, for a scheme SDPA cannot run (a
+# score weight: kerple_power_*_ap): "auto" takes compiled flex over the reference backend's
+# materialised scores; from 4,096 tokens one such forward costs more than flex's compile (4-30 s,
+# measured against SDPA's unfused math path, which computes what the reference does). A scheme
+# SDPA runs stays on SDPA at every length: per call its CPU inference route (sdpa.py) measured as
+# fast as compiled flex at 4,096 tokens and faster from 8,192 to 16,384, and at 2,048 flex's
+# ~10% lead does not pay back its compile within an evaluation; no compile at all
+# (docs/benchmarks.md, "evaluation forward", 2-core CPU, 1 thread, 4x256 model).
 CPU_FLEX_MIN_TOKENS = 4096
 
 
@@ -36,7 +38,8 @@ def describe_case(scheme, device: torch.device, dtype: torch.dtype, training: bo
 
 
 def long_cpu_inference(device: torch.device | str, training: bool, tokens: int | None) -> bool:
-    """The case where "auto" prefers compiled flex on CPU (see CPU_FLEX_MIN_TOKENS)."""
+    """The case where "auto" prefers compiled flex on CPU for schemes SDPA cannot run (see
+    CPU_FLEX_MIN_TOKENS)."""
     return torch.device(device).type == "cpu" and not training and (tokens or 0) >= CPU_FLEX_MIN_TOKENS
 
 
@@ -44,9 +47,10 @@ def auto_backend(scheme, device, dtype, training, dropout=False, tokens=None) ->
     """The best-ranked backend that supports the case; reference always does. `tokens`: the
     full-sequence length (queries = keys) when known, for the long CPU inference rule."""
     if long_cpu_inference(device, training, tokens):
-        flex = backend_classes().get("flex")
+        flex, sdpa = backend_classes().get("flex"), backend_classes().get("sdpa")
         kernel = scheme.fused_kernel()
         if (flex is not None and kernel is not None and not kernel.is_plain
+                and (sdpa is None or sdpa().unsupported_reason(scheme, device, dtype, training, dropout=dropout))
                 and flex().unsupported_reason(scheme, device, dtype, training, dropout=dropout) is None):
             return flex()
     ranked = []

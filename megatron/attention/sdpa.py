@@ -4,7 +4,21 @@ No bias and no window with q_pos == k_pos == consecutive positions: the built-in
 (is_causal=True, no mask tensor). Otherwise the scheme's bias and the causal/window mask are
 folded into one float mask (bias + where(allowed, 0, -inf)); SDPA adds it after its scaling,
 the same placement as the reference, and autograd carries the gradient back through the mask
-to the scheme's parameters. SDPA cannot multiply scores, so score_weight schemes are refused."""
+to the scheme's parameters. SDPA cannot multiply scores, so score_weight schemes are refused.
+
+CPU inference (autograd off) over consecutive positions takes a faster route to the same
+attention (docs/benchmarks.md, "evaluation forward"; 2.9x `none` before, at 2,048 tokens):
+  - the mask is never materialised: the bias depends only on the distance, so the scheme's
+    formula is evaluated once per diagonal (Lq + Lk - 1 values per head), and with the keys in
+    reverse order the mask is a strided VIEW of that row (mask[i, j'] = diag[i + j'], for key
+    Lk - 1 - j'); k and v are flipped to match (a copy of (B, H, Lk, D), not of (H, Lq, Lk));
+  - it is 4-D (1, H, Lq, Lk): torch's fused CPU kernel takes a 4-D mask, a 3-D one sends SDPA
+    to its unfused math path (3x slower at 2,048 tokens);
+  - queries run in chunks of QUERY_CHUNK rows, each against only the keys it can see (a key
+    after the chunk's last query, or out of its first query's window, is masked for every row),
+    since with a mask the kernel cannot skip the masked triangle as is_causal does.
+The outputs differ from the math path's by rounding only (the fused kernel sums in another
+order). Training keeps the dense 3-D mask and the math path: its figures stay bit for bit."""
 from __future__ import annotations
 
 import math
@@ -16,11 +30,23 @@ import torch.nn.functional as F
 from megatron.attention.base import AttentionBackend
 from megatron.attention.mask import allowed_mask, check_window, consecutive_starts
 from megatron.attention.registry import register_backend
+from megatron.positional.distance import causal_distance
+
+# Query rows per SDPA call in CPU inference (module docstring): the smaller, the less of the
+# masked triangle is computed, and the more calls. Chosen by measurement (docs/benchmarks.md,
+# "evaluation forward").
+QUERY_CHUNK = 512
 
 
 @dataclass(frozen=True)
 class SDPAPrepared:
-    mask: torch.Tensor | None  # fp32 (H or 1, Lq, Lk) float mask, or None: the built-in causal path
+    # fp32 float mask: (H or 1, Lq, Lk), or (1, H or 1, Lq, Lk) for CPU inference; or None: the
+    # built-in causal path.
+    mask: torch.Tensor | None
+    # CPU inference (module docstring): the mask's keys run last to first, and the queries run in
+    # chunks (first row, end row, first key, end key), keys counted in that reversed order; None:
+    # one call, keys in order.
+    chunks: tuple[tuple[int, int, int, int], ...] | None = None
 
 
 @register_backend("sdpa", priority=100)
@@ -35,9 +61,13 @@ class SDPAAttention(AttentionBackend):
         """The float mask (H or 1, Lq, Lk) in fp32, or None for the built-in causal path: no bias,
         no window and q_pos == k_pos consecutive (is_causal=True then equals the positional mask)."""
         check_window(window)
-        bias = scheme.score_bias(q_pos, k_pos)  # (H, Lq, Lk) float32 or None
-        if bias is None and window is None and _is_plain_causal(q_pos, k_pos):
+        if not scheme.has_score_bias and window is None and _is_plain_causal(q_pos, k_pos):
             return SDPAPrepared(None)
+        if q_pos.device.type == "cpu" and not torch.is_grad_enabled():
+            prepared = _prepare_cpu_inference(scheme, q_pos, k_pos, window)
+            if prepared is not None:
+                return prepared
+        bias = scheme.score_bias(q_pos, k_pos)  # (H, Lq, Lk) float32 or None
         allowed = allowed_mask(q_pos, k_pos, window)  # (Lq, Lk)
         mask = torch.zeros(allowed.shape, dtype=torch.float32, device=q_pos.device)
         mask = mask.masked_fill(~allowed, float("-inf"))  # (Lq, Lk)
@@ -50,12 +80,22 @@ class SDPAAttention(AttentionBackend):
         # softmax_in_fp32 needs no flag: SDPA's kernels accumulate the softmax in fp32.
         assert not scheme.has_score_weight, "resolve_backend should have refused this scheme"
         scale = 1.0 / math.sqrt(q.shape[-1])
-        mask = (prepared or self.prepare(scheme, q_pos, k_pos, window)).mask
+        prepared = prepared or self.prepare(scheme, q_pos, k_pos, window)
+        mask = prepared.mask
         if mask is None:
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True,
                                                   scale=scale)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), dropout_p=dropout_p,
-                                              scale=scale)  # (B, H, Lq, D)
+        mask = mask.to(q.dtype)
+        if prepared.chunks is None:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
+                                                  scale=scale)  # (B, H, Lq, D)
+        assert dropout_p == 0.0, "the chunked path is inference only"
+        k, v = k.flip(2), v.flip(2)  # keys last to first, as in the mask
+        out = q.new_empty(q.shape)
+        for r0, r1, k0, k1 in prepared.chunks:
+            out[:, :, r0:r1] = F.scaled_dot_product_attention(
+                q[:, :, r0:r1], k[:, :, k0:k1], v[:, :, k0:k1], attn_mask=mask[..., r0:r1, k0:k1], scale=scale)
+        return out  # (B, H, Lq, D)
 
 
 def _is_plain_causal(q_pos: torch.Tensor, k_pos: torch.Tensor) -> bool:
@@ -66,3 +106,45 @@ def _is_plain_causal(q_pos: torch.Tensor, k_pos: torch.Tensor) -> bool:
         return torch.equal(q_pos, k_pos)
     starts = consecutive_starts(q_pos, k_pos)
     return starts is not None and starts[0] == starts[1]
+
+
+def _prepare_cpu_inference(scheme, q_pos, k_pos, window) -> SDPAPrepared | None:
+    """The mask and query chunks of the CPU inference route (module docstring), or None where it
+    does not apply: a scheme without a distance description (fused_kernel() None), positions
+    that are not consecutive runs, or a first query before the first key."""
+    kernel = scheme.fused_kernel()
+    starts = consecutive_starts(q_pos, k_pos)
+    if kernel is None or starts is None or starts[0] < starts[1]:
+        return None
+    offset, lq, lk = starts[0] - starts[1], q_pos.numel(), k_pos.numel()
+    mask = diagonal_mask(kernel, offset, lq, lk, window, q_pos.device)
+    return SDPAPrepared(mask, query_chunks(offset, lq, lk, window))
+
+
+def diagonal_mask(kernel, offset: int, lq: int, lk: int, window: int | None,
+                  device: torch.device) -> torch.Tensor:
+    """The float mask (1, H or 1, Lq, Lk) for queries at offset + i and keys at j, with the keys
+    in REVERSE order (column j' is key Lk - 1 - j'), as a view of its diagonals: mask[i, j'] =
+    diag[i + j'], where diag[t] is the bias at the distance offset - (Lk - 1) + t plus 0 or -inf
+    (allowed_mask, the one mask rule). Nothing of size Lq x Lk is allocated."""
+    dist = torch.arange(offset - (lk - 1), offset + lq, device=device)  # (Lq + Lk - 1,) int64
+    zero = dist.new_zeros(1)
+    allowed = allowed_mask(dist, zero, window)[:, 0]
+    diag = torch.zeros(dist.shape, dtype=torch.float32, device=device).masked_fill(~allowed, float("-inf"))
+    bias = kernel.bias_at(causal_distance(dist, zero).t())  # (H, 1, Lq + Lk - 1) or None
+    diag = diag[None] if bias is None else bias[:, 0] + diag  # (H or 1, Lq + Lk - 1)
+    return diag.unfold(-1, lk, 1)[None]  # row i = diag[i : i + Lk]
+
+
+def query_chunks(offset: int, lq: int, lk: int, window: int | None) -> tuple[tuple[int, int, int, int], ...]:
+    """(r0, r1, k0, k1) for each run of QUERY_CHUNK query rows: rows r0..r1-1 (at positions
+    offset + i, against keys at j) see at most the keys j in [j0, j1): none after the last row's
+    position, and with a window W none at or before the first row's position - W. Returned in
+    reversed key order (k0, k1 = Lk - j1, Lk - j0), as diagonal_mask lays the keys out."""
+    chunks = []
+    for r0 in range(0, lq, QUERY_CHUNK):
+        r1 = min(r0 + QUERY_CHUNK, lq)
+        j1 = min(lk, offset + r1)
+        j0 = 0 if window is None else min(max(0, offset + r0 - window + 1), j1 - 1)  # never empty
+        chunks.append((r0, r1, lk - j1, lk - j0))
+    return tuple(chunks)

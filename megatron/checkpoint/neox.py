@@ -4,7 +4,8 @@ megatron/checkpoint/reader.read_tp1_state calls it for the neox-* layouts (layou
 Steps: read every file with weights_only=True and check it for NaN/inf (safe_load.py), rename the keys
 (neox_keys.py), check the positional scheme's per-layer copies agree, check every tensor's
 shape against the model the config describes (naming the file, key, expected and found shape),
-merge the TP shards (megatron/parallel/merge.py rules) and upcast bf16/fp16 to the model dtype.
+merge the TP shards (megatron/parallel/merge.py, by the tags of the model the config describes: the
+renamed keys are ours, so no NeoX-specific split table is needed) and upcast bf16/fp16 to the model dtype.
 The config is NeoX's own YAML, copied by NeoX into global_stepN/configs/; our loader reads the
 paper's 2022 files unchanged.
 """
@@ -86,10 +87,9 @@ def _rename(raw: dict, num_layers: int) -> tuple[dict, dict]:
     return state, where
 
 
-def _check_shapes(shards: list[dict], wheres: list[dict], expected: dict, pos_emb: str, tag_dir: str) -> None:
-    """Every rank holds exactly the expected keys with its 1/tp slice of each split dim."""
-    from megatron.parallel.merge import merge_rule
-
+def _check_shapes(shards: list[dict], wheres: list[dict], expected: dict, plan, tag_dir: str) -> None:
+    """Every rank holds exactly the expected keys with its 1/tp slice of each split dim
+    (`plan`: megatron.parallel.merge.MergePlan of the model the config describes)."""
     tp = len(shards)
     for rank, (state, where) in enumerate(zip(shards, wheres, strict=True)):
         missing = sorted(set(expected) - set(state))
@@ -101,7 +101,7 @@ def _check_shapes(shards: list[dict], wheres: list[dict], expected: dict, pos_em
                 raise CheckpointError(f"{tag_dir}: {where[key]} maps to {key!r}, which the model its config "
                                       "describes does not have (check pos-emb / no-weight-tying in the config)")
             shape = list(expected[key])
-            dim = merge_rule(key, pos_emb)
+            dim = plan.dim_of(key)
             if dim is not None:
                 shape[dim] //= tp
             if list(t.shape) != shape:
@@ -110,13 +110,13 @@ def _check_shapes(shards: list[dict], wheres: list[dict], expected: dict, pos_em
                                       f"found {tuple(t.shape)}")
 
 
-def _merge(shards: list[dict], pos_emb: str, tag_dir: str) -> dict:
+def _merge(shards: list[dict], plan, tag_dir: str) -> dict:
     if len(shards) == 1:
         return dict(shards[0])
     from megatron.parallel.merge import merge_state_dicts
 
     try:
-        merged = merge_state_dicts(shards, pos_emb)
+        merged = merge_state_dicts(shards, plan)
     except ValueError as e:
         raise CheckpointError(f"{tag_dir}: cannot merge its {len(shards)} tensor-parallel shards: {e}") from e
     return merged
@@ -147,6 +147,7 @@ def read_neox_state(tag_dir: str, layout: str, config=None, overrides: dict | No
     instead of global_stepN/configs/. `trust`: allow the full unpickler (see safe_load.py).
     `allow_nonfinite`: accept NaN/inf tensors (see finite.py)."""
     from megatron.model import GPTModel
+    from megatron.parallel.merge import merge_plan
 
     cfg = read_config(tag_dir, config, overrides)
     raw, client = _raw_shards(tag_dir, layout, trust, allow_nonfinite)
@@ -161,10 +162,17 @@ def read_neox_state(tag_dir: str, layout: str, config=None, overrides: dict | No
     if saved_vocab is not None and saved_vocab != vocab:
         raise CheckpointError(f"{tag_dir}: embedding has {vocab} rows over {len(shards)} shards but args."
                               f"padded_vocab_size is {saved_vocab}")
+    # One meta-device model (no memory) says both: every tensor's full shape, and (its tags,
+    # read by the same names after neox_keys.py renamed NeoX's) which dim the TP shards split.
     with torch.device("meta"):
-        expected = {k: tuple(v.shape) for k, v in GPTModel(cfg.model, vocab).state_dict().items()}
-    _check_shapes(shards, wheres, expected, cfg.model.pos_emb, tag_dir)
-    state = _merge(shards, cfg.model.pos_emb, tag_dir)
+        described = GPTModel(cfg.model, vocab)
+    expected = {k: tuple(v.shape) for k, v in described.state_dict().items()}
+    try:
+        plan = merge_plan(described)
+    except ValueError as e:
+        raise CheckpointError(f"{tag_dir}: {e}") from e
+    _check_shapes(shards, wheres, expected, plan, tag_dir)
+    state = _merge(shards, plan, tag_dir)
     model = GPTModel(cfg.model, vocab)
     state = _finish(state, model, dtype, tag_dir)
     merged_note = f", {len(shards)} tensor-parallel shards merged" if len(shards) > 1 else ""

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from megatron.config.fields import key
 
+POS_CLAMPS = ("straight-through", "projected")  # see pos_clamp; megatron/training/projection.py
 INIT_METHODS = ("normal", "scaled_normal", "small_init", "wang_init", "xavier_normal", "xavier_uniform")
 _FUSION_DOC = "Accepted for NeoX compatibility; changes nothing here (PyTorch's own kernels are used)."
 
@@ -37,13 +38,65 @@ class ModelConfig:
     pos_emb: str = key(
         "learned", "Positional scheme, one of the positional registry's names (kerple_log, "
         "kerple_power_* and the NeoX ones).", choices=scheme_choices)
+    pos_clamp: str = key(
+        "straight-through", "How a positional parameter's domain (KERPLE's p, a >= 0.01, ...) is "
+        "kept. straight-through: the forward uses the clamped value, the gradient passes as if "
+        "unclamped and the stored value may leave the domain (what the paper's code amounted to "
+        "under bf16, where its in-place clamp never reached DeepSpeed's fp32 master weights); "
+        "projected: also clamp the stored value, fp32 master copy included, after every optimizer "
+        "step (the paper's code in fp32). The stored values are logged as <param>_raw_*.",
+        choices=POS_CLAMPS)
     rotary_pct: float = key(1.0, "Fraction of each head's dimensions rotated by rotary.", gt=0, le=1)
     rotary_emb_base: int = key(10000, "Rotary frequency base.", ge=1)
+    rotary_scaling: str = key(
+        "none", "RoPE scaling for evaluation beyond the train length (pos-emb rotary): linear = position "
+        "interpolation (Chen et al. 2023, frequencies / factor), ntk = NTK-aware base "
+        "base * factor^(d/(d-2)) (bloc97), yarn = YaRN's NTK-by-parts ramp and attention temperature "
+        "0.1 ln(factor) + 1 on q and k (Peng et al. 2023). Set it on an existing checkpoint with "
+        "evaluate.py -o rotary-scaling=yarn -o rotary-scaling-factor=16.",
+        choices=("none", "linear", "ntk", "yarn"))
+    rotary_scaling_factor: float = key(
+        1.0, "The RoPE scaling factor s (target length / rotary-scaling-original-length), used when "
+        "rotary-scaling is not none.", ge=1)
+    rotary_scaling_original_length: int | None = key(
+        None, "The length the rotary model was trained at (YaRN's original_max_position_embeddings); "
+        "defaults to seq-length, so an evaluation that sets rotary-scaling keeps the checkpoint's train "
+        "length.", ge=1)
+    rotary_yarn_beta_fast: float = key(
+        32.0, "YaRN: dimensions turning more than beta-fast times over the original length keep their "
+        "frequency (extrapolation); must exceed rotary-yarn-beta-slow.", gt=0)
+    rotary_yarn_beta_slow: float = key(
+        1.0, "YaRN: dimensions turning fewer than beta-slow times over the original length are fully "
+        "interpolated (frequency / factor).", gt=0)
+    xpos_scale_base: float = key(
+        512.0, "xPos (pos-emb xpos): the position scale base; q is scaled by zeta^(n/scale-base) and k by "
+        "its inverse (Sun et al. 2022 use 512).", gt=0)
+    xpos_gamma: float = key(
+        0.4, "xPos: zeta_i = (i/(d/2) + gamma) / (1 + gamma) per rotary dimension pair i (the paper's 0.4).",
+        gt=0)
     rpe_num_buckets: int = key(32, "T5 relative-position buckets (pos-emb rpe).", ge=1)
     rpe_max_distance: int = key(128, "T5 relative-position max distance (pos-emb rpe).", ge=1)
+    fire_mlp_width: int = key(32, "Hidden width of FIRE's MLP f_theta (pos-emb fire; 32 in the paper).", ge=1)
+    fire_init_c: float = key(
+        0.1, "Initial value of FIRE's learned log-transform scale c in psi(x) = log(c*x + 1) "
+        "(pos-emb fire; 0.1 in the paper).", gt=0)
+    fire_init_threshold: float = key(
+        512.0, "FIRE's threshold L in psi(max(L, i)) is this value times a learned multiplier "
+        "starting at 1 (pos-emb fire; 512 in the paper).", gt=0)
+    sandwich_dim: int | None = key(
+        None, "Sinusoid dimension d' of the Sandwich bias (pos-emb sandwich): an even number; "
+        "null = the head dimension.", ge=2)
     attention_window: int | None = key(
         None, "Our extension: sliding window of W keys, query i attends keys j with i-W < j <= i. "
         "Valid with every positional scheme and backend; null = full causal attention.", ge=1)
+    attention_logn_scaling: bool = key(
+        False, "Entropy-invariant log-n scaling (Su; Qwen's logn-attn): query i's q.k/sqrt(d) is "
+        "multiplied by max(1, log(n_i) / log(seq-length)), n_i the number of keys it sees "
+        "(i + 1, at most attention-window). Composes with every pos-emb and backend, kv-cache and "
+        "export included.")
+    attention_logn_everywhere: bool = key(
+        False, "With attention-logn-scaling: use log(n_i) / log(seq-length) for every query, below "
+        "the training length too (Su's article), instead of only past it (Qwen's).")
     attention_backend: str = key(
         "auto", "Attention kernel, one of the attention registry's names or auto (the best that "
         "supports the scheme and device); checked against the scheme and device by the backend "
@@ -87,6 +140,8 @@ class ModelConfig:
         # Derived defaults are filled in here so the resolved config states them explicitly.
         if self.max_position_embeddings is None and isinstance(self.seq_length, int):
             object.__setattr__(self, "max_position_embeddings", self.seq_length)
+        if self.rotary_scaling_original_length is None and isinstance(self.seq_length, int):
+            object.__setattr__(self, "rotary_scaling_original_length", self.seq_length)
         if self.intermediate_size is None and isinstance(self.hidden_size, int):
             object.__setattr__(self, "intermediate_size", 4 * self.hidden_size)
 
@@ -103,6 +158,18 @@ class ModelConfig:
         if self.pos_emb == "learned" and self.max_position_embeddings < self.seq_length:
             out.append(("max_position_embeddings", f"must be >= seq-length ({self.seq_length}) "
                         "when pos-emb is learned"))
+        if isinstance(self.sandwich_dim, int) and self.sandwich_dim % 2:
+            out.append(("sandwich_dim", "must be even (d'/2 cosines)"))
+        if self.attention_logn_scaling and isinstance(self.seq_length, int) and self.seq_length < 2:
+            out.append(("attention_logn_scaling", "needs seq-length >= 2 (it divides by log(seq-length))"))
+        if self.attention_logn_everywhere and not self.attention_logn_scaling:
+            out.append(("attention_logn_everywhere", "only applies with attention-logn-scaling: true; "
+                        "set that too, or remove this key"))
+        if self.rotary_scaling != "none" and self.pos_emb != "rotary":
+            out.append(("rotary_scaling", f"applies to pos-emb rotary only (pos-emb is {self.pos_emb}); "
+                        "set rotary-scaling: none"))
+        if self.rotary_yarn_beta_fast <= self.rotary_yarn_beta_slow:
+            out.append(("rotary_yarn_beta_fast", f"must exceed rotary-yarn-beta-slow ({self.rotary_yarn_beta_slow})"))
         if self.gpt_j_residual:
             out.append(("gpt_j_residual", "gpt-j-residual: true is not supported yet"))
         if not out:  # the size needs a consistent shape (heads dividing the width)

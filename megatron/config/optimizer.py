@@ -19,16 +19,22 @@ class OptimizerConfig:
     weight_decay: float = key(0.1, "Decoupled weight decay (norms and biases get none).", ge=0)
     gradient_clipping: float = key(
         1.0, "Clip the global gradient norm to this; 0 = no clipping. `clip_grad` is an alias.", ge=0)
-    lr_decay_style: str = key("linear", "LR decay after warmup.",
-                              choices=("constant", "linear", "cosine", "exponential"))
+    lr_decay_style: str = key(
+        "linear", "LR decay after warmup, as the KERPLE paper's NeoX computed it (quirks included: "
+        "the decay divides by lr-decay-iters, not by the decay span, and stops warmup steps before "
+        "it; see megatron/training/schedule.py).",
+        choices=("constant", "linear", "cosine", "exponential"))
     lr_decay_iters: int | None = key(
         None, "Iterations the LR decays over; null = lr-decay-fraction * train-iters, else "
         "train-iters.", ge=1)
     lr_decay_fraction: float | None = key(
         None, "lr-decay-iters as a fraction of train-iters (used when lr-decay-iters is null).",
         gt=0, le=1)
-    min_lr: float = key(0.0, "The LR never decays below this.", ge=0)
-    warmup: float = key(0.01, "Linear warmup as a fraction of lr-decay-iters.", ge=0, le=1)
+    min_lr: float = key(0.0, "Floor of the decayed LR (the decay curve is not rescaled to end on it).",
+                        ge=0)
+    warmup: float = key(
+        0.01, "Linear warmup from 0 as a fraction of lr-decay-iters (not rounded); above 0.5 the "
+        "ramp stops short of the peak LR, as in NeoX.", ge=0, le=1)
     override_lr_scheduler: bool = key(
         False, "On load, take the schedule from this config, not from the checkpoint.")
     use_checkpoint_lr_scheduler: bool = key(

@@ -88,4 +88,9 @@ def cross_section_problems(cfg) -> list[tuple[str, str]]:
     tp = cfg.parallel.model_parallel_size
     if cfg.model.num_attention_heads % tp:
         out.append(("num_attention_heads", f"must be divisible by model-parallel-size ({tp})"))
+    if (cfg.model.pos_clamp == "projected" and cfg.precision.dtype == "fp16"
+            and cfg.optimizer.zero_optimization.get("stage", 0) == 0):
+        # DeepSpeed's fp16 optimizer without ZeRO keeps its fp32 master weights where no API reaches
+        out.append(("pos_clamp", "projected cannot clamp the fp32 master weights of fp16 training without "
+                    "ZeRO; use bf16, zero_optimization stage >= 1, or pos-clamp: straight-through"))
     return out

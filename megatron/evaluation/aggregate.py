@@ -18,6 +18,7 @@ from collections import defaultdict
 
 from megatron.evaluation.results import RunResult
 from megatron.evaluation.stats import DAGGER, FOOTNOTE, format_mean_std, mean_std, paired_test
+from megatron.evaluation.windows import windows_line
 
 MISSING = "–"
 
@@ -73,6 +74,17 @@ def table3_markdown(cells: list[dict], reference: str, alpha: float = 0.05, digi
     if reference not in schemes:
         notes.append(f"The reference scheme `{reference}` is not among the results, so no cell is marked.")
     return "\n".join(lines) + "\n\n" + "\n".join(notes) + "\n"
+
+
+def windows_note(runs: list[RunResult]) -> str:
+    """Which windows the cells scored (order and data seeds), and every length that got fewer than asked."""
+    lines = []
+    for order in sorted({r.window_order or "contiguous" for r in runs}):
+        seeds = sorted({r.data_seed for r in runs if (r.window_order or "contiguous") == order}, key=str)
+        lines.append(windows_line(order, ", ".join(map(str, seeds))))
+    short = sorted(((r.dataset, L, r.scheme, str(r.seed), n, asked) for r in runs for L, (n, asked) in r.short.items()))
+    lines += [f"Fewer windows than asked: {d} {L} {s} seed {seed}: {n} of {asked}." for d, L, s, seed, n, asked in short]
+    return "\n" + "\n".join(lines) + "\n"
 
 
 def write_table3_csv(cells: list[dict], path: str) -> None:
@@ -132,6 +144,7 @@ def write_report(runs: list[RunResult], out_dir: str, reference: str = "kerple_l
     with open(paths["table3.md"], "w") as f:
         f.write("# Perplexity by scheme, dataset and length (paper Table 3 layout)\n\n")
         f.write(table3_markdown(cells, reference, alpha, digits))
+        f.write(windows_note(runs))
     write_table3_csv(cells, paths["table3.csv"])
     with open(paths["speed.md"], "w") as f:
         f.write(speed_markdown(runs, reference))

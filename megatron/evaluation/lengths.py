@@ -2,8 +2,12 @@
 
 For each length L, the split's shuffled, EOD-separated document stream is cut into
 non-overlapping L+1-token windows (consecutive windows share one boundary token); the model sees
-the first L tokens and is scored on all L next-token predictions. Every length is evaluated on
-the first N windows of the same stream, N = min(max_windows, max_tokens // L, available).
+the first L tokens and is scored on all L next-token predictions. N = min(max_windows,
+max_tokens // L) windows are asked for; which ones is the window order (windows.py: the
+paper's shuffled sample order, or contiguous = the same leading N*L tokens at every length).
+Both are reproducible from the data seed (it shuffles the documents, and the samples). A split
+with fewer than N windows at L gives them all, once (NeoX would repeat the epoch); the result
+records the count asked for beside the count scored.
 """
 from __future__ import annotations
 
@@ -16,6 +20,8 @@ import torch
 from tqdm import tqdm
 
 from megatron.data.gpt_dataset import build_eval_windows
+from megatron.evaluation.blockwise import blockwise_causal_losses
+from megatron.evaluation.windows import WINDOW_ORDERS
 
 
 def default_lengths(train_length: int, max_factor: int = 32) -> list[int]:
@@ -36,15 +42,26 @@ class LengthResult:
     tokens: int
     seconds: float
     positionwise: np.ndarray = field(repr=False)  # (L,) mean loss at each position
+    requested: int | None = None  # windows asked for (None: the whole split); `windows` may be fewer
+
+    @property
+    def short(self) -> bool:
+        """Fewer windows scored than asked for (the split is too small at this length)."""
+        return self.requested is not None and self.windows < self.requested
 
 
 def evaluate_length(model, data_prefix: str, split: str, split_name: str, length: int, seed: int,
                     max_windows: int | None, max_tokens: int | None, batch_size: int = 1,
-                    device="cpu", cache_dir: str | None = None, progress: bool = True) -> LengthResult:
+                    device="cpu", cache_dir: str | None = None, progress: bool = True,
+                    window_order: str = "shuffled", blockwise_causal: int | None = None) -> LengthResult:
+    """blockwise_causal: score with blockwise causal attention of that block size (blockwise.py)."""
+    if window_order not in WINDOW_ORDERS:
+        raise ValueError(f"window order must be one of {', '.join(WINDOW_ORDERS)}, got {window_order!r}")
     limit = max_windows
     if max_tokens:
         limit = min(limit or 10**12, max(1, max_tokens // length))
     ds = build_eval_windows(data_prefix, split, split_name, length, seed, max_windows=limit, cache_dir=cache_dir,
+                            stream_order=window_order == "contiguous",
                             vocab_size=getattr(model, "vocab_size", None))  # a bad id: DataError, not IndexError
     start = time.perf_counter()
     pos_sum = torch.zeros(length, dtype=torch.float64)
@@ -52,11 +69,15 @@ def evaluate_length(model, data_prefix: str, split: str, split_name: str, length
     bar = tqdm(total=n, desc=f"eval L={length}", leave=False, disable=not progress or None)
     for s in range(0, n, batch_size):
         text = torch.from_numpy(np.stack([ds[i]["text"] for i in range(s, min(s + batch_size, n))]).astype(np.int64))
-        losses = model.token_losses(text[:, :-1].to(device), text[:, 1:].to(device))  # (b, L)
+        x, y = text[:, :-1].to(device), text[:, 1:].to(device)
+        if blockwise_causal:
+            losses = blockwise_causal_losses(model, x, y, blockwise_causal)  # (b, L)
+        else:
+            losses = model.token_losses(x, y)  # (b, L)
         pos_sum += losses.double().sum(0).cpu()
         bar.update(text.shape[0])
     bar.close()
     positionwise = (pos_sum / max(n, 1)).numpy()
     loss = float(positionwise.mean())
     return LengthResult(length, loss, math.exp(min(loss, 700.0)), n, n * length,
-                        time.perf_counter() - start, positionwise)
+                        time.perf_counter() - start, positionwise, limit)

@@ -7,7 +7,15 @@ import os
 
 import numpy as np
 
+from megatron.evaluation.windows import windows_line
+
 SCHEMA = "kerple-eval/1"
+
+
+def default_output_dir(ckpt: str) -> str:
+    """Where a checkpoint's evaluation results go unless --out says otherwise: <ckpt>/../eval
+    (evaluate.py's perplexity sweep and every downstream-task entry point)."""
+    return os.path.join(os.path.dirname(os.path.abspath(ckpt)), "eval")
 
 
 def bin_curve(curve: np.ndarray, max_points: int = 256) -> tuple[int, list[float]]:
@@ -23,7 +31,8 @@ def bin_curve(curve: np.ndarray, max_points: int = 256) -> tuple[int, list[float
 def build_record(meta: dict, results) -> dict:
     rec = dict(schema=SCHEMA, **meta)
     rec["results"] = [
-        {"length": r.length, "loss": r.loss, "ppl": r.ppl, "windows": r.windows, "tokens": r.tokens,
+        {"length": r.length, "loss": r.loss, "ppl": r.ppl, "windows": r.windows,
+         "windows_requested": getattr(r, "requested", None), "tokens": r.tokens,
          "seconds": round(r.seconds, 3)} for r in results
     ]
     rec["perplexity"] = {str(r.length): r.ppl for r in results}
@@ -34,13 +43,19 @@ def build_record(meta: dict, results) -> dict:
     return rec
 
 
+def windows_cell(r: dict) -> str:
+    """The window count, with the count asked for when the split had fewer."""
+    asked = r.get("windows_requested")
+    return f"{r['windows']} of {asked}" if asked is not None and r["windows"] < asked else str(r["windows"])
+
+
 def markdown_table(rec: dict) -> str:
     train = rec.get("train_length")
     lines = ["| length | x train | loss | ppl | windows | tokens |", "|---:|---:|---:|---:|---:|---:|"]
     for r in rec["results"]:
         ratio = f"{r['length'] / train:g}" if train else "-"
-        lines.append(f"| {r['length']} | {ratio} | {r['loss']:.4f} | {r['ppl']:.3f} | {r['windows']} | {r['tokens']} |")
-    return "\n".join(lines)
+        lines.append(f"| {r['length']} | {ratio} | {r['loss']:.4f} | {r['ppl']:.3f} | {windows_cell(r)} | {r['tokens']} |")
+    return "\n".join(lines) + "\n\n" + windows_line(rec.get("window_order"), rec.get("data_seed"))
 
 
 def write_outputs(rec: dict, results, out_dir: str) -> dict[str, str]:
@@ -50,17 +65,19 @@ def write_outputs(rec: dict, results, out_dir: str) -> dict[str, str]:
         json.dump(rec, f, indent=1)
     with open(paths["csv"], "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["length", "loss", "ppl", "windows", "tokens"])
+        w.writerow(["length", "loss", "ppl", "windows", "tokens", "windows_requested", "window_order", "data_seed"])
         for r in rec["results"]:
-            w.writerow([r["length"], f"{r['loss']:.6f}", f"{r['ppl']:.6f}", r["windows"], r["tokens"]])
+            w.writerow([r["length"], f"{r['loss']:.6f}", f"{r['ppl']:.6f}", r["windows"], r["tokens"],
+                        "" if r.get("windows_requested") is None else r["windows_requested"],
+                        rec.get("window_order"), rec.get("data_seed")])
     with open(paths["md"], "w") as f:
         f.write(f"# Perplexity by length: {rec.get('pos_emb')} ({rec.get('checkpoint')}, {rec.get('split')} split)\n\n")
         f.write(markdown_table(rec) + "\n")
     paths["positionwise"] = os.path.join(out_dir, "positionwise.csv")
     with open(paths["positionwise"], "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["length", "position", "loss"])
+        w.writerow(["length", "position", "loss", "window_order", "data_seed"])
         for r in results:
             for i, v in enumerate(r.positionwise):
-                w.writerow([r.length, i, f"{v:.6f}"])
+                w.writerow([r.length, i, f"{v:.6f}", rec.get("window_order"), rec.get("data_seed")])
     return paths

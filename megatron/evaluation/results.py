@@ -30,6 +30,9 @@ class RunResult:
     ppl: dict[int, float]  # length -> perplexity
     positionwise: dict[int, tuple[int, list[float]]] = field(default_factory=dict)  # length -> (bin_size, loss[])
     sec_per_step: float | None = None
+    window_order: str | None = None  # evaluate.py's --window-order (None: written before it was recorded)
+    data_seed: int | str | None = None
+    short: dict[int, tuple[int, int]] = field(default_factory=dict)  # length -> (windows, asked) when fewer
 
     @property
     def key(self) -> tuple:
@@ -91,11 +94,14 @@ def parse_result(path: str, meta_regex: re.Pattern | None = None) -> RunResult:
     try:
         ppl = {int(r["length"]): float(r["ppl"]) for r in rec["results"]}
         pw = {int(k): (int(v["bin_size"]), [float(x) for x in v["loss"]]) for k, v in rec.get("positionwise", {}).items()}
+        short = {int(r["length"]): (int(r["windows"]), int(r["windows_requested"])) for r in rec["results"]
+                 if r.get("windows_requested") is not None and int(r["windows"]) < int(r["windows_requested"])}
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{path}: malformed results/positionwise entries ({e!r}); regenerate it with evaluate.py") from e
     speed = (rec.get("train_speed") or {}).get("sec_per_step")
     return RunResult(path, scheme, dataset, seed, window, rec.get("train_length"), ppl, pw,
-                     float(speed) if speed is not None else None)
+                     float(speed) if speed is not None else None, rec.get("window_order"),
+                     _normalise_seed(rec.get("data_seed")), short)
 
 
 def load_results(patterns, meta_from_path: str | None = None) -> list[RunResult]:

@@ -131,7 +131,11 @@ def save_tokenizer(cfg, out_dir: str) -> str | None:
         if d.tokenizer_type == "HFTokenizer" and d.vocab_file:
             from transformers import PreTrainedTokenizerFast
 
-            tok = PreTrainedTokenizerFast(tokenizer_file=d.vocab_file)
+            from megatron.tokenizer.hf import EOD_TOKEN
+
+            # eod as eos/bos, as config.json says: tools that read the tokenizer alone (the harness's
+            # `hf` model: its end-of-text and empty-context prefix token) need them named
+            tok = PreTrainedTokenizerFast(tokenizer_file=d.vocab_file, eos_token=EOD_TOKEN, bos_token=EOD_TOKEN)
         elif d.tokenizer_type == "GPT2BPETokenizer" and d.vocab_file and d.merge_file:
             from transformers import GPT2TokenizerFast
 

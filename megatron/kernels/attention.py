@@ -69,25 +69,33 @@ class _TritonAttention(torch.autograd.Function):
         fm, fn, bm, bn = block_sizes(D, dev)
         meta = _meta(kernel, D, q.dtype)
         params = [_vec(x, dev) for x in (r1, r2, r3, w_a, w_p)]
+        lut = torch.empty(0, dtype=torch.float32, device=dev)
+        bucket = torch.empty(0, dtype=torch.int32, device=dev)
         if kernel.bias == "lookup":
             with torch.no_grad():
-                lut = kernel.lookup_values().to(dev)  # (H, max_distance + 1)
+                lut = kernel.lookup_values().to(dev).contiguous()  # (H, max_distance + 1)
+        if kernel.learned_table:
             bucket = kernel.bucket_of.to(device=dev, dtype=torch.int32).contiguous()
-        else:
-            lut = torch.empty(0, dtype=torch.float32, device=dev)
-            bucket = torch.empty(0, dtype=torch.int32, device=dev)
         # The kernel writes O in fp32: the backward's delta = rowsum(dO * O) then comes from the
         # unrounded output. Computing it from a bf16-rounded O (as FlashAttention does) doubled
-        # the error of the positional parameters' gradients in bf16 (their sums cancel heavily).
+        # the error of the positional parameters' gradients in bf16 (their sums cancel heavily;
+        # EXACT_PV below is the other half of the same fix).
         out = torch.empty(q.shape, dtype=torch.float32, device=dev)
         lse = torch.empty(B * H, LQ, dtype=torch.float32, device=dev)
         scale = 1.0 / D**0.5
         common = (H, LQ, LK, q0, k0, window or 0, scale)
         grid = (triton.cdiv(LQ, fm), B * H)
+        # The backward's delta = rowsum(dO * O) equals sum_j P_ij dP_ij only if O is P @ V for
+        # the P the backward recomputes. With P rounded to bf16/fp16 before P @ V (the usual
+        # FlashAttention forward) the two differ by ~2^-9 per row; a bias parameter's gradient
+        # sums dS over whole rows, where the true values cancel, so that gap became a 6% error
+        # in the T5 table's gradient on an H100 (bf16, window 512). When the scheme's parameters
+        # need gradients, P @ V is done as hi(P) @ V + lo(P) @ V: P to ~2^-17, one more product.
+        exact_pv = q.dtype != torch.float32 and any(ctx.needs_input_grad[7:13])
         attention_fwd_kernel[grid](
             q, k, v, out, lse, *params, lut,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
-            *common, BLOCK_M=fm, BLOCK_N=fn, HAS_WINDOW=window is not None, **meta)
+            *common, BLOCK_M=fm, BLOCK_N=fn, HAS_WINDOW=window is not None, EXACT_PV=exact_pv, **meta)
         ctx.save_for_backward(q, k, v, out, lse, *params, lut, bucket)
         ctx.info = (q0, k0, window, kernel.bias, kernel.table_scale,
                     0 if table is None else table.shape[0], meta, (bm, bn))
@@ -115,7 +123,8 @@ class _TritonAttention(torch.autograd.Function):
             q, k, v, do, lse, delta, dk, dv, part, *params, bucket,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
             *dk.stride()[:3], *dv.stride()[:3], *common, n_key_blocks,
-            BLOCK_M=bm, BLOCK_N=bn, HAS_WINDOW=window is not None, NSLOT=nslot, **meta)
+            BLOCK_M=bm, BLOCK_N=bn, HAS_WINDOW=window is not None, NSLOT=nslot,
+            LUT_GRAD=num_buckets > 0, **meta)
         attention_bwd_dq_kernel[(triton.cdiv(LQ, bm), B * H)](
             q, k, v, do, lse, delta, dq, *params,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dq.stride()[:3],
@@ -139,7 +148,8 @@ def triton_attention(q, k, v, kernel, q0: int, k0: int, window: int | None = Non
     """Causal attention with the DistanceKernel's bias/weight: (B, H, Lq, D) like the reference."""
     if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
         q, k, v = (x.contiguous() for x in (q, k, v))
-    t = kernel
+    # A tabulated lookup (Sandwich) must reach the largest distance here: the last query to the first key.
+    t = kernel = kernel.covering(int(q0) + q.shape[2] - 1 - int(k0), q.device)
     table = t.table.float() if t.table is not None else None
     return _TritonAttention.apply(q, k, v, int(q0), int(k0), window, kernel,
                                  t.r1, t.r2, t.r3, t.w_a, t.w_p, table)

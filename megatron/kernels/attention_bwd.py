@@ -12,7 +12,8 @@ With S = S_raw * w + bias (S_raw = q.k * scale) and dS = P * (dP - delta), delta
   dq = scale * (dS * w) @ k,  dk = scale * (dS * w)^T @ q,  dv = P^T @ dO
   d(bias param) = sum dS * d bias/d param,  d(weight param) = sum dS * S_raw * d w/d param
 Slots: log bias 0 = r1, 1 = r2, 2 = r3; power bias 1 = r2, 2 = r3; weight 3 = w_a, 4 = w_p;
-lookup bias: slot t = the T5 bucket t (gradient of table[t, h] before the table's scale)."""
+lookup bias with a learned table (LUT_GRAD): slot t = the T5 bucket t (gradient of table[t, h]
+before the table's scale); a fixed tabulated lookup (Sandwich) has no parameter gradient."""
 import triton
 import triton.language as tl
 
@@ -54,7 +55,7 @@ def attention_bwd_dkdv_kernel(
     D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BIAS: tl.constexpr, HAS_R2: tl.constexpr, HAS_R3: tl.constexpr,
     HAS_WEIGHT: tl.constexpr, HAS_WA: tl.constexpr, HAS_WP: tl.constexpr,
-    HAS_WINDOW: tl.constexpr, MAXD: tl.constexpr, NSLOT: tl.constexpr,
+    HAS_WINDOW: tl.constexpr, MAXD: tl.constexpr, NSLOT: tl.constexpr, LUT_GRAD: tl.constexpr,
     PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
     start_n = tl.program_id(0)
@@ -119,7 +120,7 @@ def attention_bwd_dkdv_kernel(
                 if HAS_R2:
                     scale_r2 = r2
                 g_r3 += tl.sum(tl.sum(-ds * scale_r2 * x * log_d, 1), 0)
-        if BIAS == 3:  # table[bucket(d), h]: sum dS per bucket
+        if LUT_GRAD:  # table[bucket(d), h]: sum dS per bucket
             bucket = tl.load(BUCKET + tl.minimum(d_index, MAXD))
             # Buckets grow with d, so the tile only touches those between its smallest and largest
             # distance: one pass per such bucket (a single one once the tile is past max_distance).

@@ -8,7 +8,9 @@ Positions are consecutive: query row i sits at Q0 + i and key column j at K0 + j
 have Q0 > K0), so the distance is d = Q0 + i - K0 - j. Allowed: 0 <= d (< WINDOW when windowed).
 Masked scores are a large finite negative number, not -inf: a row whose first key blocks are all
 masked gets exp(0) garbage, which the first allowed key wipes out exactly (its rescale factor is
-exp(-1e30 - m) = 0). Every real row has its diagonal, so every stored row saw an allowed key."""
+exp(-1e30 - m) = 0). Every real row has its diagonal, so every stored row saw an allowed key.
+EXACT_PV (half-precision inputs whose positional parameters need gradients) multiplies P by V in
+two halves so O is P @ V to ~2^-17 (the backward's delta relies on it)."""
 import triton
 import triton.language as tl
 
@@ -27,6 +29,7 @@ def attention_fwd_kernel(
     BIAS: tl.constexpr, HAS_R2: tl.constexpr, HAS_R3: tl.constexpr,
     HAS_WEIGHT: tl.constexpr, HAS_WA: tl.constexpr, HAS_WP: tl.constexpr,
     HAS_WINDOW: tl.constexpr, MAXD: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    EXACT_PV: tl.constexpr,
 ):
     start_m = tl.program_id(0)
     bh = tl.program_id(1)
@@ -78,7 +81,11 @@ def attention_fwd_kernel(
         alpha = tl.exp(m_i - m_new)
         p = tl.exp(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + mm(cast(p, v.dtype, UPCAST), v, PRECISION, UPCAST)
+        p_hi = cast(p, v.dtype, UPCAST)
+        pv = mm(p_hi, v, PRECISION, UPCAST)
+        if EXACT_PV:  # P = hi + lo, both in V's dtype (kernels/attention.py says why)
+            pv += mm(cast(p - p_hi.to(tl.float32), v.dtype, UPCAST), v, PRECISION, UPCAST)
+        acc = acc * alpha[:, None] + pv
         m_i = m_new
 
     out = acc / l_i[:, None]

@@ -43,7 +43,10 @@ SCHEMES = {
     "kerple_power_ap_": dict(BIAS=2, HAS_R2=True, HAS_R3=True, HAS_WEIGHT=False, HAS_WA=False, HAS_WP=False, MAXD=0),
     "kerple_power_ap_ap": dict(BIAS=2, HAS_R2=True, HAS_R3=True, HAS_WEIGHT=True, HAS_WA=True, HAS_WP=True, MAXD=0),
     "alibi": dict(BIAS=2, HAS_R2=True, HAS_R3=False, HAS_WEIGHT=False, HAS_WA=False, HAS_WP=False, MAXD=0),
-    "rpe": dict(BIAS=3, HAS_R2=False, HAS_R3=False, HAS_WEIGHT=False, HAS_WA=False, HAS_WP=False, MAXD=128),
+    "rpe": dict(BIAS=3, HAS_R2=False, HAS_R3=False, HAS_WEIGHT=False, HAS_WA=False, HAS_WP=False, MAXD=128,
+                LUT_GRAD=True),
+    "sandwich": dict(BIAS=3, HAS_R2=False, HAS_R3=False, HAS_WEIGHT=False, HAS_WA=False, HAS_WP=False,
+                     MAXD=4095, LUT_GRAD=False),
 }
 
 
@@ -84,9 +87,10 @@ def compile_variant(kernel: str, scheme: str, dtype: str, head_dim: int, window:
                     num_stages: int = 2) -> Compiled:
     """Compile one kernel variant for sm_<arch>; raises triton's CompilationError on bad code."""
     fn = KERNELS[kernel]
-    constexprs = dict(SCHEMES[scheme], D=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
+    constexprs = dict({"LUT_GRAD": False, **SCHEMES[scheme]}, D=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
                       BLOCK_M=blocks[0], BLOCK_N=blocks[1], HAS_WINDOW=window,
-                      PRECISION="ieee" if dtype == "fp32" else None, UPCAST=False)
+                      PRECISION="ieee" if dtype == "fp32" else None, UPCAST=False,
+                      EXACT_PV=dtype != "fp32")  # half precision: the training path's extra product
     if kernel == "bwd_dkdv":
         constexprs.update(NSLOT=32 if scheme == "rpe" else 8)
     constexprs = {k: v for k, v in constexprs.items() if k in fn.arg_names}

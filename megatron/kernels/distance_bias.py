@@ -3,7 +3,7 @@
 Shared by the forward and both backward kernels so all three see bit-identical values. Every
 function takes the distance block `d` (float32, >= 0; masked entries hold 0 so everything stays
 finite) and the current head's parameters as scalars. Kinds (megatron/positional/distance_kernel.py):
-BIAS = 0 none, 1 log, 2 power, 3 lookup."""
+BIAS = 0 none, 1 log, 2 power, 3 lookup (a T5 table, or a tabulated fixed function: Sandwich)."""
 import triton
 import triton.language as tl
 

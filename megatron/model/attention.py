@@ -15,6 +15,7 @@ from torch import nn
 from megatron.attention.mask import consecutive_starts
 from megatron.attention.resolve import long_cpu_inference, resolve_backend
 from megatron.model.linear import column_parallel, row_parallel
+from megatron.positional.logn import scale_queries
 
 
 def cached_backend(backends: dict, model_cfg, scheme: nn.Module, device: torch.device, dtype: torch.dtype,
@@ -52,6 +53,8 @@ class AttentionContext:
     # The backend's prepare(scheme, q_pos, k_pos, window): a shared scheme's [H, Lq, Lk] bias,
     # SDPA's float mask, flex's block mask..., built once for every layer of this forward.
     prepared: object | None = None
+    # (Lq,) per-query multipliers of q.k/sqrt(d) (log-n scaling: scheme.query_scale), or None.
+    q_scale: torch.Tensor | None = None
 
     @classmethod
     def build(cls, model_cfg, scheme: nn.Module, backends: dict, x: torch.Tensor, training: bool,
@@ -72,7 +75,7 @@ class AttentionContext:
         prepared = backend.prepare(scheme, q_pos, k_pos, window) if shares_prepared(scheme) else None
         return cls(scheme=scheme, backend=backend, q_pos=q_pos, k_pos=k_pos, window=window,
                    softmax_in_fp32=model_cfg.attention_softmax_in_fp32, dropout_p=model_cfg.attention_dropout,
-                   prepared=prepared)
+                   prepared=prepared, q_scale=scheme.query_scale(q_pos, window))
 
 
 def shares_prepared(scheme: nn.Module) -> bool:
@@ -117,10 +120,18 @@ class SelfAttention(nn.Module):
         qkv = self.query_key_value(x).view(B, L, self.num_heads, 3 * self.head_dim)
         q, k, v = qkv.transpose(1, 2).chunk(3, dim=-1)  # each (B, H, L, D)
         # With a cache, k holds only the new tokens (positions q_pos); cached keys are already
-        # rotated, so rotary sees each key once, at its own absolute position.
-        q, k = ctx.scheme.rotate_qk(q, k, ctx.q_pos, ctx.q_pos if ctx.cache is not None else ctx.k_pos)
+        # rotated, so rotary sees each key once, at its own absolute position. A scheme whose
+        # rotation depends on the whole call (rotate_after_cache: xPos) caches raw keys instead.
+        after = ctx.cache is not None and ctx.scheme.rotate_after_cache
+        if not after:
+            q, k = ctx.scheme.rotate_qk(q, k, ctx.q_pos, ctx.q_pos if ctx.cache is not None else ctx.k_pos)
+        # Log-n scaling multiplies query rows (a per-row scalar: it commutes with any rotation),
+        # so every backend computes s_i * q.k / sqrt(D).
+        q = scale_queries(q, ctx.q_scale)
         if ctx.cache is not None:
             k, v = ctx.cache.update(k, v)  # (B, H, L_kept + L, D)
+        if after:
+            q, k = ctx.scheme.rotate_qk(q, k, ctx.q_pos, ctx.k_pos)
         with ctx.dropout_rng(x.device):
             out = ctx.backend.forward(
                 q, k, v, ctx.scheme, ctx.q_pos, ctx.k_pos,

@@ -28,6 +28,7 @@ from megatron.model.linear import (
 from megatron.model.loss import masked_mean
 from megatron.model.norms import build_norm
 from megatron.model.transformer import TransformerLayer
+from megatron.parallel.positional_shards import tag_scheme
 from megatron.positional.base import PositionalSpec, config_options
 from megatron.positional.registry import build_scheme
 
@@ -64,7 +65,9 @@ class GPTModel(nn.Module):
         emb = nn.Embedding(vocab_size, h)
         init(emb.weight)
         self.word_embeddings = vocab_parallel_embedding(emb, parallel)
-        self.position = build_scheme(model_cfg.pos_emb, positional_spec(model_cfg, tp_rank, tp_size))
+        spec = positional_spec(model_cfg, tp_rank, tp_size)
+        self.position = build_scheme(model_cfg.pos_emb, spec)
+        tag_scheme(self.position, model_cfg.pos_emb, spec.options)  # its split dims, for the checkpoint merge
         self.embedding_dropout = nn.Dropout(model_cfg.hidden_dropout)
         self.layers = nn.ModuleList(TransformerLayer(model_cfg, init, out_init, parallel) for _ in range(L))
         self.final_norm = build_norm(model_cfg, h)
@@ -75,7 +78,8 @@ class GPTModel(nn.Module):
         else:
             self.output_layer = None  # logits use word_embeddings.weight
         if tp_size > 1:
-            mark_positional_parallel(self.position, model_cfg.pos_emb)
+            mark_positional_parallel(self.position)
+            share_replicated_grads(self.position, parallel)
         self._backends: dict = {}
 
     # ---- pieces ------------------------------------------------------------------------------
@@ -84,13 +88,17 @@ class GPTModel(nn.Module):
         return cached_backend(self._backends, self.model_cfg, self.position, device, dtype, self.training)
 
     def position_stats(self) -> dict[str, float]:
-        """The scheme's logged statistics over ALL heads (under TP a rank holds only its own
-        heads, so they are gathered first: a collective, call it on every rank)."""
-        if self.parallel is None or not self.parallel.is_tensor_parallel:
-            return self.position.stats()
-        from megatron.parallel.merge import gather_full_scheme
+        """The scheme's logged statistics over ALL heads (a collective under TP: see full_position)."""
+        return self.full_position().stats()
 
-        return gather_full_scheme(self.position, positional_spec(self.model_cfg), self.model_cfg.pos_emb, self.parallel).stats()
+    def full_position(self):
+        """The positional scheme with ALL heads: under TP a rank holds only its own heads, so they
+        are gathered first (a collective, call it on every rank)."""
+        if self.parallel is None or not self.parallel.is_tensor_parallel:
+            return self.position
+        from megatron.parallel.positional_shards import gather_full_scheme
+
+        return gather_full_scheme(self.position, positional_spec(self.model_cfg), self.model_cfg.pos_emb, self.parallel)
 
     def output_weight(self) -> torch.Tensor:
         return self.word_embeddings.weight if self.output_layer is None else self.output_layer.weight
@@ -151,10 +159,11 @@ class GPTModel(nn.Module):
         return masked_mean(self._token_losses_from_hidden(x, labels), loss_mask)
 
     @torch.no_grad()
-    def token_losses(self, tokens, labels, positions=None, chunk: int = 2048):
+    def token_losses(self, tokens, labels, positions=None, chunk: int = 2048, cache=None):
         """Per-token cross entropy (B, L) in float32, computing the logits `chunk` positions at a
-        time so evaluation at long lengths never holds (L, vocab) logits at once."""
-        return self._token_losses_from_hidden(self.hidden_states(tokens, positions), labels, chunk)
+        time so evaluation at long lengths never holds (L, vocab) logits at once. `cache`: see
+        hidden_states."""
+        return self._token_losses_from_hidden(self.hidden_states(tokens, positions, cache), labels, chunk)
 
     def _token_losses_from_hidden(self, x, labels, chunk: int | None = None):
         B, L, _ = x.shape
@@ -168,15 +177,27 @@ class GPTModel(nn.Module):
         return torch.cat(out, dim=1)
 
 
-def mark_positional_parallel(scheme: nn.Module, pos_emb: str) -> None:
-    """Tag the scheme's per-head parameters as split over TP ranks (for the grad norm)."""
+def mark_positional_parallel(scheme: nn.Module) -> None:
+    """Mark the scheme's per-head parameters (by their tags) as split over TP ranks in
+    megatron-core's attributes, which DeepSpeed's grad norm reads."""
     from megatron.parallel.layers import mark_tensor_parallel
-    from megatron.parallel.merge import positional_shard_dims
+    from megatron.parallel.shard_tags import shard_dim
 
-    dims = positional_shard_dims(pos_emb)
-    for name, p in scheme.named_parameters():
-        if dims.get(name) is not None:
-            mark_tensor_parallel(p, dims[name])
+    for p in scheme.parameters():
+        if shard_dim(p) is not None:
+            mark_tensor_parallel(p, shard_dim(p))
+
+
+def share_replicated_grads(scheme: nn.Module, parallel) -> None:
+    """A scheme whose replicated parameters feed only this rank's heads (FIRE's shared MLP layer)
+    declares `replicated_grad_sync`; it gets copy_to_tp (identity forward, gradient all-reduced
+    over the TP group backward), so each rank's gradient is the TP=1 one."""
+    if "replicated_grad_sync" in scheme.__dict__:
+        import functools
+
+        from megatron.parallel.layers import copy_to_tp
+
+        scheme.__dict__["replicated_grad_sync"] = functools.partial(copy_to_tp, group=parallel.tp_group)
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -1,6 +1,7 @@
 """Key/value cache for incremental decoding (generate.py, the HF export's reference).
 
-The cache stores, per layer, the keys (already rotated, for rotary) and values of every past
+The cache stores, per layer, the keys (already rotated, for rotary; raw for a scheme whose
+rotation depends on the whole call, xPos's `rotate_after_cache`) and values of every past
 token, plus their absolute positions. A forward with a cache feeds only the NEW tokens:
 
     q_pos = past_len + arange(new)            # the new query rows
@@ -54,11 +55,16 @@ class KVCache:
         """Called once all layers appended the step's keys: record them, trim out-of-window keys."""
         self.length = int(k_pos[-1]) + 1
         self.positions = k_pos
-        if self.window is None:
+        if self.window is not None:
+            self.keep_from(self.length - self.window + 1)  # the next query (pos = length) sees k > q - W
+
+    def keep_from(self, position: int) -> None:
+        """Drop the cached keys before `position` (the window above; blockwise causal evaluation)."""
+        if self.positions is None:
             return
-        keep = k_pos > self.length - self.window  # the next query (pos = length) sees k > q - W
+        keep = self.positions >= position
         if bool(keep.all()):
             return
-        first = int(keep.nonzero()[0])  # positions are increasing: keep a suffix
-        self.positions = k_pos[first:]
+        first = int(keep.nonzero()[0]) if bool(keep.any()) else len(keep)  # increasing: keep a suffix
+        self.positions = self.positions[first:]
         self.kv = [None if kv is None else (kv[0][:, :, first:], kv[1][:, :, first:]) for kv in self.kv]

@@ -6,6 +6,9 @@ nn.Embedding already initialised by our init functions) and returns it unchanged
 it returns the megatron-core layer holding this rank's slice of the SAME full weight: every rank
 builds the full weight from the same seed (megatron-core's use_cpu_initialization does the same:
 master weight, then split), so a TP=2 model starts equal to the TP=1 model built from that seed.
+
+Each factory also tags the parameters it returns with the dim it splits (megatron/parallel/
+shard_tags.py), at every tp_size: the checkpoint merge reads these tags, not the layer names.
 """
 from __future__ import annotations
 
@@ -13,9 +16,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from megatron.parallel.shard_tags import REPLICATED, tag_shard_dim
+
 
 def _tp(parallel) -> bool:
     return parallel is not None and parallel.is_tensor_parallel
+
+
+def _tagged(layer: nn.Module, weight_dim: int, bias_dim: int | None) -> nn.Module:
+    """`layer` with its weight (and bias, if any) tagged with the dim its TP shards split."""
+    tag_shard_dim(layer.weight, weight_dim)
+    if getattr(layer, "bias", None) is not None:
+        tag_shard_dim(layer.bias, bias_dim)
+    return layer
 
 
 def _copy_of(full: torch.Tensor):
@@ -29,7 +42,7 @@ def _copy_of(full: torch.Tensor):
 def column_parallel(full: nn.Linear, parallel) -> nn.Module:
     """Output features split contiguously over TP ranks (QKV: whole heads, rows are per head)."""
     if not _tp(parallel):
-        return full
+        return _tagged(full, 0, 0)
     from megatron.parallel.layers import ColumnLinear
 
     layer = ColumnLinear(full.in_features, full.out_features, config=parallel.megatron_config(full.weight.dtype),
@@ -38,13 +51,13 @@ def column_parallel(full: nn.Linear, parallel) -> nn.Module:
     if full.bias is not None:
         with torch.no_grad():
             layer.bias.copy_(full.bias.chunk(parallel.tp_size, dim=0)[parallel.tp_rank])
-    return layer
+    return _tagged(layer, 0, 0)
 
 
 def row_parallel(full: nn.Linear, parallel) -> nn.Module:
     """Input features split over TP ranks; the full bias is added once, after the all-reduce."""
     if not _tp(parallel):
-        return full
+        return _tagged(full, 1, REPLICATED)
     from megatron.parallel.layers import RowLinear
 
     layer = RowLinear(full.in_features, full.out_features, config=parallel.megatron_config(full.weight.dtype),
@@ -53,20 +66,21 @@ def row_parallel(full: nn.Linear, parallel) -> nn.Module:
     if full.bias is not None:
         with torch.no_grad():
             layer.bias.copy_(full.bias)
-    return layer
+    return _tagged(layer, 1, REPLICATED)
 
 
 def vocab_parallel_embedding(full: nn.Embedding, parallel) -> nn.Module:
     """Vocabulary rows split contiguously over TP ranks; the lookup is all-reduced."""
     if not _tp(parallel):
-        return full
+        return _tagged(full, 0, REPLICATED)
     if full.num_embeddings % parallel.tp_size:
         raise ValueError(f"padded vocab size {full.num_embeddings} is not divisible by model-parallel-size "
                          f"{parallel.tp_size}; set padded-vocab-size to a multiple of it")
     from megatron.parallel.layers import VocabParallelEmbedding
 
-    return VocabParallelEmbedding(full.num_embeddings, full.embedding_dim, init_method=_copy_of(full.weight),
-                                  config=parallel.megatron_config(full.weight.dtype), tp_group=parallel.tp_group)
+    layer = VocabParallelEmbedding(full.num_embeddings, full.embedding_dim, init_method=_copy_of(full.weight),
+                                   config=parallel.megatron_config(full.weight.dtype), tp_group=parallel.tp_group)
+    return _tagged(layer, 0, REPLICATED)
 
 
 def parallel_logits(x: torch.Tensor, weight: torch.Tensor, parallel) -> torch.Tensor:

@@ -167,6 +167,10 @@ class GPTPipe(PipelineModule):
         """The shared scheme's logged statistics (every stage holds the same full-head copy)."""
         return self.position.stats()
 
+    def full_position(self):
+        """The shared scheme, all heads (as GPTModel.full_position)."""
+        return self.position
+
     def backend(self, device: torch.device, dtype: torch.dtype):
         """The attention backend the layers resolve (for logging, as GPTModel.backend)."""
         return cached_backend(self._backends, self.model_cfg, self.position, device, dtype, self.training)

@@ -1,86 +1,101 @@
 """Merge the per-rank module state dicts of a tensor-parallel checkpoint into one TP=1 state dict.
 
-How each key is merged follows from the role of its layer (megatron/model/linear.py) -- the same
-rules as NeoX's convert_neox_to_hf.py, except that row-parallel biases are NOT summed: ours
-(megatron-core's RowParallelLinear) hold the full bias on every rank and add it once, after the
-all-reduce, so they are identical copies.
+Which dim of each tensor the ranks split is not restated here by layer name: it is the tag the
+layer that split it wrote on the tensor (megatron/parallel/shard_tags.py: column_parallel rows,
+row_parallel columns, vocab rows, the positional scheme's heads, norms replicated), read off a
+GPTModel built on the meta device (no memory, no weights) from the checkpoint's config. A key the
+model does not have, or a tensor nobody tagged, is an error naming it, never a guess.
 
-    key (suffix)                               split over TP ranks      merge
-    word_embeddings.weight                     vocab rows               cat dim 0
-    output_layer.weight                        vocab rows               cat dim 0
-    attention.query_key_value.{weight,bias}    whole heads (rows)       cat dim 0
-    mlp.dense_h_to_4h.{weight,bias}            output features          cat dim 0
-    attention.dense.weight, mlp.dense_4h_to_h.weight   input features   cat dim 1
-    attention.dense.bias, mlp.dense_4h_to_h.bias       replicated       rank 0 (checked equal)
-    *layernorm.*, final_norm.*                 replicated               rank 0 (checked equal)
-    position.<name>                            this rank's heads        see positional_shard_dims
+Split tensors are concatenated along their dim in rank order; replicated ones must agree on every
+rank and rank 0's copy is kept. Unlike NeoX's convert_neox_to_hf.py, row-parallel biases are NOT
+summed: ours (megatron-core's RowParallelLinear) hold the full bias on every rank and add it once,
+after the all-reduce, so they are identical copies.
 """
 from __future__ import annotations
 
 import functools
 import re
+from dataclasses import dataclass
 
 import torch
+from torch import nn
 
-REPLICATED = None  # a merge rule: identical on every rank, keep rank 0's copy
+# Re-exported: the positional scheme's part of the split dims, where readers of the merge look.
+from megatron.parallel.positional_shards import positional_shard_dims as positional_shard_dims
+from megatron.parallel.shard_tags import REPLICATED, shard_dims
 
-# (regex on the full key, concat dim or REPLICATED); first match wins.
-RULES: tuple[tuple[str, int | None], ...] = (
-    (r"(^|\.)word_embeddings\.weight$", 0),
-    (r"(^|\.)output_layer\.weight$", 0),
-    (r"\.query_key_value\.(weight|bias)$", 0),
-    (r"\.dense_h_to_4h\.(weight|bias)$", 0),
-    (r"\.attention\.dense\.weight$", 1),
-    (r"\.dense_4h_to_h\.weight$", 1),
-    (r"\.attention\.dense\.bias$", REPLICATED),
-    (r"\.dense_4h_to_h\.bias$", REPLICATED),
-    (r"(layernorm|final_norm)\.(weight|bias)$", REPLICATED),
-)
+_LAYER_INDEX = re.compile(r"^layers\.\d+\.")
+
+
+@dataclass(frozen=True)
+class MergePlan:
+    """{state_dict key: split dim or REPLICATED} of one model, and how to look a key up in it."""
+    dims: dict
+    pos_emb: str | None
+    described: str  # the model the dims were read from, for error messages
+    any_layer_index: bool = False  # a one-layer reference model stands for every layer index
+
+    def dim_of(self, key: str) -> int | None:
+        """The concat dim for `key`, or REPLICATED; ValueError for a key the model does not have."""
+        lookup = _LAYER_INDEX.sub("layers.0.", key) if self.any_layer_index else key
+        if lookup in self.dims:
+            return self.dims[lookup]
+        if key.startswith("position."):
+            raise ValueError(f"checkpoint key {key!r} is not a tensor of pos-emb {self.pos_emb!r}")
+        raise ValueError(f"no tensor-parallel merge rule for checkpoint key {key!r}: {self.described} has no "
+                         "tensor of that name, so which dim its shards split is unknown (a checkpoint of a "
+                         "different model, or a config that does not describe it?)")
+
+
+def _meta_gpt(model_cfg) -> nn.Module:
+    """GPTModel of `model_cfg` on the meta device, TP=1 (its tags say how TP ranks split it)."""
+    from megatron.model.gpt import GPTModel
+
+    with torch.random.fork_rng(devices=[]), torch.device("meta"):  # leave no trace in the RNG
+        return GPTModel(model_cfg, vocab_size=8)  # the vocab size changes shapes, not tags
+
+
+def _config_plan(model_cfg) -> MergePlan:
+    return MergePlan(shard_dims(_meta_gpt(model_cfg)), model_cfg.pos_emb, "the GPTModel its config describes")
 
 
 @functools.cache
-def positional_shard_dims(pos_emb: str) -> dict[str, int | None]:
-    """{tensor name in the scheme's state_dict: dim split over TP ranks, or None if replicated}.
+def _reference_plan(pos_emb: str) -> MergePlan:
+    """For a caller that knows only the scheme: one layer of every tensor our GPTModel can have
+    with `pos_emb` (untied output layer, every bias, layernorm); it stands for every layer index."""
+    from megatron.config.model import ModelConfig
 
-    Read off the scheme itself: build it for 4 heads at TP=1 and at TP=2 and see which dim of
-    each tensor halves (KERPLE/ALiBi [H,1,1] -> 0; T5 [buckets, H] -> 1; rotary inv_freq and
-    learned/sinusoidal tables -> None), so a new scheme needs no entry here."""
-    from megatron.positional.base import PositionalSpec
-    from megatron.positional.registry import build_scheme
-
-    def shapes(tp_rank: int, tp_size: int) -> dict[str, tuple]:
-        spec = PositionalSpec(num_heads=4, head_dim=8, hidden_size=32, max_position_embeddings=16,
-                              rpe_num_buckets=6, rpe_max_distance=12, tp_rank=tp_rank, tp_size=tp_size)
-        return {k: tuple(v.shape) for k, v in build_scheme(pos_emb, spec).state_dict().items()}
-
-    with torch.random.fork_rng(devices=[]):  # building a scheme draws its init: leave no trace
-        full, half = shapes(0, 1), shapes(0, 2)
-    dims = {}
-    for name, shape in full.items():
-        diff = [d for d, (a, b) in enumerate(zip(shape, half[name], strict=True)) if a != b]
-        assert len(diff) <= 1 and all(shape[d] == 2 * half[name][d] for d in diff), (pos_emb, name)
-        dims[name] = diff[0] if diff else REPLICATED
-    return dims
+    cfg = ModelConfig(num_layers=1, hidden_size=32, num_attention_heads=4, seq_length=16, pos_emb=pos_emb,
+                      no_weight_tying=True, norm="layernorm", use_bias_in_norms=True,
+                      use_bias_in_attn_linear=True, use_bias_in_mlp=True)
+    return MergePlan(shard_dims(_meta_gpt(cfg)), pos_emb,
+                     f"GPTModel with pos-emb {pos_emb!r} (any depth, untied, every bias)", any_layer_index=True)
 
 
-def merge_rule(key: str, pos_emb: str) -> int | None:
-    """The concat dim for `key`, or REPLICATED; ValueError for a key no rule covers."""
-    if key.startswith("position."):
-        name = key[len("position."):]
-        dims = positional_shard_dims(pos_emb)
-        if name not in dims:
-            raise ValueError(f"checkpoint key {key!r} is not a tensor of pos-emb {pos_emb!r}")
-        return dims[name]
-    for pattern, dim in RULES:
-        if re.search(pattern, key):
-            return dim
-    raise ValueError(f"no tensor-parallel merge rule for checkpoint key {key!r}; add one to "
-                     "megatron/parallel/merge.py RULES")
+def merge_plan(source) -> MergePlan:
+    """The split dims to merge with. `source`: a ModelConfig (the checkpoint's: exact keys), a
+    freshly built model (its own tags), a pos-emb name (see _reference_plan), or a MergePlan."""
+    if isinstance(source, MergePlan):
+        return source
+    if isinstance(source, str):
+        return _reference_plan(source)
+    if isinstance(source, nn.Module):
+        cfg = getattr(source, "model_cfg", None)
+        return MergePlan(shard_dims(source), getattr(cfg, "pos_emb", None), f"the {type(source).__name__} given")
+    return _config_plan(source)
 
 
-def merge_state_dicts(shards: list[dict], pos_emb: str, rtol: float = 1e-5, atol: float = 1e-6) -> dict:
-    """Per-rank state dicts (rank order) -> one TP=1 state dict with the same keys."""
+def merge_rule(key: str, source) -> int | None:
+    """The concat dim for `key`, or REPLICATED (source: see merge_plan); ValueError for a key
+    the model does not have."""
+    return merge_plan(source).dim_of(key)
+
+
+def merge_state_dicts(shards: list[dict], source, rtol: float = 1e-5, atol: float = 1e-6) -> dict:
+    """Per-rank state dicts (rank order) -> one TP=1 state dict with the same keys.
+    `source`: what describes the model (see merge_plan)."""
     assert shards, "no shards to merge"
+    plan = merge_plan(source)
     keys = [k for k in shards[0] if not k.endswith("_extra_state")]
     for r, sd in enumerate(shards[1:], 1):
         other = [k for k in sd if not k.endswith("_extra_state")]
@@ -90,7 +105,7 @@ def merge_state_dicts(shards: list[dict], pos_emb: str, rtol: float = 1e-5, atol
     merged = {}
     for key in keys:
         parts = [sd[key] for sd in shards]
-        dim = merge_rule(key, pos_emb)
+        dim = plan.dim_of(key)
         if dim is REPLICATED:
             for r, p in enumerate(parts[1:], 1):
                 if p.shape != parts[0].shape or not torch.allclose(p.float(), parts[0].float(), rtol=rtol, atol=atol):
@@ -100,23 +115,3 @@ def merge_state_dicts(shards: list[dict], pos_emb: str, rtol: float = 1e-5, atol
         else:
             merged[key] = torch.cat(parts, dim=dim)
     return merged
-
-
-def gather_full_scheme(scheme, full_spec, pos_emb: str, parallel):
-    """A TP=1 copy of this rank's positional scheme holding every head (all-gathered over the TP
-    group), e.g. to log KERPLE's per-head statistics over all heads. Collective: call on every rank."""
-    from megatron.positional.registry import build_scheme
-
-    with torch.random.fork_rng(devices=[]):  # the copy's own init draws must leave no trace
-        full = build_scheme(pos_emb, full_spec)
-    dims = positional_shard_dims(pos_emb)
-    state = {}
-    for name, t in scheme.state_dict().items():
-        if dims.get(name) is None:
-            state[name] = t
-            continue
-        parts = [torch.empty_like(t) for _ in range(parallel.tp_size)]
-        torch.distributed.all_gather(parts, t.detach().contiguous(), group=parallel.tp_group)
-        state[name] = torch.cat(parts, dim=dims[name])
-    full.load_state_dict(state)
-    return full

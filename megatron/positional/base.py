@@ -7,6 +7,8 @@ core calls the same four hooks on every scheme and never compares scheme names:
     rotate_qk(q, k, q_pos, k_pos) -> (q, k) rotated, or unchanged
     score_bias(q_pos, k_pos)     -> [H_local, Lq, Lk] float32 added to the scaled scores, or None
     score_weight(q_pos, k_pos)   -> [H_local, Lq, Lk] float32 multiplying the scaled scores, or None
+    query_scale(q_pos, window)   -> [Lq] float32 multiplying query i's q.k/sqrt(d), or None: log-n
+                                    scaling (logn.py), a model switch every scheme inherits
 
 The bias is added AFTER the 1/sqrt(head_dim) scaling and before mask/softmax (the placement
 the paper's released checkpoints depend on). Positions are absolute int64 token indices, so the
@@ -16,7 +18,10 @@ masked upper triangle (distances are clamped at 0) so gradients through the mask
 
 Tensor parallelism: heads are split contiguously; rank r owns heads [r*H/tp, (r+1)*H/tp). A
 scheme built with (tp_rank, tp_size) holds ONLY its own heads, and its parameters are initialised
-from the full-H draw then sliced, so TP=2 and TP=1 start identical.
+from the full-H draw then sliced, so TP=2 and TP=1 start identical. A scheme with replicated
+parameters that feed only its own heads (FIRE's shared MLP layer) sets the instance attribute
+`replicated_grad_sync` (None) and passes them through it: under TP the model puts copy_to_tp there
+(identity forward, gradient summed over the TP group), so every rank sees the TP=1 gradient.
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ from torch import nn
 
 from .distance import causal_distance
 from .distance_kernel import DistanceKernel
+from .logn import logn_scale
 
 
 @dataclass(frozen=True)
@@ -70,8 +76,17 @@ class PositionalScheme(nn.Module):
     # True when the scheme is meant to be evaluated beyond the train length.
     extrapolates: bool = True
     # Parameter name -> (min, max) domain, enforced at forward time by a straight-through clamp
-    # (None: unbounded). `clamped()` applies it; `stats()` logs the clamped values.
+    # (None: unbounded). `clamped()` applies it; `stats()` logs the clamped values, `raw_stats()`
+    # the stored ones; with pos-clamp: projected the trainer also clamps the stored values after
+    # every optimizer step (`clamped_parameters()`).
     clamps: dict[str, tuple[float | None, float | None]] = {}
+
+    # False when the bias depends on the query position i, not on i - j alone (FIRE): the learned
+    # kernel plot then shows it at several query positions.
+    shift_invariant: bool = True
+    # True when rotate_qk depends on every position of the call (xPos scales relative to the call's
+    # centre): a kv-cache then keeps this scheme's keys unrotated and each call rotates all of them.
+    rotate_after_cache: bool = False
 
     # Upper bound on the sequence length the scheme can represent (None = any length).
     def max_length(self) -> int | None:
@@ -121,6 +136,14 @@ class PositionalScheme(nn.Module):
         kernel = self.fused_kernel()
         return None if kernel is None else kernel.weight_at(causal_distance(q_pos, k_pos))
 
+    def query_scale(self, q_pos: torch.Tensor, window: int | None = None) -> torch.Tensor | None:
+        """Per-query multipliers of q.k/sqrt(d) (before the weight and bias), or None: log-n
+        scaling when the model config's attention-logn-scaling is on (logn.py), for any scheme."""
+        options = self.spec.options
+        if not options.get("attention_logn_scaling"):
+            return None
+        return logn_scale(q_pos, options["seq_length"], window, bool(options.get("attention_logn_everywhere")))
+
     def clamped(self) -> dict[str, torch.Tensor]:
         """Every parameter named in `clamps` that exists, float32, clamped into its domain."""
         out = {}
@@ -135,6 +158,27 @@ class PositionalScheme(nn.Module):
         out = {}
         for name, value in self.clamped().items():
             out.update(summary_stats(name, value))
+        return out
+
+    def raw_stats(self) -> dict[str, float]:
+        """The stored, unclamped values of the clamped parameters ({name}_raw_mean, ..._min). Under
+        the straight-through clamp a parameter the optimizer pushes below its floor stays there
+        while the forward (and `stats()`) sees the floor: only these show it."""
+        out = {}
+        for name in self.clamps:
+            x = getattr(self, name, None)
+            if x is not None:
+                out.update(summary_stats(f"{name}_raw", x))
+        return out
+
+    def clamped_parameters(self) -> list[tuple[nn.Parameter, float | None, float | None]]:
+        """(parameter, min, max) for every trainable parameter with a domain: what pos-clamp:
+        projected clamps in place after each optimizer step."""
+        out = []
+        for name, (lo, hi) in self.clamps.items():
+            x = getattr(self, name, None)
+            if isinstance(x, nn.Parameter) and x.requires_grad:
+                out.append((x, lo, hi))
         return out
 
 

@@ -12,7 +12,10 @@ own score hooks, and the fused backends refuse it with a reason.
         none    bias = 0
         log     bias = -r1 * log(1 + r2 * d**r3)        kerple_log (r3 = None: exponent 1), 3-para-log
         power   bias = -r2 * d**r3                      kerple_power (r2/r3 None: 1), alibi, original
-        lookup  bias = values[h, min(d, max_distance)]  rpe (T5 buckets); values = table[bucket] * scale
+        lookup  bias = values[h, min(d, max_distance)]  rpe (T5 buckets): values = table[bucket] * scale
+                                                        sandwich: values = tabulate(n, device), a fixed
+                                                        function of d tabulated out to the distance n
+                                                        the caller needs (`covering`)
     weight (multiplies the scaled scores before the bias is added):
         weight = exp(-w_a * d**w_p)  (w_a / w_p None: 1)  kerple_power_*_ap ("bias+wht")
 
@@ -22,6 +25,7 @@ straight-through), so a fused kernel that returns their gradients trains the raw
 d**p is defined as 0 at d = 0 for every p (pow_distance in distance.py)."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -45,15 +49,25 @@ class DistanceKernel:
     table: torch.Tensor | None = None  # (num_buckets, H_local) learned
     bucket_of: torch.Tensor | None = None  # (max_distance + 1,) int64 bucket id per distance
     table_scale: float = 1.0
+    # lookup of a fixed (parameter-free) function of d whose values do not settle past any
+    # distance (Sandwich): tabulate(n, device) -> (H_local, m + 1) float32, m >= n, its values at
+    # d = 0..m. A kernel holds the table for `covered` distances; `covering(n, device)` extends it.
+    tabulate: Callable[[int, torch.device], torch.Tensor] | None = None
+    covered: torch.Tensor | None = None  # (H_local, m + 1): tabulate's last answer
 
     def __post_init__(self):
         if self.bias not in BIAS_KINDS:
             raise ValueError(f"unknown fused bias kind {self.bias!r}; one of {BIAS_KINDS}")
-        if self.bias == "lookup" and (self.table is None or self.bucket_of is None):
-            raise ValueError("a lookup bias needs table and bucket_of")
+        learned = self.table is not None and self.bucket_of is not None
+        if self.bias == "lookup" and learned == (self.tabulate is not None):
+            raise ValueError("a lookup bias needs either table and bucket_of (learned) or tabulate (fixed)")
         # Built once here, not per element: flex's score_mod indexes it for every score.
-        self.values = (None if self.bias != "lookup" else
-                       (self.table.float()[self.bucket_of] * self.table_scale).t().contiguous())
+        if self.bias != "lookup":
+            self.values = None
+        elif learned:
+            self.values = (self.table.float()[self.bucket_of] * self.table_scale).t().contiguous()
+        else:
+            self.values = self.covered
 
     @classmethod
     def plain(cls) -> DistanceKernel:
@@ -66,11 +80,30 @@ class DistanceKernel:
 
     @property
     def max_distance(self) -> int:
-        return 0 if self.bucket_of is None else self.bucket_of.numel() - 1
+        if self.bucket_of is not None:
+            return self.bucket_of.numel() - 1
+        return -1 if self.values is None else self.values.shape[1] - 1
+
+    @property
+    def learned_table(self) -> bool:
+        """A lookup whose table is a parameter (T5), as opposed to a fixed tabulated function."""
+        return self.bias == "lookup" and self.tabulate is None
+
+    def covering(self, n: int, device: torch.device) -> DistanceKernel:
+        """This kernel with its lookup values valid for every distance 0..n on `device`. A T5
+        table is valid at any distance already (every d >= max_distance is its last bucket); a
+        tabulated one is extended. Callers that evaluate per element (flex's score_mod, the
+        Triton kernel) call it with their largest distance first; the dense bias_at does itself."""
+        if self.tabulate is None or (self.values is not None and n <= self.max_distance
+                                     and self.values.device == torch.device(device)):
+            return self
+        return DistanceKernel(bias=self.bias, w_a=self.w_a, w_p=self.w_p, has_weight=self.has_weight,
+                              tabulate=self.tabulate, covered=self.tabulate(max(n, 0), torch.device(device)))
 
     def lookup_values(self) -> torch.Tensor:
         """(H_local, max_distance + 1) float32: the bias at every distance up to max_distance
-        (larger distances use the last entry), differentiable w.r.t. the table."""
+        (larger distances use the last entry: exact for T5; a tabulated kernel must be
+        `covering` them), differentiable w.r.t. a learned table."""
         return self.values
 
     def tensors(self) -> dict[str, torch.Tensor]:
@@ -90,6 +123,9 @@ class DistanceKernel:
         if self.bias == "none":
             return None
         if self.bias == "lookup":
+            if h is None and self.tabulate is not None:  # dense: cover the largest d (one sync)
+                kernel = self.covering(int(d.max()) if d.numel() else 0, d.device)
+                return kernel.values[:, d.long()]  # (H, Lq, Lk)
             idx = d.long().clamp_max(self.max_distance)
             if h is not None:
                 return self.values[h, idx]

@@ -2,13 +2,18 @@
 
 Only the first rotary_ndims = int(head_dim * rotary_pct) channels of each head rotate; channel
 c < rotary_ndims/2 pairs with c + rotary_ndims/2. cos/sin are computed in fp32 from the positions
-on every call (no cache), so any length works, including kv-cache rows (q_pos != k_pos)."""
+on every call (no cache), so any length works, including kv-cache rows (q_pos != k_pos).
+
+`rotary-scaling` (rope_scaling.py: linear, ntk, yarn) changes the frequencies, and for YaRN the
+scale of q and k, at compute time: the `inv_freq` buffer keeps the trained frequencies, so a
+checkpoint trained without scaling loads unchanged and is evaluated with any scaling."""
 from __future__ import annotations
 
 import torch
 
 from .base import PositionalScheme, PositionalSpec
 from .registry import register
+from .rope_scaling import RopeScaling
 
 
 def rotary_inv_freq(dim: int, base: float) -> torch.Tensor:
@@ -32,22 +37,32 @@ class RotaryPositions(PositionalScheme):
         # Persistent: K's checkpoints carry `attention.rotary_emb.inv_freq`.
         self.register_buffer("inv_freq", rotary_inv_freq(self.rotary_ndims, spec.rotary_emb_base),
                              persistent=True)
+        self.scaling = RopeScaling.from_options(spec.options, spec.options.get("seq_length") or spec.max_position_embeddings)
 
-    def _cos_sin(self, positions: torch.Tensor):
+    def _inv_freq(self, device) -> torch.Tensor:
+        """The frequencies in use (nd/2,) fp32: the trained ones, scaled by rotary-scaling."""
         inv_freq = self.inv_freq
         if inv_freq.dtype != torch.float32:  # a bf16-cast model would round the frequencies
             inv_freq = rotary_inv_freq(self.rotary_ndims, self.spec.rotary_emb_base)
-        inv_freq = inv_freq.to(positions.device)
+        return self.scaling.inv_freq(inv_freq.to(device), self.rotary_ndims, self.spec.rotary_emb_base)
+
+    def _cos_sin(self, positions: torch.Tensor):
+        inv_freq = self._inv_freq(positions.device)
         freqs = positions.to(torch.float32)[:, None] * inv_freq[None, :]  # (L, nd/2)
         emb = torch.cat([freqs, freqs], dim=-1)  # (L, nd)
         return emb.cos(), emb.sin()
 
-    def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        # x: (B, H, L, D); cos/sin: (L, nd) broadcast over B and H
+    def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                scale: torch.Tensor | None = None) -> torch.Tensor:
+        # x: (B, H, L, D); cos/sin (and xPos's per-dimension scale): (L, nd) broadcast over B and H
         nd = self.rotary_ndims
         x_rot, x_pass = x[..., :nd].float(), x[..., nd:]
         x_rot = x_rot * cos + rotate_half(x_rot) * sin
-        return torch.cat([x_rot.to(x.dtype), x_pass], dim=-1)
+        if scale is not None:
+            x_rot = x_rot * scale
+        out = torch.cat([x_rot.to(x.dtype), x_pass], dim=-1)
+        factor = self.scaling.attention_factor()  # YaRN: q and k, all dims (the paper's sqrt(1/t))
+        return out if factor == 1.0 else out * factor
 
     def rotate_qk(self, q, k, q_pos, k_pos):
         # q: (B, H, Lq, D), k: (B, H, Lk, D)

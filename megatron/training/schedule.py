@@ -1,11 +1,23 @@
-"""NeoX's AnnealingLR (megatron/learning_rates.py semantics), stepped once per optimizer step.
+"""NeoX's AnnealingLR exactly as the KERPLE paper's code computed it (GPT-NeoX 2022,
+megatron/learning_rates.py, inherited from Megatron-LM), stepped once per optimizer step.
 
-    warmup (t <= W):  lr * max(t, 1) / W   (not floored at min_lr, as NeoX)
-    constant:         lr
-    linear:           lr * (T - t) / (T - W)
-    cosine:           min + (lr - min) / 2 * (1 + cos(pi * (t - W) / (T - W)))
-    exponential:      lr * exp(-0.693 * (t - W) / (T - W))
-and never below min_lr. t counts optimizer steps; T = lr_decay_iters; W = warmup * T.
+With t = optimizer steps taken, T = lr-decay-iters (default train-iters), W = warmup * T (a
+float, not rounded) and n = min(t, T - W):
+
+    warmup (W > 0 and t <= W):  lr * n / W                   (0 at t = 0; not floored at min_lr)
+    then n -= W, and
+        constant:     lr
+        linear:       lr * (T - n) / T
+        cosine:       lr / 2 * (cos(pi * n / T) + 1)
+        exponential:  lr * exp(-0.693 * n / T)
+    floored at min_lr.
+
+The quirks are kept on purpose (the paper's schedule, so its sum of learning rates, depends on
+them): the decay divides by T, not by the decay span T - W; n stops at T - 2W, so the LR stops
+moving W steps before T and cosine never reaches 0 by itself (min_lr is a floor, not the end of
+the curve); linear ends at lr * 2W / T; and with warmup > 0.5 the ramp stops at lr * (T - W) / W.
+DeepSpeed steps the scheduler after each optimizer step, so optimizer step s uses lr(t = s): the
+first step of a run with warmup uses lr 0 (as NeoX).
 """
 from __future__ import annotations
 
@@ -13,7 +25,7 @@ import math
 
 
 class AnnealingLR:
-    def __init__(self, optimizer, start_lr: float, warmup_iter: int, total_iters: int,
+    def __init__(self, optimizer, start_lr: float, warmup_iter: float, total_iters: int,
                  decay_style: str, min_lr: float = 0.0, override_lr_scheduler: bool = False,
                  use_checkpoint_lr_scheduler: bool = False):
         self.optimizer = optimizer
@@ -28,17 +40,16 @@ class AnnealingLR:
         self.step(0)
 
     def get_lr(self) -> float:
-        t = self.num_iters
-        if self.warmup_iter > 0 and t <= self.warmup_iter:
-            return self.start_lr * max(t, 1) / self.warmup_iter
-        t_dec = min(t - self.warmup_iter, self.end_iter - self.warmup_iter)
-        span = max(self.end_iter - self.warmup_iter, 1)
+        n = min(self.num_iters, self.end_iter - self.warmup_iter)
+        if self.warmup_iter > 0 and self.num_iters <= self.warmup_iter:
+            return float(self.start_lr) * n / self.warmup_iter
+        n -= self.warmup_iter
         if self.decay_style == "linear":
-            lr = self.start_lr * (span - t_dec) / span
+            lr = self.start_lr * (self.end_iter - n) / self.end_iter
         elif self.decay_style == "cosine":
-            lr = self.min_lr + (self.start_lr - self.min_lr) / 2.0 * (1 + math.cos(math.pi * t_dec / span))
+            lr = self.start_lr / 2.0 * (math.cos(math.pi * n / self.end_iter) + 1)
         elif self.decay_style == "exponential":
-            lr = self.start_lr * math.exp(-0.693 * t_dec / span)
+            lr = self.start_lr * math.exp(-0.693 * n / self.end_iter)  # exp(-0.693) = 1/2
         else:  # constant
             lr = self.start_lr
         return max(lr, self.min_lr)
@@ -74,17 +85,24 @@ class AnnealingLR:
         self.step(sd["num_iters"])
 
 
-def build_scheduler(cfg, optimizer) -> AnnealingLR:
+def decay_iters(cfg) -> int:
+    """T: lr-decay-iters, else lr-decay-fraction * train-iters, else train-iters; at least 1."""
     ocfg = cfg.optimizer
     total = ocfg.lr_decay_iters
     if total is None and ocfg.lr_decay_fraction is not None:
         total = int(ocfg.lr_decay_fraction * cfg.training.train_iters)
     if total is None:
         total = cfg.training.train_iters
+    return max(1, total)
+
+
+def build_scheduler(cfg, optimizer) -> AnnealingLR:
+    ocfg = cfg.optimizer
+    total = decay_iters(cfg)
     return AnnealingLR(
         optimizer,
         start_lr=ocfg.lr,
-        warmup_iter=int(ocfg.warmup * total),
+        warmup_iter=ocfg.warmup * total,  # NeoX keeps the fraction's float (e.g. 0.05 * 30 = 1.5)
         total_iters=total,
         decay_style=ocfg.lr_decay_style,
         min_lr=ocfg.min_lr,

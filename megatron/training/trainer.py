@@ -35,6 +35,7 @@ from megatron.training.pipeline_step import (
     pipeline_train_step,
     uses_pipeline,
 )
+from megatron.training.projection import project_positional
 from megatron.training.run_lock import RunLock, describe
 from megatron.training.schedule import build_scheduler
 from megatron.training.signals import PreemptionHandler
@@ -176,9 +177,11 @@ class Trainer:
                                        self.iteration, max(todo, 0), t.num_workers, t.seed)) if todo > 0 else None
             if self.pipe and loader is not None:
                 loader = pipe_batches(loader, self._eod(), self.cfg.data.eod_mask_loss)
+            self._project_positional()  # the paper's fp32 code clamped before its first forward too
             while self.iteration < t.train_iters:
                 start = time.perf_counter()
                 loss = self.train_step(loader)
+                self._project_positional()
                 self.iteration += 1
                 last, detail = self._step_metrics(loss, time.perf_counter() - start)
                 self.log.log_step(self.iteration, last, detail)
@@ -273,16 +276,28 @@ class Trainer:
             per_param = norms.per_parameter_norms(self.model)
             m["param_norm"] = norms.total(per_param)
             detail.update({f"param_norm/{k}": v for k, v in per_param.items()})
-        m.update(self._position_stats())  # KERPLE: bias_p_mean, bias_a_std, ... every step
+        clamped, raw = self._position_stats()
+        m.update(clamped)  # KERPLE: bias_p_mean, bias_a_std, ... every step, as the paper
+        detail.update(raw)  # bias_p_raw_min, ...: the stored values, which may be below the floor
         return m, detail
 
-    def _position_stats(self) -> dict:
+    def _position_stats(self) -> tuple[dict, dict]:
+        """(the scheme's clamped statistics, the stored values' statistics)."""
+        def both():
+            scheme = self.model.full_position()
+            return scheme.stats(), scheme.raw_stats()
+
         if self.cfg.optimizer.zero_optimization.get("stage", 0) == 3:  # parameters are partitioned
             import deepspeed
 
             with deepspeed.zero.GatheredParameters(list(self.model.position.parameters())):
-                return self.model.position_stats()
-        return self.model.position_stats()
+                return both()
+        return both()
+
+    def _project_positional(self) -> None:
+        """pos-clamp: projected: clamp the stored positional parameters into their domain."""
+        if self.cfg.model.pos_clamp == "projected":
+            project_positional(self.model.position, self.engine.optimizer)
 
     def _after_step(self) -> None:
         t = self.cfg.training

@@ -26,7 +26,7 @@ def test_evaluate_cli_writes_schema(tmp_path, token_dataset):
     assert rec["lengths"] == [32, 64, 128] and rec["train_length"] == 32 and rec["iteration"] == 4
     assert set(rec["perplexity"]) == {"32", "64", "128"}
     for r in rec["results"]:
-        assert set(r) == {"length", "loss", "ppl", "windows", "tokens", "seconds"}
+        assert set(r) == {"length", "loss", "ppl", "windows", "windows_requested", "tokens", "seconds"}
         assert r["windows"] >= 1 and r["tokens"] == r["windows"] * r["length"] and r["ppl"] > 1
     curve = rec["positionwise"]["128"]
     assert curve["bin_size"] == 1 and len(curve["loss"]) == 128
@@ -46,6 +46,7 @@ def test_evaluate_cli_writes_schema(tmp_path, token_dataset):
     assert proc.returncode == 0, proc.stderr
     strided = json.loads((multi / "ck" / "eval.json").read_text())
     assert strided["mode"] == "strided" and strided["stride"] == 16 and strided["data_seed"] == 7
+    assert strided["window_order"] == "contiguous" and rec["window_order"] == "shuffled"
     assert rec["data_seed"] == rec["seed"] == 1234
     assert [r["tokens"] for r in strided["results"]] == [256, 256]
 

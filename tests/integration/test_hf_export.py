@@ -60,7 +60,8 @@ def test_trained_kerple_log_export(tmp_path, token_dataset):
 @pytest.mark.parametrize("pos,window", [("alibi", None), ("rotary", None), ("rpe", None),
                                         ("kerple_power_ap_ap", None), ("kerple_log", 5), ("learned", None),
                                         ("sinusoidal", None), ("kerple_log_3para", None),
-                                        ("kerple_power_original", None), ("none", None)])
+                                        ("kerple_power_original", None), ("none", None), ("fire", None),
+                                        ("sandwich", None), ("xpos", None)])
 def test_every_scheme_exports(tmp_path, tiny_config, pos, window):
     torch.manual_seed(0)
     cfg = tiny_config(pos_emb=pos, attention_window=window)
@@ -69,6 +70,48 @@ def test_every_scheme_exports(tmp_path, tiny_config, pos, window):
         for p in model.position.parameters():
             p.mul_(1.3)
     _hf_roundtrip(model, cfg, tmp_path / "hf")
+
+
+@pytest.mark.parametrize("window", [None, 5])
+def test_fire_exports_with_its_options(tmp_path, tiny_config, window):
+    """FIRE with a threshold below the test length, so its bias depends on the query position: the
+    export must carry fire-init-threshold and HF's kv-cache must feed each new token its own i."""
+    torch.manual_seed(0)
+    cfg = tiny_config(pos_emb="fire", fire_init_threshold=2.0, fire_mlp_width=8, attention_window=window)
+    model = GPTModel(cfg.model, 128).eval()
+    with torch.no_grad():
+        for p in model.position.parameters():
+            p.mul_(3.0)
+    assert model.position.out_weight.shape[1] == 8
+    _hf_roundtrip(model, cfg, tmp_path / "hf")
+
+
+@pytest.mark.parametrize("pos", ["kerple_log", "sandwich"])
+def test_logn_scaling_exports(tmp_path, tiny_config, pos):
+    """attention-logn-scaling reaches the remote code (logn.py ships with base.py; the switch and
+    seq-length ride in positional_spec): 20-token inputs and generation past seq-length 8."""
+    import json
+
+    torch.manual_seed(0)
+    cfg = tiny_config(pos_emb=pos, seq_length=8, attention_logn_scaling=True)
+    model = GPTModel(cfg.model, 128).eval()
+    with torch.no_grad():  # sharper attention, so a missing factor would show in the logits
+        for name, p in model.named_parameters():
+            if name.endswith("query_key_value.weight"):
+                p.mul_(8)
+    _hf_roundtrip(model, cfg, tmp_path / "hf")
+    assert (tmp_path / "hf" / "logn.py").exists()
+    options = json.loads((tmp_path / "hf" / "config.json").read_text())["positional_spec"]["options"]
+    assert options["attention_logn_scaling"] is True and options["seq_length"] == 8
+
+
+@pytest.mark.parametrize("kind", ["linear", "ntk", "yarn"])
+def test_rotary_scaling_exports(tmp_path, tiny_config, kind):
+    """The scaling options travel in the exported spec and run the same scheme code (logits and
+    the HF kv-cache's generate())."""
+    torch.manual_seed(0)
+    cfg = tiny_config(pos_emb="rotary", rotary_scaling=kind, rotary_scaling_factor=4.0)
+    _hf_roundtrip(GPTModel(cfg.model, 128).eval(), cfg, tmp_path / "hf")
 
 
 def test_exported_files_follow_the_umask_and_autotokenizer_loads(tmp_path, tiny_config):

@@ -39,6 +39,9 @@ def scheme_file(tmp_path, monkeypatch):
     extra = tmp_path / "positional_extra"
     extra.mkdir()
     monkeypatch.setattr(positional_package, "__path__", [*positional_package.__path__, str(extra)])
+    # Load every scheme first: a copy of a not-yet-filled registry would be restored empty, and
+    # later tests in the same process would find no schemes (seen when this test ran first).
+    registry.scheme_names()
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
     added = []
 

@@ -2,7 +2,7 @@
 
 Each worker builds the TP=1 model and its own TP=2 shard from the same seed, runs the same
 tokens through both, and rank 0 compares the logits and every parameter gradient, the TP=2 ones
-merged to full shape with the checkpoint merge rules (which also check that replicated tensors
+merged to full shape with the checkpoint merge (which also checks that replicated tensors
 agree across ranks)."""
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from megatron.training.distributed import free_port
 from tests.conftest import TINY_MODEL, write_yaml
 
 TOL = 1e-5
-CASES = [("kerple_log", True), ("kerple_log", False), ("alibi", True), ("rpe", True), ("rotary", True)]
+CASES = [("kerple_log", True), ("kerple_log", False), ("alibi", True), ("rpe", True), ("rotary", True),
+         ("fire", True)]  # FIRE: per-head output rows split, the shared MLP layer's gradient all-reduced
 
 
 def _init_gloo(rank: int, world: int, port: int) -> None:
@@ -117,6 +118,48 @@ def test_tp2_equals_tp1_logits_and_grads(tmp_path):
         assert not bad, (name, bad)
     assert "position.bias_p" in out["kerple_log-untied"]["grads"]
     assert "position.bias_a" in out["kerple_log-untied"]["grads"]
+
+
+def _tags_worker(rank: int, world: int, port: int, out: dict) -> None:
+    """Per TP=2 tensor: its split tag, the dim along which it is smaller than at TP=1, and the
+    split megatron-core (or mark_positional_parallel) declared for DeepSpeed's grad norm."""
+    from dataclasses import replace
+
+    from megatron.config.model import ModelConfig
+    from megatron.model import GPTModel
+    from megatron.parallel import init_parallel
+    from megatron.parallel.shard_tags import shard_dim
+
+    _init_gloo(rank, world, port)
+    par = init_parallel(2)
+    base = ModelConfig(num_layers=1, hidden_size=32, num_attention_heads=4, seq_length=16, pos_emb="kerple_log")
+    for name, over in {"kerple_log-untied": {"no_weight_tying": True}, "rpe": {"pos_emb": "rpe"},
+                       "alibi-rmsnorm-no-bias": {"pos_emb": "alibi", "norm": "rmsnorm", "use_bias_in_mlp": False,
+                                                 "use_bias_in_attn_linear": False}}.items():
+        cfg = replace(base, **over)
+        full = {k: tuple(t.shape) for k, t in GPTModel(cfg, 64).state_dict().items()}
+        model = GPTModel(cfg, 64, parallel=par)
+        params = {id(p) for p in model.parameters()}
+        rows = {}
+        for key, t in model.state_dict(keep_vars=True).items():
+            smaller = [d for d, (a, b) in enumerate(zip(full[key], t.shape, strict=True)) if a != b]
+            core = getattr(t, "partition_dim", None) if getattr(t, "tensor_model_parallel", False) else None
+            rows[key] = (shard_dim(t), smaller, core, id(t) in params)
+        if rank == 0:
+            out[name] = rows
+    dist.destroy_process_group()
+
+
+def test_tp2_tensors_are_tagged_with_the_dim_they_split():
+    out = mp.Manager().dict()
+    _spawn(_tags_worker, out)
+    assert len(out) == 3
+    for name, rows in out.items():
+        assert sum(tag is not None for tag, *_ in rows.values()) >= 5, (name, rows)
+        for key, (tag, smaller, core, is_param) in rows.items():
+            assert smaller == ([] if tag is None else [tag]), (name, key, tag, smaller)
+            if is_param:  # DeepSpeed's grad norm sums a split parameter over ranks
+                assert core == tag, (name, key, tag, core)
 
 
 def test_sequence_parallel_on_cpu_is_refused():

@@ -171,3 +171,21 @@ def test_cli_error_exit_code(tmp_path):
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "aggregate_results.py"), str(tmp_path / "x*.json"),
                            "--out", str(tmp_path / "o")], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2 and "no result files matched" in proc.stderr
+
+
+def test_table3_says_which_windows_and_flags_short_lengths(tmp_path):
+    for seed in (1, 2):
+        path = write_eval(tmp_path / "r" / f"k{seed}" / "eval.json", "kerple_log", "web", seed)
+        rec = json.loads(open(path).read())
+        rec.update(window_order="shuffled", data_seed=seed)
+        for r in rec["results"]:
+            r["windows_requested"] = 320
+            r["windows"] = 320 if r["length"] == 512 else 40
+        with open(path, "w") as f:
+            json.dump(rec, f)
+    out = tmp_path / "o"
+    write_report(load_results([str(tmp_path / "r")]), str(out), log=lambda *_: None)
+    text = (out / "table3.md").read_text()
+    assert "Windows: shuffled (NeoX's shuffled sample order), data seed 1, 2." in text
+    assert "Fewer windows than asked: web 1024 kerple_log seed 1: 40 of 320." in text
+    assert "web 512 kerple_log" not in text

@@ -3,6 +3,7 @@ built once for every layer, with the same logits and gradients as one per layer.
 import pytest
 import torch
 
+import megatron.attention.sdpa as sdpa
 import megatron.model.attention as attention_mod
 from megatron.attention.mask import check_window, consecutive_starts
 from megatron.model import GPTModel
@@ -10,14 +11,14 @@ from megatron.model.loss import masked_mean
 
 
 def count_bias_calls(model, monkeypatch) -> list:
+    """Calls that build a bias: the scheme's dense score_bias, or SDPA's CPU inference mask."""
     calls = []
-    original = model.position.score_bias
 
-    def counting(q_pos, k_pos):
-        calls.append(1)
-        return original(q_pos, k_pos)
+    def counting(original):
+        return lambda *args: calls.append(1) or original(*args)
 
-    monkeypatch.setattr(model.position, "score_bias", counting)
+    monkeypatch.setattr(model.position, "score_bias", counting(model.position.score_bias))
+    monkeypatch.setattr(sdpa, "diagonal_mask", counting(sdpa.diagonal_mask))
     return calls
 
 
@@ -108,23 +109,26 @@ needs_compiler = pytest.mark.skipif(not _flex_can_compile_on_cpu(), reason="no C
 
 
 @needs_compiler
-def test_auto_takes_compiled_flex_for_long_cpu_inference():
+def test_auto_takes_compiled_flex_for_long_cpu_inference_only_where_sdpa_cannot():
+    """Score-weight schemes (SDPA refuses them): flex over long sequences, the reference below.
+    Schemes SDPA runs: SDPA at every length (its CPU inference route beats compiled flex)."""
     from megatron.attention.resolve import CPU_FLEX_MIN_TOKENS, resolve_backend
     from megatron.positional.base import PositionalSpec
     from megatron.positional.registry import build_scheme
 
     spec = PositionalSpec(num_heads=2, head_dim=8, hidden_size=16, max_position_embeddings=16)
-    kerple, plain = build_scheme("kerple_log", spec), build_scheme("none", spec)
+    weighted, kerple, plain = (build_scheme(n, spec) for n in ("kerple_power_ap_ap", "kerple_log", "none"))
     long, short = CPU_FLEX_MIN_TOKENS, CPU_FLEX_MIN_TOKENS - 1
-    assert CPU_FLEX_MIN_TOKENS > 2048  # the quickstart evaluates up to 2,048 tokens on sdpa
+
     def pick(scheme, training=False, tokens=long, name="auto"):
         return resolve_backend(name, scheme, "cpu", torch.float32, training, tokens=tokens).name
 
-    assert pick(kerple) == "flex"
-    assert pick(kerple, tokens=short) == pick(kerple, tokens=None) == "sdpa"
-    assert pick(kerple, training=True) == "sdpa"  # flex has no CPU backward
+    assert pick(weighted) == "flex"
+    assert pick(weighted, tokens=short) == pick(weighted, tokens=None) == "reference"
+    assert pick(weighted, training=True) == "reference"  # flex has no CPU backward
+    assert pick(kerple) == pick(kerple, tokens=16384) == pick(kerple, tokens=short) == "sdpa"
     assert pick(plain) == "sdpa"  # no bias: SDPA's causal path
-    assert pick(kerple, name="sdpa") == "sdpa"  # an explicit name is kept
+    assert pick(kerple, name="flex") == "flex"  # an explicit name is kept
 
 
 @needs_compiler
@@ -132,7 +136,7 @@ def test_the_model_tells_auto_its_length_only_for_a_full_sequence(tiny_config, m
     import megatron.attention.resolve as resolve
 
     monkeypatch.setattr(resolve, "CPU_FLEX_MIN_TOKENS", 16)
-    model = GPTModel(tiny_config(pos_emb="kerple_log").model, 128).eval()
+    model = GPTModel(tiny_config(pos_emb="kerple_power_ap_ap").model, 128).eval()
     x = torch.zeros(1, 16, 32)
     with torch.no_grad():
         full = attention_mod.AttentionContext.build(model.model_cfg, model.position, {}, x, False, torch.arange(16))
@@ -141,4 +145,4 @@ def test_the_model_tells_auto_its_length_only_for_a_full_sequence(tiny_config, m
         cached = attention_mod.AttentionContext.build(model.model_cfg, model.position, {}, x[:, :1], False,
                                                       torch.tensor([15]), torch.arange(16))
     assert full.backend.name == "flex"
-    assert short.backend.name == gapped.backend.name == cached.backend.name == "sdpa"
+    assert short.backend.name == gapped.backend.name == cached.backend.name == "reference"

@@ -173,8 +173,23 @@ def test_cuda_training_matches_reference(name, dtype, tol, monkeypatch):
         got = run_with_grads(flex, scheme, q, k, v, q_pos, k_pos, case[3], grad_out)
         want = run_with_grads(reference, scheme, q.float(), k.float(), v.float(), q_pos, k_pos, case[3], grad_out)
         names = ["out", "dq", "dk", "dv"] + [n for n, p in scheme.named_parameters() if p.requires_grad]
-        for label, g, w in zip(names, got, want):
+        for i, (label, g, w) in enumerate(zip(names, got, want)):
             assert (g is None) == (w is None), label
             if w is not None:
+                # Flex rounds P to bf16 before P @ V, so its backward's rowsum(dO * O) is not exactly
+                # sum P dP; a parameter gradient sums whole rows of dS, which cancel, and keeps that
+                # error (1.13e-2 on an H100 for kerple_log_3para's bias_a). Our Triton kernel avoids
+                # it (EXACT_PV); flex is PyTorch's kernel, so its parameter gradients get 2x the room.
+                allowed = 2 * tol if dtype != F32 and i >= 4 else tol
                 err = (g.float() - w).abs().max() / w.abs().max().clamp_min(1e-6)
-                assert err <= tol, f"{name} {case} {label}: relative error {err:.2e} > {tol}"
+                assert err <= allowed, f"{name} {case} {label}: relative error {err:.2e} > {allowed}"
+
+
+def test_cpu_compiled_tabulated_lookup_grows_with_the_distance():
+    """Sandwich's table (a lookup tabulated to the largest distance of the call) in the compiled
+    kernel: offset 0 fits the first 256-entry table, offset 1000 needs a 2048-entry one."""
+    scheme = make_scheme("sandwich")
+    backend = resolve_backend("flex", scheme, CPU, F32, False)
+    assert not backend.eager_on_cpu
+    for case in ((3, 9, 0, None), (3, 9, 1000, 4)):
+        assert_inference_matches(backend, scheme, case)

@@ -69,3 +69,38 @@ def test_make_report_writes_kernel_plot(tmp_path, token_dataset):
     png = (out / "kernels.png").read_bytes()
     assert png[:4] == b"\x89PNG" and len(png) < 150_000
     assert os.path.isdir(ck)
+
+
+def test_fire_kernel_at_several_query_positions(tmp_path, token_dataset):
+    """FIRE's bias depends on the query position: read at i = 8, 16, 32 (keys 0..i) from a trained
+    checkpoint, each equal to the paper's formula on the saved parameters, and plotted."""
+    import sys
+
+    import torch
+
+    from megatron.training.trainer import Trainer
+
+    ck = str(tmp_path / "ck_fire")
+    data = train_config_dict(tmp_path, token_dataset, train_iters=2, save=ck, save_interval=2, pos_emb="fire",
+                             fire_init_threshold=4.0, run_dir=str(tmp_path / "run_fire"))
+    Trainer(load_config([write_yaml(tmp_path / "fire.yml", data)])).train()
+    out = learned_kernels(ck, 32)
+    assert sorted(out["by_query"]) == [8, 16, 32]
+    np.testing.assert_array_equal(out["by_query"][32], out["kernel"])
+    state = torch.load(f"{ck}/global_step2/mp_rank_00_model_states.pt", weights_only=False)["module"]
+    p = {k.split(".")[-1]: v.double().numpy() for k, v in state.items() if k.startswith("position.")}
+    c, L = abs(p["c"].item()), abs(p["threshold_multiplier"].item()) * 4.0
+    for i, f in out["by_query"].items():
+        d = np.arange(i + 1)
+        x = np.log(c * d + 1) / (np.log(c * max(L, i) + 1) + 1e-6)
+        hidden = np.maximum(x[:, None] * p["hidden_weight"][:, 0] + p["hidden_bias"], 0)  # [d, W]
+        np.testing.assert_allclose(f, p["out_weight"] @ hidden.T + p["out_bias"][:, None], rtol=1e-5, atol=1e-6)
+    assert not np.allclose(out["by_query"][8], out["by_query"][16][:, :9])  # the query matters
+
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import make_report
+
+    logs = []
+    (tmp_path / "report").mkdir()
+    path = make_report.kernel_plot([ck], 32, str(tmp_path / "report"), log=logs.append)
+    assert open(path, "rb").read(4) == b"\x89PNG" and logs == [f"wrote {path}"]

@@ -52,7 +52,7 @@ def test_no_cache_path_unchanged(tiny_config):
         assert torch.equal(model(tokens), model(tokens, positions=torch.arange(8)))
 
 
-@pytest.mark.parametrize("pos", ["kerple_log", "kerple_power_ap_ap", "rpe"])
+@pytest.mark.parametrize("pos", ["kerple_log", "kerple_power_ap_ap", "rpe", "sandwich"])
 @pytest.mark.parametrize("window", [None, 4])
 def test_cached_steps_on_the_fused_kernel(tiny_config, pos, window):
     """The Triton kernel (interpreter on CPU) decodes with a cache: q rows at the end of the keys."""
@@ -63,4 +63,21 @@ def test_cached_steps_on_the_fused_kernel(tiny_config, pos, window):
     with torch.no_grad():
         full = reference(tokens)
         steps = _decode(model, tokens, [4] + [1] * 6)
+    torch.testing.assert_close(steps, full, rtol=1e-5, atol=1e-5)
+
+
+def test_fire_decoding_uses_the_absolute_query_position(tiny_config):
+    """FIRE normalises by psi(max(L, i)), i the query's absolute position: with a small threshold L
+    the logits change when the same tokens sit at other positions, so a decoder that fed the new
+    token a wrong i would differ from the full forward."""
+    model = _model(tiny_config, pos_emb="fire", fire_init_threshold=2.0)
+    with torch.no_grad():
+        for p in model.position.parameters():  # a larger bias, so position effects are visible
+            p.mul_(3.0)
+    tokens = torch.randint(0, 128, (2, 14))
+    with torch.no_grad():
+        full = model(tokens)
+        shifted = model(tokens, positions=torch.arange(14) + 5)
+        steps = _decode(model, tokens, [5] + [1] * 9)
+    assert (shifted - full).abs().max() > 1e-3  # the query position matters
     torch.testing.assert_close(steps, full, rtol=1e-5, atol=1e-5)

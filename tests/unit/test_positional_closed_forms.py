@@ -15,7 +15,7 @@ PAPER_NAMES = ["learned", "sinusoidal", "rotary", "rpe", "alibi", "none", "kerpl
                "kerple_power_ap_", "kerple_power__ap", "kerple_power_ap_ap",
                "kerple_power_original", "kerple_log_3para"]
 SCORE_SCHEMES = ["rpe", "alibi", "kerple_log", "kerple_power_ap_", "kerple_power__ap",
-                 "kerple_power_ap_ap", "kerple_power_original", "kerple_log_3para"]
+                 "kerple_power_ap_ap", "kerple_power_original", "kerple_log_3para", "sandwich"]
 POWER = ["kerple_power_ap_", "kerple_power__ap", "kerple_power_ap_ap"]
 
 

@@ -3,7 +3,8 @@
 The same computation as megatron/model (pre-LN NeoX layers; QKV rows per head [q|k|v]; the
 positional bias added after the 1/sqrt(d) scaling, before the causal/window mask; exact GELU),
 with the same parameter names, so the weights are our state_dict unchanged. kv-cache: HF's
-Cache object (`past_key_values.update`) holds the rotated keys; new queries take positions
+Cache object (`past_key_values.update`) holds the rotated keys (raw ones for a scheme with
+rotate_after_cache, xPos, rotated with every call); new queries take positions
 past_len + arange(new) and attend to keys 0..past_len+new-1. Standalone: torch + transformers.
 
 The positional scheme is megatron/positional's own code: the export copies the scheme's file and
@@ -20,6 +21,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .base import PositionalSpec
 from .configuration_kerple import SCHEME_CLASS, KerpleConfig
+from .logn import scale_queries
 from .registry import instantiate
 
 
@@ -40,9 +42,14 @@ class Attention(nn.Module):
     def forward(self, x, positions, q_pos, k_pos, cache):
         B, L, _ = x.shape
         q, k, v = self.query_key_value(x).view(B, L, self.heads, 3 * self.head_dim).transpose(1, 2).chunk(3, dim=-1)
-        q, k = positions.rotate_qk(q, k, q_pos, q_pos)  # new keys sit at the new positions
+        after = cache is not None and positions.rotate_after_cache  # xPos: the cache holds raw keys
+        if not after:
+            q, k = positions.rotate_qk(q, k, q_pos, q_pos)  # new keys sit at the new positions
+        q = scale_queries(q, positions.query_scale(q_pos, self.window))  # log-n scaling, if on (commutes with the rotation)
         if cache is not None:
             k, v = cache.update(k, v, self.layer_idx)  # (B, H, past + L, D)
+        if after:
+            q, k = positions.rotate_qk(q, k, q_pos, k_pos)
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(self.head_dim)  # (B, H, Lq, Lk)
         weight = positions.score_weight(q_pos, k_pos)
         if weight is not None:

@@ -1,0 +1,57 @@
+#!/usr/bin/env python
+"""Downstream tasks (lm-evaluation-harness) on the checkpoint a config's `load` names, as in
+GPT-NeoX:
+
+    python deepy.py eval.py configs/quickstart.yml --eval_tasks kerple_local
+    python deepy.py eval.py CONFIG.yml --eval_tasks lambada_openai hellaswag --max-length 2048
+    python eval.py --resolved-config RUN/eval/resolved_config.yml --eval_tasks ...   # what deepy.py runs
+
+The model is built from the checkpoint's own config (the weights must match it); CONFIG supplies
+`load` (else `save`, where its training wrote) and `iteration`. Results go to <load>/../eval/harness.json (beside evaluate.py's
+perplexity results), or <prefix>_eval_results_<date>.json with --eval_results_prefix, and to
+TensorBoard/W&B when the checkpoint's config turns them on. See megatron/evaluation/harness/.
+"""
+import argparse
+import os
+
+from megatron.errors import run_cli
+
+
+def main() -> int:
+    from megatron.checkpoint.safe_load import add_load_flags, apply_trust_flag
+    from megatron.evaluation.harness.cli import add_eval_flags, limit_value, results_path
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("conf_file", nargs="*", help="YAML config files merged in order")
+    p.add_argument("--resolved-config", help="a resolved config written by deepy.py")
+    p.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)  # set by launchers
+    add_eval_flags(p, required=True)
+    add_load_flags(p)
+    args = p.parse_args()
+    apply_trust_flag(args)
+    from megatron.errors import UserError
+    from megatron.launcher import config_from_cli
+
+    cfg = config_from_cli(p, args)
+    load = cfg.checkpoint.load or cfg.checkpoint.save  # save: where this config's training wrote
+    if not load:
+        raise UserError("the config sets no `load` (nor `save`): set load to the checkpoint directory to "
+                        "evaluate (or use evaluate.py --checkpoint DIR --tasks ...)")
+    if not os.path.isdir(load):
+        raise UserError(f"load {load!r} is not a directory: no checkpoint to evaluate; train first "
+                        "(python deepy.py train.py CONFIG.yml) or point `load` at a checkpoint directory")
+    from megatron.checkpoint.tags import tag_or_latest
+    from megatron.evaluation.harness.run import evaluate_tasks
+    from megatron.evaluation.report import default_output_dir
+
+    evaluate_tasks(load, args.eval_tasks, default_output_dir(load), tag=tag_or_latest(cfg.checkpoint.iteration),
+                   max_length=args.max_length, batch_size=args.batch_size, limit=limit_value(args.limit),
+                   num_fewshot=args.num_fewshot, device=args.device, allow_nonfinite=args.allow_nonfinite,
+                   results_path=results_path(args.eval_results_prefix))
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main, "eval.py", expected=(ValueError,))  # tokenizer and checkpoint readers raise ValueErrors

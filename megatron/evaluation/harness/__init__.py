@@ -1,0 +1,11 @@
+"""Downstream tasks through lm-evaluation-harness (`lm-eval`, pinned in requirements.txt).
+
+    adapter.py      KerpleLM: the harness's LM interface over our checkpoints
+    batching.py     how scored sequences are batched (the one place to switch to padded batches)
+    local_tasks.py  offline tasks built from the bundled stdlib corpus, registered as harness YAML
+    run.py          task-name checks, the evaluation, the results file, TensorBoard/W&B
+
+Entry points: `python deepy.py eval.py CONFIG.yml --eval_tasks ...` and
+`python evaluate.py --checkpoint DIR --tasks ...`. Nothing here imports lm_eval at module import
+time except adapter.py (the harness's import costs ~2 s; evaluate.py's perplexity sweep never pays it).
+"""

@@ -1,0 +1,49 @@
+"""eval.py's task flags, defined once: eval.py parses them and deepy.py (megatron/launcher.py)
+accepts them and passes them on, so `python deepy.py eval.py CONFIG.yml --eval_tasks ...` works
+as in GPT-NeoX (--eval_tasks, --eval_results_prefix are NeoX's names)."""
+from __future__ import annotations
+
+import argparse
+import time
+
+TITLE = "downstream tasks (eval.py; lm-evaluation-harness)"
+
+
+def add_eval_flags(parser: argparse.ArgumentParser, required: bool = False,
+                   batch_size: bool = True) -> argparse._ArgumentGroup:
+    """`batch_size` False: the parser has its own --batch-size (evaluate.py)."""
+    g = parser.add_argument_group(TITLE)
+    g.add_argument("--eval_tasks", "--tasks", nargs="+", required=required, default=None, metavar="TASK",
+                   help="harness tasks, groups or tags: kerple_local (offline) or e.g. lambada_openai hellaswag")
+    g.add_argument("--eval_results_prefix", default=None,
+                   help="write the results to <prefix>_eval_results_<date>.json (NeoX) instead of "
+                        "harness.json in the output directory")
+    g.add_argument("--max-length", type=int, default=None,
+                   help="longest context in tokens (default: the training seq-length; longer extrapolates)")
+    if batch_size:
+        g.add_argument("--batch-size", type=int, default=1, help="sequences per forward (of equal length)")
+    g.add_argument("--limit", type=float, default=None, help="at most this many documents per task (or a fraction < 1)")
+    g.add_argument("--num-fewshot", type=int, default=None, help="few-shot examples per prompt (default: the task's)")
+    return g
+
+
+def eval_argv(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[str]:
+    """The eval flags that were given, as a command line for eval.py."""
+    group = next(g for g in parser._action_groups if g.title == TITLE)
+    out = []
+    for action in group._group_actions:
+        value = getattr(args, action.dest)
+        if value is None or value == action.default:
+            continue
+        out += [action.option_strings[0], *map(str, value if isinstance(value, list) else [value])]
+    return out
+
+
+def limit_value(limit: float | None):
+    """--limit as the harness takes it: a count (int) from 1 up, a fraction below 1."""
+    return int(limit) if limit is not None and limit >= 1 else limit
+
+
+def results_path(prefix: str | None) -> str | None:
+    """NeoX's results file for --eval_results_prefix; None: harness.json in the output directory."""
+    return f"{prefix}_eval_results_{time.strftime('%y-%m-%d-%H-%M')}.json" if prefix else None

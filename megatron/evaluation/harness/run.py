@@ -1,0 +1,151 @@
+"""Run harness tasks on one checkpoint: check the inputs (task names, --max-length) before the
+long part, evaluate, write the results JSON beside the extrapolation results, log the scores to
+TensorBoard/W&B when the run's config turns them on, print the harness's results table.
+
+Used by eval.py (`python deepy.py eval.py CONFIG.yml --eval_tasks ...`) and evaluate.py --tasks.
+"""
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import time
+
+from megatron.errors import UserError
+from megatron.evaluation.harness.local_tasks import GROUP, LOCAL_TASKS, write_task_dir
+
+SCHEMA = "kerple-harness/1"
+RESULTS_NAME = "harness.json"
+TASK_DIR_NAME = "harness_tasks"  # the local tasks' YAML files, written beside the results
+
+
+def check_max_length_value(value) -> None:
+    """A nonsense --max-length fails before anything loads."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 2):
+        raise UserError(f"--max-length {value!r} must be an integer of at least 2 tokens (default: the "
+                        "checkpoint's training seq-length)")
+
+
+def resolve_max_length(value: int | None, model, cfg) -> int:
+    """--max-length, default the training length; longer is allowed (our schemes extrapolate) up to
+    what the positional scheme can represent (learned absolute positions: max-position-embeddings)."""
+    check_max_length_value(value)
+    length = cfg.model.seq_length if value is None else value
+    limit = model.position.max_length()
+    if limit and length > limit:
+        raise UserError(f"--max-length {length}: pos-emb {cfg.model.pos_emb} represents at most {limit} positions "
+                        f"(max-position-embeddings); pass --max-length {limit} or less")
+    return length
+
+
+def task_manager(names: list[str], task_dir: str):
+    """The harness's TaskManager with the local tasks' YAML in `task_dir`. The harness's own ~15k
+    task files are indexed (~5-10 s) only when a name is not a local one."""
+    from lm_eval.tasks import TaskManager
+
+    local_only = all(n in LOCAL_TASKS or n == GROUP for n in names)
+    return TaskManager(include_path=write_task_dir(task_dir), include_defaults=not local_only)
+
+
+def check_tasks(names: list[str], manager) -> list[str]:
+    """The names, each a task, group or tag the harness knows (glob patterns allowed, as lm_eval's CLI)."""
+    unknown = [n for n in names if not manager.match_tasks([n])]
+    if unknown:
+        hints = []
+        for n in unknown:
+            close = difflib.get_close_matches(n, manager.all_tasks, n=3)
+            hints.append(f"{n!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
+        raise UserError(f"unknown task{'s' if len(unknown) > 1 else ''} {', '.join(hints)}; the offline local "
+                        f"tasks are {', '.join(LOCAL_TASKS)} (group {GROUP}); `lm_eval ls tasks` lists the harness's")
+    return manager.match_tasks(names)
+
+
+def metrics_of(results: dict) -> dict[str, float]:
+    """{'task/metric': value} of the harness's results, its metrics only (those in its
+    higher_is_better table); a filter other than 'none' keeps its name."""
+    out = {}
+    for task, row in results.get("results", {}).items():
+        known = results.get("higher_is_better", {}).get(task, {})
+        for key, value in row.items():
+            metric, _, filt = key.partition(",")
+            if metric not in known or not isinstance(value, (int, float)):
+                continue
+            out[f"{task}/{metric}" + (f"/{filt}" if filt and filt != "none" else "")] = float(value)
+    return out
+
+
+def log_scores(cfg, iteration: int | None, metrics: dict[str, float]) -> None:
+    """To TensorBoard / W&B (and metrics.jsonl) through the training's metrics logger, when the
+    checkpoint's config turns them on and its run directory is here (a checkpoint copied from
+    elsewhere must not create a stray run directory under the current one)."""
+    from megatron.training.logging import MetricsLogger, tensorboard_dir
+
+    lg = cfg.logging
+    if not (tensorboard_dir(lg) or (lg.use_wandb and lg.wandb_mode != "disabled")):
+        return
+    if not os.path.isdir(lg.run_dir):
+        print(f"harness scores not logged to TensorBoard/W&B: the checkpoint's run-dir {lg.run_dir!r} is not here")
+        return
+    logger = MetricsLogger(cfg, lg.run_dir)
+    try:
+        logger.log_eval(iteration or 0, "harness", metrics, f"iteration {iteration}")
+    finally:
+        logger.close()
+
+
+def write_results(record: dict, path: str) -> str:
+    from megatron.atomic_io import atomic_output
+
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with atomic_output(path, fsync=False) as tmp, open(tmp, "w") as f:
+        json.dump(record, f, indent=1, default=str)  # task configs hold functions: their names
+    return path
+
+
+def evaluate_tasks(ckpt: str, tasks: list[str], out_dir: str, *, tag=None, overrides=None, max_length=None,
+                   batch_size: int = 1, limit=None, num_fewshot=None, device="cpu", allow_nonfinite=False,
+                   results_path: str | None = None, log: bool = True) -> dict:
+    """Everything one checkpoint needs; returns the results record (also written to results_path,
+    default <out_dir>/harness.json). Inputs are checked before the model loads where they can be."""
+    check_max_length_value(max_length)
+    if batch_size < 1:
+        raise UserError(f"--batch-size {batch_size} must be at least 1")
+    manager = task_manager(tasks, os.path.join(out_dir, TASK_DIR_NAME))
+    names = check_tasks(tasks, manager)
+    from megatron.evaluation.load import load_checkpoint_model
+    from megatron.tokenizer import build_tokenizer
+
+    model, cfg, client = load_checkpoint_model(ckpt, tag, overrides, device, allow_nonfinite)
+    length = resolve_max_length(max_length, model, cfg)
+    d = cfg.data
+    tokenizer = build_tokenizer(d.tokenizer_type, d.vocab_file, d.merge_file)
+    import lm_eval
+    from lm_eval.evaluator import simple_evaluate
+    from lm_eval.utils import make_table
+
+    from megatron.evaluation.harness.adapter import KerpleLM
+
+    start = time.perf_counter()
+    lm = KerpleLM(model, tokenizer, length, batch_size, seed=cfg.training.seed)
+    results = simple_evaluate(lm, tasks=names, num_fewshot=num_fewshot, limit=limit, task_manager=manager,
+                              log_samples=False, bootstrap_iters=1000, random_seed=cfg.training.seed)
+    iteration = client.get("iteration")
+    record = {
+        "schema": SCHEMA, "checkpoint": os.path.abspath(ckpt), "iteration": iteration,
+        "pos_emb": cfg.model.pos_emb, "train_length": cfg.model.seq_length, "max_length": length,
+        "batch_size": batch_size, "limit": limit, "num_fewshot": num_fewshot, "device": str(device),
+        "tasks": names, "lm_eval_version": lm_eval.__version__ if hasattr(lm_eval, "__version__") else None,
+        "seconds": round(time.perf_counter() - start, 2), "metrics": metrics_of(results),
+        **{k: results[k] for k in ("results", "groups", "versions", "n-shot", "higher_is_better", "n-samples")
+           if k in results},
+    }
+    path = write_results(record, results_path or os.path.join(out_dir, RESULTS_NAME))
+    if log:
+        log_scores(cfg, iteration, record["metrics"])
+    print(f"max-length {length} (training length {cfg.model.seq_length}), pos-emb {cfg.model.pos_emb}, "
+          f"checkpoint {ckpt} iteration {iteration}")
+    print(make_table(results))
+    if "groups" in results:
+        print(make_table(results, "groups"))
+    print(f"wrote {path}")
+    return record

@@ -1,0 +1,190 @@
+"""Downstream tasks end to end on one tiny trained checkpoint (byte-level BPE tokenizer, so the
+Hugging Face export carries a tokenizer too): evaluate.py --tasks, `deepy.py eval.py`, the clear
+errors (bad task name, missing checkpoint, bad --max-length), and the agreement of our adapter
+with the harness's own `hf` model on our Hugging Face export.
+
+Cost: one 2-step training, the harness's import (~2 s per process), and one full TaskManager
+index (~5-10 s, the bad-task-name test: unknown names are looked up among the harness's 15k tasks).
+"""
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, train_config_dict, write_token_dataset, write_yaml
+
+pytest.importorskip("lm_eval")
+LOCAL = ["kerple_docstring_lastword", "kerple_docstring_choice"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """(config path, checkpoint dir) of a kerple_log model trained 2 steps, seq-length 32."""
+    from megatron.config import load_config
+    from megatron.evaluation.harness.local_tasks import data_file
+    from megatron.tokenizer.train_bpe import train_bytelevel_bpe
+    from megatron.training.trainer import Trainer
+
+    tmp = tmp_path_factory.mktemp("harness")
+    texts = [json.loads(line)["context"] for line in open(data_file(LOCAL[0]))][:200]
+    train_bytelevel_bpe(texts, 300, str(tmp / "tok.json"))
+    prefix = write_token_dataset(str(tmp / "tiny_text_document"), vocab=250)
+    data = train_config_dict(tmp, prefix, train_iters=2, save=str(tmp / "run" / "checkpoints"), save_interval=2,
+                             tokenizer_type="HFTokenizer", vocab_file=str(tmp / "tok.json"), padded_vocab_size=384)
+    cfg_path = write_yaml(tmp / "t.yml", data)
+    Trainer(load_config([cfg_path])).train()
+    return cfg_path, str(tmp / "run" / "checkpoints")
+
+
+def run(*args, timeout=300):
+    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout,
+                          env=dict(os.environ, HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1"))
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    return proc
+
+
+def test_evaluate_py_tasks_writes_results_beside_the_perplexity_ones(trained):
+    _, ck = trained
+    proc = run("evaluate.py", "--checkpoint", ck, "--tasks", *LOCAL, "--limit", "6", "--max-length", "256")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "|kerple_docstring_choice" in proc.stdout and "max-length 256 (training length 32)" in proc.stdout
+    out = os.path.join(os.path.dirname(ck), "eval")  # where evaluate.py puts eval.json too
+    rec = json.loads(open(os.path.join(out, "harness.json")).read())
+    assert rec["schema"] == "kerple-harness/1" and rec["max_length"] == 256 and rec["train_length"] == 32
+    assert rec["iteration"] == 2 and sorted(rec["tasks"]) == sorted(LOCAL) and rec["pos_emb"] == "kerple_log"
+    m = rec["metrics"]
+    assert set(m) == {"kerple_docstring_lastword/acc", "kerple_docstring_lastword/perplexity",
+                      "kerple_docstring_choice/acc", "kerple_docstring_choice/acc_norm"}
+    assert 0 <= m["kerple_docstring_choice/acc"] <= 1 and m["kerple_docstring_lastword/perplexity"] > 1
+    assert rec["n-samples"]["kerple_docstring_choice"]["effective"] == 6
+    # the local tasks' YAML, beside the results, reusable with `lm_eval --include_path`
+    assert os.path.isfile(os.path.join(out, "harness_tasks", "kerple_docstring_choice.yaml"))
+    # TensorBoard is on (derived from run-dir): the scores went through the training's metrics logger
+    rows = [json.loads(line) for line in open(os.path.join(os.path.dirname(ck), "metrics.jsonl"))]
+    harness = [r for r in rows if r.get("kind") == "harness"]
+    assert harness and harness[-1]["kerple_docstring_choice/acc"] == m["kerple_docstring_choice/acc"]
+
+
+def test_deepy_eval_py_reads_load_from_the_config(trained, tmp_path):
+    cfg_path, ck = trained
+    run_dir = os.path.dirname(ck)
+    prefix = str(tmp_path / "res")
+    proc = run("deepy.py", "eval.py", cfg_path, "-o", f"load={ck}", "--eval_tasks", "kerple_local", "--limit", "3",
+               "--eval_results_prefix", prefix, "--max-length", "200")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "|kerple_docstring_lastword" in proc.stdout and "max-length 200 (training length 32)" in proc.stdout
+    (path,) = glob.glob(prefix + "_eval_results_*.json")  # NeoX's file name
+    assert json.loads(open(path).read())["tasks"] == ["kerple_local"]
+    # the training run's resolved config (none here: trained in-process) is left alone; eval's goes to run/eval/
+    assert not os.path.exists(os.path.join(run_dir, "resolved_config.yml"))
+    assert os.path.isfile(os.path.join(run_dir, "eval", "resolved_config.yml"))
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--tasks", "lambada_opnai"], "unknown task 'lambada_opnai' (did you mean lambada_openai"),
+    (["--tasks", "kerple_local", "--max-length", "1"], "--max-length 1 must be an integer of at least 2"),
+    (["--tasks", "kerple_local", "--max-length", "lots"], "argument --max-length: invalid int value"),
+])
+def test_evaluate_py_task_errors(trained, argv, message):
+    proc = run("evaluate.py", "--checkpoint", trained[1], *argv)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
+
+
+def test_missing_checkpoint_is_one_clear_error(trained, tmp_path):
+    proc = run("evaluate.py", "--checkpoint", str(tmp_path / "nowhere"), "--tasks", "kerple_local")
+    assert proc.returncode == 2 and "does not exist" in proc.stderr
+    proc = run("deepy.py", "eval.py", trained[0], "-o", f"load={tmp_path / 'nowhere'}", "--eval_tasks", "kerple_local")
+    assert proc.returncode == 2 and "no such directory; point it at a checkpoint directory" in proc.stderr
+    # a fresh clone: load is the run's own (derived) checkpoint directory, never trained into
+    proc = run("deepy.py", "eval.py", trained[0], "-o", f"save={tmp_path / 'fresh' / 'checkpoints'}",
+               "--eval_tasks", "kerple_local")
+    assert proc.returncode == 2 and "no checkpoint to evaluate; train first" in proc.stderr, proc.stderr[-2000:]
+    proc = run("deepy.py", "train.py", trained[0], "--eval_tasks", "kerple_local")
+    assert proc.returncode == 2 and "only eval.py takes these flags" in proc.stderr
+
+
+def test_max_length_past_learned_positions_is_refused(tmp_path):
+    from megatron.config import load_config
+    from megatron.training.trainer import Trainer
+
+    prefix = write_token_dataset(str(tmp_path / "tiny_text_document"))
+    ck = str(tmp_path / "ck")
+    data = train_config_dict(tmp_path, prefix, train_iters=1, save=ck, save_interval=1, pos_emb="learned",
+                             padded_vocab_size=512)
+    Trainer(load_config([write_yaml(tmp_path / "t.yml", data)])).train()
+    proc = run("evaluate.py", "--checkpoint", ck, "--tasks", "kerple_docstring_choice", "--max-length", "64")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "--max-length 64: pos-emb learned represents at most 32 positions" in proc.stderr
+
+
+def import_hflm():
+    """The harness's own `hf` model class. lm_eval/models/huggingface.py imports `accelerate` (lm-eval's
+    [hf] extra) at the top; where it is not installed, those four names are stood in by functions that
+    raise: an HFLM given a model instance and a fixed batch size calls none of them (if it ever did,
+    this test fails loudly rather than passing on a stand-in)."""
+    import types
+
+    import transformers  # noqa: F401 - before the stand-in: transformers probes accelerate's __spec__
+
+    try:
+        import accelerate  # noqa: F401
+    except ImportError:
+        def unavailable(*args, **kwargs):
+            raise RuntimeError("accelerate is not installed; the test's HFLM path must not need it")
+
+        acc, utils = types.ModuleType("accelerate"), types.ModuleType("accelerate.utils")
+        acc.Accelerator = acc.InitProcessGroupKwargs = acc.find_executable_batch_size = unavailable
+        utils.get_max_memory, acc.utils = unavailable, utils
+        sys.modules.update({"accelerate": acc, "accelerate.utils": utils})
+    from lm_eval.models.huggingface import HFLM
+
+    return HFLM
+
+
+def per_request_loglikelihoods(results, task):
+    return {s["doc_id"]: [r[0][0] for r in s["resps"]] for s in results["samples"][task]}
+
+
+def test_adapter_agrees_with_the_harness_hf_model_on_our_export(trained, tmp_path, monkeypatch):
+    """Two independent paths, batch size 1, fp32, CPU: our adapter on our checkpoint, and the
+    harness's HFLM on tools/export_hf.py's directory (AutoModelForCausalLM + AutoTokenizer,
+    trust_remote_code). Every request's log-likelihood agrees within 1e-4 absolute (sums of ~100
+    token log-probs of size ~6: fp32 rounding in a different summation/matmul order gives ~1e-5),
+    and so every metric is equal."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    import torch
+    import transformers
+    from lm_eval.evaluator import simple_evaluate
+
+    from megatron.evaluation.harness.adapter import KerpleLM
+    from megatron.evaluation.harness.run import task_manager
+    from megatron.evaluation.load import load_checkpoint_model
+    from megatron.interop.hf_export import export_hf
+    from megatron.tokenizer import build_tokenizer
+
+    HFLM = import_hflm()
+    model, cfg, _ = load_checkpoint_model(trained[1])
+    export_hf(model, cfg, str(tmp_path / "hf"))
+    manager = task_manager(LOCAL, str(tmp_path / "tasks"))
+    length, limit = 256, 12
+    hf_model = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf"), trust_remote_code=True,
+                                                                 dtype=torch.float32).eval()
+    hf_tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"), trust_remote_code=True)
+    tok = build_tokenizer(cfg.data.tokenizer_type, cfg.data.vocab_file)
+    assert hf_tok.eos_token_id == hf_tok.bos_token_id == tok.eod  # HFLM's end-of-text and prefix token
+    theirs = simple_evaluate(HFLM(pretrained=hf_model, tokenizer=hf_tok, batch_size=1, max_length=length),
+                             tasks=LOCAL, limit=limit, task_manager=manager, bootstrap_iters=0)
+    ours = simple_evaluate(KerpleLM(model, tok, length, batch_size=1), tasks=LOCAL, limit=limit,
+                           task_manager=manager, bootstrap_iters=0)
+    for task in LOCAL:
+        a, b = per_request_loglikelihoods(ours, task), per_request_loglikelihoods(theirs, task)
+        assert sorted(a) == sorted(b) == list(range(limit))
+        for doc in a:
+            assert a[doc] == pytest.approx(b[doc], abs=1e-4, rel=0), (task, doc)
+        for key, value in ours["results"][task].items():
+            if isinstance(value, float) and not key.endswith("_stderr,none"):
+                assert theirs["results"][task][key] == pytest.approx(value, rel=1e-6), (task, key)
