@@ -1,5 +1,14 @@
-"""The one causal / sliding-window mask every backend uses, its window check, and the one test
-for "positions are consecutive runs" that the fused backends and SDPA's built-in causal path need."""
+"""The one causal / sliding-window mask every backend uses, its window check, the one test
+for "positions are consecutive runs" that the fused backends and SDPA's built-in causal path need,
+and the padding rule of padded batches.
+
+Padded batches: `row_starts` (B,) int64 holds, per batch row, the position where its real tokens
+begin (left padding: positions before it are padding; right padding needs nothing, since under the
+causal mask no real query sees a later key). Positions stay shared by the batch (q_pos, k_pos are
+(L,)); a row's padding keys (k_pos < row_starts[b]) are hidden from every query except the padding
+slot itself, so a padding query attends to itself alone (finite, never read) and no real query
+sees padding. A scheme that depends on absolute positions (embeddings, FIRE, log-n scaling) takes
+the row's own positions, `row_positions`: position - row start."""
 from __future__ import annotations
 
 import torch
@@ -12,8 +21,10 @@ def check_window(window: int | None) -> None:
                          f"sees, itself included) or None for full causal attention; got {window!r}")
 
 
-def allowed_mask(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None = None) -> torch.Tensor:
-    """Bool (Lq, Lk): True where query i may attend to key j.
+def allowed_mask(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None = None,
+                 row_starts: torch.Tensor | None = None) -> torch.Tensor:
+    """Bool (Lq, Lk): True where query i may attend to key j; with `row_starts` (B,) (module
+    docstring) bool (B, 1, Lq, Lk), the padding keys of each row hidden as well.
 
     Causal: k_pos[j] <= q_pos[i]. With a window W >= 1 also q_pos[i] - k_pos[j] < W, i.e. query i
     sees keys i-W < j <= i: exactly W keys including itself (window=1 keeps only the diagonal).
@@ -25,7 +36,58 @@ def allowed_mask(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None = 
     allowed = diff >= 0
     if window is not None:
         allowed = allowed & (diff < window)
-    return allowed
+    if row_starts is None:
+        return allowed
+    real_key = k_pos[None, :] >= row_starts.to(k_pos.device)[:, None]  # (B, Lk)
+    return (allowed & (real_key[:, None, :] | (diff == 0)))[:, None]  # (B, 1, Lq, Lk)
+
+
+def check_row_starts(row_starts: torch.Tensor | None, batch: int) -> None:
+    """Raise unless row_starts is None or a (batch,) integer tensor of starts >= 0."""
+    if row_starts is None:
+        return
+    if row_starts.dim() != 1 or row_starts.shape[0] != batch or row_starts.is_floating_point():
+        raise ValueError(f"row_starts must be a ({batch},) integer tensor (each row's first real position), "
+                         f"got {tuple(row_starts.shape)} {row_starts.dtype}")
+    if bool((row_starts < 0).any()):
+        raise ValueError("row_starts must be >= 0 (the position where each row's real tokens begin)")
+
+
+def row_positions(positions: torch.Tensor, row_starts: torch.Tensor | None) -> torch.Tensor:
+    """Each row's own positions: (L,) positions when row_starts is None, else (B, L) = position -
+    row start, clamped at 0 (a padding slot takes position 0; its output is never read)."""
+    if row_starts is None:
+        return positions
+    return (positions[None, :] - row_starts.to(positions.device)[:, None]).clamp_min(0)
+
+
+def padding_mask(row_starts: torch.Tensor | None, length: int) -> torch.Tensor | None:
+    """Bool (B, length) True at real tokens, for tokens at positions 0..length-1; None without padding."""
+    if row_starts is None:
+        return None
+    return torch.arange(length, device=row_starts.device)[None, :] >= row_starts[:, None]
+
+
+def row_starts_from_attention_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """(B,) row starts from a Hugging Face style (B, L) 0/1 attention mask whose ones are one
+    contiguous run per row (left and/or right padding); None when nothing is padded on the left.
+    Right padding needs no start (module docstring). Anything else (holes) is a ValueError."""
+    if attention_mask is None:
+        return None
+    m = attention_mask.to(torch.bool)
+    if m.dim() != 2:
+        raise ValueError(f"attention_mask must be (batch, length), got shape {tuple(m.shape)}")
+    length = m.shape[1]
+    idx = torch.arange(length, device=m.device)
+    has = m.any(dim=1)
+    first = torch.where(m, idx, length).amin(dim=1)
+    last = torch.where(m, idx, -1).amax(dim=1)
+    contiguous = (m.sum(dim=1) == (last - first + 1)) | ~has
+    if not bool(contiguous.all()):
+        raise ValueError("attention_mask must mark one contiguous run of tokens per row (left or right "
+                         "padding); masks with holes are not supported")
+    first = torch.where(has, first, 0)
+    return first if bool((first > 0).any()) else None
 
 
 def consecutive_starts(q_pos: torch.Tensor, k_pos: torch.Tensor) -> tuple[int, int] | None:
