@@ -30,6 +30,9 @@ class AttentionBackend:
     name: str = "base"
 
     priority: int = 1000  # set by @register_backend
+    # Whether forward takes `row_starts` (padded batches, megatron/attention/mask.py); a backend
+    # that cannot sets False and the resolver never hands it a padded batch.
+    takes_padding: bool = True
 
     def unsupported_reason(self, scheme, device: torch.device, dtype: torch.dtype,
                            training: bool, dropout: bool = False) -> str | None:
@@ -42,7 +45,8 @@ class AttentionBackend:
         never be picked automatically here. Default: the registered priority."""
         return self.priority
 
-    def prepare(self, scheme, q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None = None):
+    def prepare(self, scheme, q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None = None,
+                row_starts: torch.Tensor | None = None):
         """Per-forward state shared by every layer (see the module docstring), or None. It may hold
         tensors on the autograd graph of the scheme's parameters: built once and used by every
         layer, their gradient is the sum over layers, as when each layer built its own. It lives
@@ -52,9 +56,11 @@ class AttentionBackend:
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scheme,
                 q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None = None,
-                softmax_in_fp32: bool = False, dropout_p: float = 0.0, prepared=None) -> torch.Tensor:
+                softmax_in_fp32: bool = False, dropout_p: float = 0.0, prepared=None,
+                row_starts: torch.Tensor | None = None) -> torch.Tensor:
         """q: (B, H_local, Lq, D); k, v: (B, H_local, Lk, D); q_pos: (Lq,), k_pos: (Lk,) int64
         absolute positions. Returns (B, H_local, Lq, D). dropout_p is applied as given (the
         caller passes 0 in eval). `prepared`: this backend's prepare(scheme, q_pos, k_pos, window)
-        for these positions, or None to prepare here."""
+        for these positions, or None to prepare here. `row_starts` (B,): padded rows, hidden as
+        megatron.attention.mask.allowed_mask says (None: no padding); pass the same to prepare."""
         raise NotImplementedError

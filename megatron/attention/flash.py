@@ -68,6 +68,10 @@ def _check_layout(q_pos: torch.Tensor, k_pos: torch.Tensor) -> None:
 
 @register_backend("flash", priority=10)
 class FlashAttention(AttentionBackend):
+    # flash_attn_func takes no key-padding mask (padded batches would need its varlen entry point
+    # and unpadded inputs): the resolver picks another backend for them.
+    takes_padding = False
+
     def unsupported_reason(self, scheme, device, dtype, training, dropout=False):
         # Scheme first: it holds on every machine, so the message is the same everywhere.
         problem = _scheme_problem(scheme, training)
@@ -83,18 +87,20 @@ class FlashAttention(AttentionBackend):
             return "flash-attn 2 needs an Ampere or newer GPU (compute capability 8.0+)"
         return None
 
-    def prepare(self, scheme, q_pos, k_pos, window=None):
+    def prepare(self, scheme, q_pos, k_pos, window=None, row_starts=None):
         check_window(window)
+        if row_starts is not None:
+            raise ValueError("the flash backend takes no padded batches; use attention-backend triton, sdpa or auto")
         _check_layout(q_pos, k_pos)
         return True  # checked: nothing else depends on the positions
 
     def forward(self, q, k, v, scheme, q_pos, k_pos, window=None, softmax_in_fp32=False,
-                dropout_p=0.0, prepared=None):
+                dropout_p=0.0, prepared=None, row_starts=None):
         # softmax_in_fp32 needs no flag: flash-attn accumulates the softmax in fp32.
         if flash_attn_func is None:
             raise ValueError(NOT_INSTALLED)
-        if prepared is None:
-            self.prepare(scheme, q_pos, k_pos, window)
+        if prepared is None or row_starts is not None:
+            self.prepare(scheme, q_pos, k_pos, window, row_starts)
         kernel = scheme.fused_kernel()
         assert not kernel.has_weight and kernel.bias in ("none", "power") and kernel.r3 is None, (
             "resolve_backend should have refused this scheme")

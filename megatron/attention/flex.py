@@ -80,6 +80,21 @@ def _block_mask(lq: int, lk: int, offset: int, window: int | None, device: torch
     return build(mask_mod, None, None, lq, lk, device=device), off
 
 
+def _padded_block_mask(lq: int, lk: int, offset: int, window: int | None, first_key: torch.Tensor):
+    """The BlockMask of _block_mask with each batch row's padding keys hidden (megatron/attention/
+    mask.py): key index j of row b is padding when j < first_key[b], and only its own query sees
+    it. Not cached: it depends on the batch's starts."""
+    off = torch.tensor(offset, dtype=torch.int64, device=first_key.device)
+    width = torch.tensor(_NO_WINDOW if window is None else window, dtype=torch.int64, device=first_key.device)
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        d = q_idx + off - kv_idx
+        return (d >= 0) & (d < width) & ((kv_idx >= first_key[b]) | (d == 0))
+
+    build = _compiled_create_block_mask() if lq * lk > LARGE_MASK else create_block_mask
+    return build(mask_mod, first_key.numel(), None, lq, lk, device=first_key.device), off
+
+
 def _score_mod(kernel, off: torch.Tensor):
     """score_mod evaluating `kernel` (a DistanceKernel) at d = q_idx + off - kv_idx, clamped at 0,
     through the kernel's own closed forms (bias_at / weight_at with a head index): the formula is
@@ -150,14 +165,17 @@ class FlexAttention(AttentionBackend):
             return None
         return self.priority
 
-    def prepare(self, scheme, q_pos, k_pos, window=None):
+    def prepare(self, scheme, q_pos, k_pos, window=None, row_starts=None):
         """(block_mask, offset tensor) for these positions: the layout check's host sync once."""
         check_window(window)
-        return _block_mask(q_pos.numel(), k_pos.numel(), _consecutive_offset(q_pos, k_pos), window,
-                           q_pos.device)
+        offset = _consecutive_offset(q_pos, k_pos)
+        if row_starts is not None:  # key index of each row's first real token
+            first_key = (row_starts.to(k_pos.device) - k_pos[0]).to(torch.int64)
+            return _padded_block_mask(q_pos.numel(), k_pos.numel(), offset, window, first_key)
+        return _block_mask(q_pos.numel(), k_pos.numel(), offset, window, q_pos.device)
 
     def forward(self, q, k, v, scheme, q_pos, k_pos, window=None, softmax_in_fp32=False,
-                dropout_p=0.0, prepared=None):
+                dropout_p=0.0, prepared=None, row_starts=None):
         # softmax_in_fp32 needs no flag: flex accumulates the scores and softmax in fp32.
         if dropout_p > 0.0:
             raise ValueError("the flex backend has no attention dropout; resolve_backend should have "
@@ -172,7 +190,7 @@ class FlexAttention(AttentionBackend):
                 any(x.requires_grad for x in (q, k, v)) or any(t.requires_grad for t in kernel.tensors().values())):
             raise ValueError("flex on CPU is inference only (no CPU backward): run it under "
                              "torch.no_grad(), or use the sdpa or reference backend to train")
-        block_mask, off = prepared or self.prepare(scheme, q_pos, k_pos, window)
+        block_mask, off = prepared or self.prepare(scheme, q_pos, k_pos, window, row_starts)
         if kernel.tabulate is not None:  # a tabulated lookup (Sandwich) must reach the largest distance
             kernel = kernel.covering(int(off) + q.shape[2] - 1, q.device)
         score_mod = None if kernel.is_plain else _score_mod(kernel, off)

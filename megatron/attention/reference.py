@@ -30,23 +30,24 @@ def scaled_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class ReferencePrepared:
-    weight: torch.Tensor | None  # (H, Lq, Lk) fp32 score weight, or None
-    bias: torch.Tensor | None  # (H, Lq, Lk) fp32 score bias, or None
-    allowed: torch.Tensor  # (Lq, Lk) bool
+    weight: torch.Tensor | None  # (H, Lq, Lk) fp32 score weight, or None ((B, H, Lq, Lk): padded rows
+    bias: torch.Tensor | None  # (H, Lq, Lk) fp32 score bias, or None     of a position-dependent scheme)
+    allowed: torch.Tensor  # (Lq, Lk) bool; (B, 1, Lq, Lk) with padded rows
 
 
 @register_backend("reference", priority=1000)
 class ReferenceAttention(AttentionBackend):
-    def prepare(self, scheme, q_pos, k_pos, window=None):
+    def prepare(self, scheme, q_pos, k_pos, window=None, row_starts=None):
         # The scheme computes in fp32; like the paper, forward casts to the scores' dtype.
-        allowed = allowed_mask(q_pos, k_pos, window)  # (Lq, Lk)
+        allowed = allowed_mask(q_pos, k_pos, window, row_starts)  # (Lq, Lk) or (B, 1, Lq, Lk)
         # The diagonal is always allowed under a causal mask, so no row is empty (no 0/0).
         assert bool(allowed.any(dim=-1).all()), "a query row has no allowed key"
-        return ReferencePrepared(scheme.score_weight(q_pos, k_pos), scheme.score_bias(q_pos, k_pos), allowed)
+        return ReferencePrepared(scheme.batch_score_weight(q_pos, k_pos, row_starts),
+                                 scheme.batch_score_bias(q_pos, k_pos, row_starts), allowed)
 
     def forward(self, q, k, v, scheme, q_pos, k_pos, window=None, softmax_in_fp32=False,
-                dropout_p=0.0, prepared=None):
-        prepared = prepared or self.prepare(scheme, q_pos, k_pos, window)
+                dropout_p=0.0, prepared=None, row_starts=None):
+        prepared = prepared or self.prepare(scheme, q_pos, k_pos, window, row_starts)
         scores = scaled_scores(q, k)  # (B, H, Lq, Lk), input dtype
         if softmax_in_fp32:
             # Upcast before the bias so the kernel values are not rounded to bf16 first.

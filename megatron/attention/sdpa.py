@@ -18,7 +18,11 @@ attention (docs/benchmarks.md, "evaluation forward"; 2.9x `none` before, at 2,04
     after the chunk's last query, or out of its first query's window, is masked for every row),
     since with a mask the kernel cannot skip the masked triangle as is_causal does.
 The outputs differ from the math path's by rounding only (the fused kernel sums in another
-order). Training keeps the dense 3-D mask and the math path: its figures stay bit for bit."""
+order). Training keeps the dense 3-D mask and the math path: its figures stay bit for bit.
+
+Padded batches (`row_starts`, megatron/attention/mask.py) take the dense route with a per-row
+mask (B, H or 1, Lq, Lk): padding keys -inf, the bias at each row's positions where it depends
+on them (FIRE)."""
 from __future__ import annotations
 
 import math
@@ -40,8 +44,8 @@ QUERY_CHUNK = 512
 
 @dataclass(frozen=True)
 class SDPAPrepared:
-    # fp32 float mask: (H or 1, Lq, Lk), or (1, H or 1, Lq, Lk) for CPU inference; or None: the
-    # built-in causal path.
+    # fp32 float mask: (H or 1, Lq, Lk), (B, H or 1, Lq, Lk) for padded rows, or (1, H or 1, Lq, Lk)
+    # for CPU inference; or None: the built-in causal path.
     mask: torch.Tensor | None
     # CPU inference (module docstring): the mask's keys run last to first, and the queries run in
     # chunks (first row, end row, first key, end key), keys counted in that reversed order; None:
@@ -57,30 +61,32 @@ class SDPAAttention(AttentionBackend):
                     "only add a mask to them")
         return None
 
-    def prepare(self, scheme, q_pos, k_pos, window=None):
-        """The float mask (H or 1, Lq, Lk) in fp32, or None for the built-in causal path: no bias,
-        no window and q_pos == k_pos consecutive (is_causal=True then equals the positional mask)."""
+    def prepare(self, scheme, q_pos, k_pos, window=None, row_starts=None):
+        """The float mask (H or 1, Lq, Lk) in fp32 ((B, H or 1, Lq, Lk) for padded rows), or None
+        for the built-in causal path: no bias, no window, no padding and q_pos == k_pos consecutive
+        (is_causal=True then equals the positional mask)."""
         check_window(window)
-        if not scheme.has_score_bias and window is None and _is_plain_causal(q_pos, k_pos):
+        padded = row_starts is not None
+        if not padded and not scheme.has_score_bias and window is None and _is_plain_causal(q_pos, k_pos):
             return SDPAPrepared(None)
-        if q_pos.device.type == "cpu" and not torch.is_grad_enabled():
+        if not padded and q_pos.device.type == "cpu" and not torch.is_grad_enabled():
             prepared = _prepare_cpu_inference(scheme, q_pos, k_pos, window)
             if prepared is not None:
                 return prepared
-        bias = scheme.score_bias(q_pos, k_pos)  # (H, Lq, Lk) float32 or None
-        allowed = allowed_mask(q_pos, k_pos, window)  # (Lq, Lk)
+        bias = scheme.batch_score_bias(q_pos, k_pos, row_starts)  # (H, Lq, Lk) / (B, H, Lq, Lk) fp32, or None
+        allowed = allowed_mask(q_pos, k_pos, window, row_starts)  # (Lq, Lk) / (B, 1, Lq, Lk)
         mask = torch.zeros(allowed.shape, dtype=torch.float32, device=q_pos.device)
-        mask = mask.masked_fill(~allowed, float("-inf"))  # (Lq, Lk)
+        mask = mask.masked_fill(~allowed, float("-inf"))
         if bias is not None:
-            mask = bias + mask  # (H, Lq, Lk); -inf stays -inf, gradient flows to the bias
+            mask = bias + mask  # -inf stays -inf, gradient flows to the bias
         return SDPAPrepared(mask)
 
     def forward(self, q, k, v, scheme, q_pos, k_pos, window=None, softmax_in_fp32=False,
-                dropout_p=0.0, prepared=None):
+                dropout_p=0.0, prepared=None, row_starts=None):
         # softmax_in_fp32 needs no flag: SDPA's kernels accumulate the softmax in fp32.
         assert not scheme.has_score_weight, "resolve_backend should have refused this scheme"
         scale = 1.0 / math.sqrt(q.shape[-1])
-        prepared = prepared or self.prepare(scheme, q_pos, k_pos, window)
+        prepared = prepared or self.prepare(scheme, q_pos, k_pos, window, row_starts)
         mask = prepared.mask
         if mask is None:
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True,

@@ -12,23 +12,24 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from megatron.attention.mask import consecutive_starts
+from megatron.attention.mask import consecutive_starts, row_positions
 from megatron.attention.resolve import long_cpu_inference, resolve_backend
 from megatron.model.linear import column_parallel, row_parallel
 from megatron.positional.logn import scale_queries
 
 
 def cached_backend(backends: dict, model_cfg, scheme: nn.Module, device: torch.device, dtype: torch.dtype,
-                   training: bool, tokens: int | None = None):
+                   training: bool, tokens: int | None = None, padded: bool = False):
     """The attention backend for this (device, dtype, mode), resolved once into `backends` (a
     model's own dict: GPTModel and every pipeline layer keep one). `tokens`: the full-sequence
-    length (no kv-cache), which "auto" consults for long CPU inference only."""
+    length (no kv-cache), which "auto" consults for long CPU inference only. `padded`: a batch
+    with left-padded rows (not every backend takes them)."""
     long = long_cpu_inference(device, training, tokens)
-    key = (device.type, dtype, training, long)
+    key = (device.type, dtype, training, long, padded)
     if key not in backends:
         backends[key] = resolve_backend(model_cfg.attention_backend, scheme, device, dtype, training,
                                         dropout=training and model_cfg.attention_dropout > 0,
-                                        tokens=tokens if long else None)
+                                        tokens=tokens if long else None, padded=padded)
     return backends[key]
 
 
@@ -53,14 +54,19 @@ class AttentionContext:
     # The backend's prepare(scheme, q_pos, k_pos, window): a shared scheme's [H, Lq, Lk] bias,
     # SDPA's float mask, flex's block mask..., built once for every layer of this forward.
     prepared: object | None = None
-    # (Lq,) per-query multipliers of q.k/sqrt(d) (log-n scaling: scheme.query_scale), or None.
+    # (Lq,) per-query multipliers of q.k/sqrt(d) (log-n scaling: scheme.query_scale), or None;
+    # (B, Lq) for padded rows.
     q_scale: torch.Tensor | None = None
+    # (B,) first real position of each row of a left-padded batch (megatron/attention/mask.py), or None.
+    row_starts: torch.Tensor | None = None
 
     @classmethod
     def build(cls, model_cfg, scheme: nn.Module, backends: dict, x: torch.Tensor, training: bool,
-              q_pos: torch.Tensor, k_pos: torch.Tensor | None = None) -> AttentionContext:
+              q_pos: torch.Tensor, k_pos: torch.Tensor | None = None,
+              row_starts: torch.Tensor | None = None) -> AttentionContext:
         """The context for hidden states `x` (B, L, h) at positions q_pos (keys: k_pos, default
         q_pos), with the backend resolved once per (device, dtype, mode) into `backends`.
+        `row_starts`: each row's first real position in a left-padded batch, or None.
 
         Build it OUTSIDE activation-checkpointed regions when layers share it: the prepared
         tensors are then inputs of every layer (one autograd node, gradient summed over layers),
@@ -69,13 +75,14 @@ class AttentionContext:
         full = k_pos is None and long_cpu_inference(x.device, training, q_pos.numel()) and (
             consecutive_starts(q_pos, q_pos) is not None)
         backend = cached_backend(backends, model_cfg, scheme, x.device, x.dtype, training,
-                                 tokens=q_pos.numel() if full else None)
+                                 tokens=q_pos.numel() if full else None, padded=row_starts is not None)
         k_pos = q_pos if k_pos is None else k_pos
         window = model_cfg.attention_window
-        prepared = backend.prepare(scheme, q_pos, k_pos, window) if shares_prepared(scheme) else None
+        prepared = backend.prepare(scheme, q_pos, k_pos, window, row_starts) if shares_prepared(scheme) else None
         return cls(scheme=scheme, backend=backend, q_pos=q_pos, k_pos=k_pos, window=window,
                    softmax_in_fp32=model_cfg.attention_softmax_in_fp32, dropout_p=model_cfg.attention_dropout,
-                   prepared=prepared, q_scale=scheme.query_scale(q_pos, window))
+                   prepared=prepared, q_scale=scheme.query_scale(row_positions(q_pos, row_starts), window),
+                   row_starts=row_starts)
 
 
 def shares_prepared(scheme: nn.Module) -> bool:
@@ -139,5 +146,6 @@ class SelfAttention(nn.Module):
                 softmax_in_fp32=ctx.softmax_in_fp32,
                 dropout_p=ctx.dropout_p if self.training else 0.0,
                 prepared=ctx.prepared,
+                row_starts=ctx.row_starts,
             )  # (B, H_local, L, D)
         return self.dense(out.transpose(1, 2).reshape(B, L, -1))

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from megatron.attention.mask import check_row_starts, row_positions
 from megatron.model.attention import AttentionContext, cached_backend
 from megatron.model.init import build_init
 from megatron.model.linear import (
@@ -103,24 +104,39 @@ class GPTModel(nn.Module):
     def output_weight(self) -> torch.Tensor:
         return self.word_embeddings.weight if self.output_layer is None else self.output_layer.weight
 
-    def hidden_states(self, tokens: torch.Tensor, positions: torch.Tensor | None = None, cache=None):
+    def hidden_states(self, tokens: torch.Tensor, positions: torch.Tensor | None = None, cache=None,
+                      row_starts: torch.Tensor | None = None):
         """tokens (B, L) -> final-normed hidden states (B, L, h).
 
         With a megatron.model.kv_cache.KVCache, `tokens` are the NEW tokens only: they take
-        positions cache.length + arange(L) and attend to every cached key (single rank only)."""
+        positions cache.length + arange(L) and attend to every cached key (single rank only).
+
+        Padded batches: `row_starts` (B,) is where each row's real tokens begin (left padding:
+        the tokens before it are padding, hidden from every real token; megatron/attention/
+        mask.py). Right padding needs nothing (causal attention never looks ahead): score each
+        row's real tokens and ignore the rest. Every scheme sees each row at its own positions
+        (position - row start): a padded row's real tokens get the outputs they get alone. With a
+        cache, pass row_starts with the first (prompt) call; the cache keeps them."""
         B, L = tokens.shape
         k_pos = None
         if cache is not None:
+            row_starts = cache.keep_row_starts(row_starts)
             positions, k_pos = cache.step_positions(L, tokens.device)
         elif positions is None:
             positions = torch.arange(L, device=tokens.device)
+        if row_starts is not None:
+            check_row_starts(row_starts, B)
+            row_starts = row_starts.to(device=tokens.device, dtype=torch.int64)
+            if not bool(row_starts.any()):
+                row_starts = None  # nothing padded on the left: the unpadded path, bit for bit
         x = self.word_embeddings(tokens)
-        absolute = self.position.embed(positions)
+        absolute = self.position.embed(row_positions(positions, row_starts))
         if absolute is not None:
             x = x + absolute.to(x.dtype)
         x = self.embedding_dropout(x)
         # Once per forward, outside the checkpointed layers: every layer shares the scheme's bias.
-        ctx = AttentionContext.build(self.model_cfg, self.position, self._backends, x, self.training, positions, k_pos)
+        ctx = AttentionContext.build(self.model_cfg, self.position, self._backends, x, self.training, positions, k_pos,
+                                     row_starts)
         if cache is not None:
             return self._cached_layers(x, ctx, cache)
         extra = {}
@@ -150,20 +166,20 @@ class GPTModel(nn.Module):
         return KVCache(len(self.layers), self.model_cfg.attention_window)
 
     # ---- entry points ------------------------------------------------------------------------
-    def forward(self, tokens, labels=None, loss_mask=None, positions=None, cache=None):
+    def forward(self, tokens, labels=None, loss_mask=None, positions=None, cache=None, row_starts=None):
         """Logits (B, L, V) (gathered over TP ranks); or, when labels are given, the NeoX loss:
-        sum(CE(logits.float()) * loss_mask) / sum(loss_mask). `cache`: see hidden_states."""
-        x = self.hidden_states(tokens, positions, cache)
+        sum(CE(logits.float()) * loss_mask) / sum(loss_mask). `cache`, `row_starts`: see hidden_states."""
+        x = self.hidden_states(tokens, positions, cache, row_starts)
         if labels is None:
             return gather_logits(parallel_logits(x, self.output_weight(), self.parallel), self.parallel)
         return masked_mean(self._token_losses_from_hidden(x, labels), loss_mask)
 
     @torch.no_grad()
-    def token_losses(self, tokens, labels, positions=None, chunk: int = 2048, cache=None):
+    def token_losses(self, tokens, labels, positions=None, chunk: int = 2048, cache=None, row_starts=None):
         """Per-token cross entropy (B, L) in float32, computing the logits `chunk` positions at a
-        time so evaluation at long lengths never holds (L, vocab) logits at once. `cache`: see
-        hidden_states."""
-        return self._token_losses_from_hidden(self.hidden_states(tokens, positions, cache), labels, chunk)
+        time so evaluation at long lengths never holds (L, vocab) logits at once. `cache`,
+        `row_starts`: see hidden_states."""
+        return self._token_losses_from_hidden(self.hidden_states(tokens, positions, cache, row_starts), labels, chunk)
 
     def _token_losses_from_hidden(self, x, labels, chunk: int | None = None):
         B, L, _ = x.shape

@@ -41,9 +41,22 @@ class KVCache:
         self.window = window
         self.length = 0  # tokens seen so far (the next query's position)
         self.positions: torch.Tensor | None = None  # (L_kept,) absolute positions of kept keys
+        # (B,) first real position of each left-padded row (megatron/attention/mask.py), or None:
+        # set by the first call, kept for every later one (the padding stays in the cache).
+        self.row_starts: torch.Tensor | None = None
 
     def layer(self, index: int) -> LayerCache:
         return LayerCache(self, index)
+
+    def keep_row_starts(self, row_starts: torch.Tensor | None) -> torch.Tensor | None:
+        """The row starts for this call: given with the first call (and kept), else the kept ones."""
+        if row_starts is not None:
+            if self.length > 0 and (self.row_starts is None or not torch.equal(
+                    self.row_starts, row_starts.to(self.row_starts.device))):
+                raise ValueError("row_starts (left padding) are set by the first call on a kv-cache; "
+                                 "later calls must pass the same or none")
+            self.row_starts = row_starts
+        return self.row_starts
 
     def step_positions(self, new: int, device) -> tuple[torch.Tensor, torch.Tensor]:
         """(q_pos, k_pos) for a forward over `new` tokens on top of the cache."""

@@ -136,6 +136,19 @@ class PositionalScheme(nn.Module):
         kernel = self.fused_kernel()
         return None if kernel is None else kernel.weight_at(causal_distance(q_pos, k_pos))
 
+    def batch_score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor,
+                         row_starts: torch.Tensor | None = None) -> torch.Tensor | None:
+        """score_bias for a batch whose rows may be left-padded (megatron/attention/mask.py): (H,
+        Lq, Lk), shared by every row, unless the scheme depends on absolute positions
+        (shift_invariant False: FIRE) and rows start at different positions; then (B, H, Lq, Lk),
+        each row at its own positions (position - row start)."""
+        return _per_row(self.score_bias, self.shift_invariant, q_pos, k_pos, row_starts)
+
+    def batch_score_weight(self, q_pos: torch.Tensor, k_pos: torch.Tensor,
+                           row_starts: torch.Tensor | None = None) -> torch.Tensor | None:
+        """score_weight for a batch, as batch_score_bias."""
+        return _per_row(self.score_weight, self.shift_invariant, q_pos, k_pos, row_starts)
+
     def query_scale(self, q_pos: torch.Tensor, window: int | None = None) -> torch.Tensor | None:
         """Per-query multipliers of q.k/sqrt(d) (before the weight and bias), or None: log-n
         scaling when the model config's attention-logn-scaling is on (logn.py), for any scheme."""
@@ -180,6 +193,19 @@ class PositionalScheme(nn.Module):
             if isinstance(x, nn.Parameter) and x.requires_grad:
                 out.append((x, lo, hi))
         return out
+
+
+def _per_row(hook, shift_invariant: bool, q_pos, k_pos, row_starts):
+    """hook(q_pos, k_pos) once when every row sees the same values, else stacked per row at the
+    row's own positions (one evaluation per distinct start)."""
+    if row_starts is None or shift_invariant or row_starts.unique().numel() == 1 and int(row_starts[0]) == 0:
+        return hook(q_pos, k_pos)
+    by_start = {}
+    for s in row_starts.tolist():
+        if s not in by_start:
+            by_start[s] = hook(q_pos - s, k_pos - s)
+    rows = [by_start[s] for s in row_starts.tolist()]
+    return None if rows[0] is None else torch.stack(rows)  # (B, H, Lq, Lk)
 
 
 def config_options(model_config) -> dict:

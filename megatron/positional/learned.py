@@ -24,7 +24,7 @@ class LearnedPositions(PositionalScheme):
         return self.spec.max_position_embeddings
 
     def embed(self, positions: torch.Tensor) -> torch.Tensor:
-        # positions: (L,) int64 -> (L, hidden)
+        # positions: (L,) or (B, L) (padded rows) int64 -> (..., L, hidden)
         n = self.spec.max_position_embeddings
         if positions.numel() and (int(positions.max()) >= n or int(positions.min()) < 0):
             raise ValueError(

@@ -23,10 +23,11 @@ import torch
 
 def logn_scale(q_pos: torch.Tensor, train_length: int, window: int | None = None,
                everywhere: bool = False) -> torch.Tensor:
-    """(Lq,) float32 per-query multipliers for queries at absolute positions q_pos (int64)."""
+    """(Lq,) float32 per-query multipliers for queries at absolute positions q_pos (int64); (B, Lq)
+    for padded rows' own positions (megatron/attention/mask.py: row_positions)."""
     if train_length < 2:
         raise ValueError(f"log-n scaling divides by log(seq-length), which needs seq-length >= 2, got {train_length}")
-    n = q_pos.to(torch.float64) + 1  # keys seen by the query at position i: 0..i
+    n = (q_pos.to(torch.float64) + 1).clamp_min(1)  # keys seen by the query at position i: 0..i
     if window is not None:
         n = n.clamp_max(window)
     scale = torch.log(n) / math.log(train_length)
@@ -37,7 +38,10 @@ def logn_scale(q_pos: torch.Tensor, train_length: int, window: int | None = None
 
 def scale_queries(q: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
     """q (B, H, Lq, D) with row i multiplied by scale[i] (in fp32, then rounded once to q's dtype);
-    q itself when scale is None. The model and the Hugging Face export both call this."""
+    scale (B, Lq): each batch row its own (padded rows). q itself when scale is None. The model and
+    the Hugging Face export both call this."""
     if scale is None:
         return q
-    return (q.float() * scale.to(q.device)[:, None]).to(q.dtype)
+    scale = scale.to(q.device)
+    scale = scale[:, None] if scale.dim() == 1 else scale[:, None, :, None]  # (Lq, 1) / (B, 1, Lq, 1)
+    return (q.float() * scale).to(q.dtype)

@@ -24,5 +24,5 @@ class SinusoidalPositions(PositionalScheme):
         inv_freq = self.inv_freq
         if inv_freq.dtype != torch.float32:
             inv_freq = sinusoidal_inv_freq(self.spec.hidden_size).to(positions.device)
-        angles = positions.to(torch.float32)[:, None] * inv_freq[None, :]  # (L, hidden/2)
-        return torch.cat([angles.sin(), angles.cos()], dim=-1)  # (L, hidden)
+        angles = positions.to(torch.float32)[..., None] * inv_freq  # (..., L, hidden/2)
+        return torch.cat([angles.sin(), angles.cos()], dim=-1)  # (..., L, hidden): (B, L, hidden) for padded rows
