@@ -4,6 +4,7 @@
     model.safetensors        our state_dict unchanged (names match hf_modeling/modeling_kerple.py)
     configuration_kerple.py, modeling_kerple.py   the remote model code (hf_modeling/)
     base.py, registry.py, <scheme>.py, ...        megatron/positional's own files the scheme needs
+    mask.py                                       megatron/attention/mask.py: the causal/window/padding rule
     positional_scheme.py                          names the scheme class for modeling_kerple.py
     tokenizer files          HFTokenizer (tokenizer.json) or GPT2BPETokenizer (vocab.json + merges.txt)
 
@@ -26,6 +27,9 @@ from megatron.errors import UserError
 
 TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hf_modeling")
 REMOTE_FILES = ("configuration_kerple.py", "modeling_kerple.py")
+# Our own modules the remote code imports as they are (each imports torch only): the one mask
+# rule (causal, window, padded rows) and the attention_mask -> row starts conversion.
+SHARED_FILES = {"mask.py": os.path.join(os.path.dirname(TEMPLATE_DIR), os.pardir, "attention", "mask.py")}
 POSITIONAL_PACKAGE = "megatron.positional"
 SCHEME_FILE = "positional_scheme.py"  # written per export: which class modeling_kerple.py builds
 
@@ -77,7 +81,7 @@ def positional_sources(pos_emb: str) -> dict[str, str]:
         name = os.path.basename(path)
         if name in files:
             continue
-        if name in REMOTE_FILES + (SCHEME_FILE,):
+        if name in REMOTE_FILES + (SCHEME_FILE, *SHARED_FILES):
             raise UserError(f"{path}: a positional scheme file cannot be named {name} (the Hugging Face "
                             "export writes a file of that name); rename it")
         files[name] = path
@@ -173,6 +177,8 @@ def export_hf(model, cfg, out_dir: str, dtype: str = "fp32", tokenizer: bool = T
         json.dump(hf_config(cfg.model, model.vocab_size, dtype, tok_obj), f, indent=2)
     for name in REMOTE_FILES:
         shutil.copy(os.path.join(TEMPLATE_DIR, name), os.path.join(out_dir, name))
+    for name, path in SHARED_FILES.items():
+        shutil.copy(os.path.normpath(path), os.path.join(out_dir, name))
     write_positional_files(cfg.model.pos_emb, out_dir)
     state = {k: v.detach().to(torch_dtype(dtype)).contiguous().clone() for k, v in model.state_dict().items()
              if not k.endswith("_extra_state")}

@@ -1,5 +1,6 @@
 """Hugging Face export: AutoModelForCausalLM(trust_remote_code=True) on the exported directory
-reproduces our logits (fp32, 1e-4) and its greedy generate() (HF kv-cache) equals ours."""
+reproduces our logits (fp32, 1e-4) and its greedy generate() (HF kv-cache) equals ours, for
+unpadded and padded batches (attention_mask: left and right padding, batched generate)."""
 import os
 
 import pytest
@@ -30,17 +31,46 @@ def _hf_roundtrip(model, cfg, out, prompt_len=6, new=12):
     got = hf.generate(prompt, max_new_tokens=new, min_new_tokens=new, do_sample=False, use_cache=True,
                       attention_mask=torch.ones_like(prompt), pad_token_id=0, eos_token_id=None)
     assert got[0, prompt_len:].tolist() == expect
+    _check_padded(model, hf, tokens)
+
+
+def _check_padded(model, hf, tokens, lengths=(20, 9), new=5):
+    """attention_mask with left and right padding: each row's real tokens get our logits for that
+    sequence alone; a left-padded batched generate() equals our greedy decoding of each prompt."""
+    from generate import generate_tokens
+
+    seqs = [tokens[b, :n] for b, n in enumerate(lengths)]
+    L = max(lengths)
+    left, right = torch.zeros(len(seqs), L, dtype=torch.long), torch.zeros(len(seqs), L, dtype=torch.long)
+    left_mask, right_mask = torch.zeros_like(left), torch.zeros_like(right)
+    for b, s in enumerate(seqs):
+        left[b, L - len(s):], left_mask[b, L - len(s):] = s, 1
+        right[b, :len(s)], right_mask[b, :len(s)] = s, 1
+    with torch.no_grad():
+        alone = [model(s[None])[0] for s in seqs]
+        from_left = hf(left, attention_mask=left_mask).logits
+        from_right = hf(right, attention_mask=right_mask).logits
+    for b, s in enumerate(seqs):
+        torch.testing.assert_close(from_left[b, L - len(s):], alone[b], rtol=0, atol=1e-4)
+        torch.testing.assert_close(from_right[b, :len(s)], alone[b], rtol=0, atol=1e-4)
+    got = hf.generate(left, attention_mask=left_mask, max_new_tokens=new,
+                      min_new_tokens=new, do_sample=False, use_cache=True, pad_token_id=0, eos_token_id=None)
+    for b, s in enumerate(seqs):
+        assert got[b, L:].tolist() == generate_tokens(model, s.tolist(), new, greedy=True), b
 
 
 def _check_positional_files(out):
-    """The remote code runs megatron/positional's own files, byte for byte, not a copy of the math."""
+    """The remote code runs megatron/positional's own files (and megatron/attention/mask.py), byte
+    for byte, not a copy of the math."""
+    import megatron.attention as attention
     import megatron.positional as package
 
     shipped = {f for f in os.listdir(out) if f.endswith(".py")} - {
         "configuration_kerple.py", "modeling_kerple.py", "positional_scheme.py"}
-    assert {"base.py", "distance_kernel.py", "registry.py"} <= shipped
+    assert {"base.py", "distance_kernel.py", "registry.py", "mask.py"} <= shipped
     for name in shipped:
-        with open(os.path.join(package.__path__[0], name), "rb") as ours, open(out / name, "rb") as theirs:
+        home = attention.__path__[0] if name == "mask.py" else package.__path__[0]
+        with open(os.path.join(home, name), "rb") as ours, open(out / name, "rb") as theirs:
             assert ours.read() == theirs.read(), name
 
 
