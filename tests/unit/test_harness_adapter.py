@@ -13,7 +13,7 @@ lm_eval = pytest.importorskip("lm_eval")
 from lm_eval.api.instance import Instance  # noqa: E402
 
 from megatron.evaluation.harness.adapter import KerpleLM  # noqa: E402
-from megatron.evaluation.harness.batching import _equal_length_batches  # noqa: E402
+from megatron.evaluation.harness.batching import length_sorted_batches  # noqa: E402
 
 VOCAB = 256  # byte-level tokenizer: every id is a byte
 TOK = CharLevelTokenizer(VOCAB)
@@ -138,12 +138,46 @@ def test_unsupported_generation_settings_are_named(model):
         lm.generate_until(requests("generate_until", [("x", {"until": [], "top_p": 0.9})]), disable_tqdm=True)
 
 
-def test_batches_hold_one_length_only():
-    reqs = [([1] * n, [1]) for n in (3, 5, 3, 3, 5, 7)]
-    batches = _equal_length_batches(reqs, 2)
+def test_batches_are_length_sorted_longest_first():
+    lengths = [3, 5, 3, 3, 5, 7]
+    batches = length_sorted_batches(lengths, 2)
     assert sorted(i for b in batches for i in b) == list(range(6))
-    assert all(len({len(reqs[i][0]) for i in b}) == 1 and len(b) <= 2 for b in batches)
-    assert [len(reqs[b[0]][0]) for b in batches] == [7, 5, 3, 3]  # longest first
+    assert batches == [[5, 1], [4, 0], [2, 3]]  # longest first, stable among equal lengths
+
+
+def test_padded_scoring_batch_equals_one_at_a_time(model):
+    """Requests of different lengths in one right-padded batch score what they score alone."""
+    from megatron.evaluation.harness.batching import score_continuations
+
+    reqs = [(TOK.tokenize(c + t)[:-1], TOK.tokenize(t)) for c, t in PAIRS]
+    alone = score_continuations(model, reqs, batch_size=1)
+    batched = score_continuations(model, reqs, batch_size=len(reqs))
+    assert len({len(i) for i, _ in reqs}) > 1  # the batch really is padded
+    for (a, ga), (b, gb) in zip(alone, batched):
+        assert b == pytest.approx(a, abs=1e-5) and ga == gb
+
+
+def test_batched_generation_equals_one_prompt_at_a_time(model):
+    """Left-padded prompts of different lengths, generated together through the kv-cache, give
+    each prompt the tokens greedy decoding gives it alone; a row that stops early keeps its stop."""
+    from megatron.evaluation.harness.batching import generate
+
+    prompts = [TOK.tokenize(p) for p in ("def f(x):", "ab", "return the value of")]
+    budgets = [6, 9, 3]
+    got = generate(model, prompts, budgets, stop=lambda new: False, batch_size=3)
+    assert got == [greedy_without_cache(model, p, n) for p, n in zip(prompts, budgets)]
+    first = greedy_without_cache(model, prompts[0], 1)[0]
+    stopped = generate(model, prompts, budgets, stop=lambda new: new[-1] == first, batch_size=3)
+    assert stopped[0] == [first] and stopped[1] == got[1][:len(stopped[1])]
+
+
+def test_generate_until_batches_requests_with_the_same_settings(model):
+    lm1, lm3 = KerpleLM(model, TOK, max_length=32), KerpleLM(model, TOK, max_length=32, batch_size=3)
+    args = [("def f(x):", {"until": [], "max_gen_toks": 5}), ("ab", {"until": ["\n"], "max_gen_toks": 4}),
+            ("import os", {"until": [], "max_gen_toks": 5}), ("x = ", {"until": [], "max_gen_toks": 5})]
+    one = lm1.generate_until(requests("generate_until", args), disable_tqdm=True)
+    batched = lm3.generate_until(requests("generate_until", args), disable_tqdm=True)
+    assert batched == one
 
 
 def test_max_length_beyond_training_is_allowed_where_positions_extrapolate(tiny_config):

@@ -1,7 +1,7 @@
 """Downstream tasks through lm-evaluation-harness (`lm-eval`, pinned in requirements.txt).
 
     adapter.py      KerpleLM: the harness's LM interface over our checkpoints
-    batching.py     how scored sequences are batched (the one place to switch to padded batches)
+    batching.py     padded batches: scoring right-padded, generation left-padded through the kv-cache
     local_tasks.py  offline tasks built from the bundled stdlib corpus, registered as harness YAML
     run.py          task-name checks, the evaluation, the results file, TensorBoard/W&B
 

@@ -9,6 +9,8 @@ our positional schemes extrapolate (run.py refuses a length the scheme cannot re
 """
 from __future__ import annotations
 
+import json
+
 import torch
 from lm_eval.api.model import TemplateLM
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
@@ -90,15 +92,22 @@ class KerpleLM(TemplateLM):
         return totals
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
-        out = []
+        """Requests with the same generation settings run together, batch_size prompts at a time
+        (left-padded: batching.py); results come back in the order given."""
+        groups: dict[str, list[int]] = {}
+        for i, req in enumerate(requests):
+            groups.setdefault(json.dumps(req.args[1] or {}, sort_keys=True, default=str), []).append(i)
+        out: list[str | None] = [None] * len(requests)
         with tqdm(total=len(requests), disable=disable_tqdm, desc="generate_until") as bar:
-            for req in requests:
-                context, gen_kwargs = req.args
-                out.append(self._generate_one(context, dict(gen_kwargs or {}), bar.update))
-                self.cache_hook.add_partial("generate_until", req.args, out[-1])
+            for indices in groups.values():
+                kw = dict(requests[indices[0]].args[1] or {})
+                texts = self._generate_group([requests[i].args[0] for i in indices], kw, bar.update)
+                for i, text in zip(indices, texts):
+                    out[i] = text
+                    self.cache_hook.add_partial("generate_until", requests[i].args, text)
         return out
 
-    def _generate_one(self, context: str, kw: dict, progress) -> str:
+    def _generate_group(self, contexts: list[str], kw: dict, progress) -> list[str]:
         unknown = set(kw) - SUPPORTED_GEN_KWARGS
         if unknown:
             raise UserError(f"generation settings {sorted(unknown)} are not supported by this adapter "
@@ -113,7 +122,7 @@ class KerpleLM(TemplateLM):
         if room < 1:
             raise UserError(f"max_gen_toks {budget} leaves no room for the prompt within --max-length "
                             f"{self.max_length}; raise --max-length")
-        prompt = self.tok_encode(context)[-room:] or [self.prefix_token_id]
+        prompts = [self.tok_encode(context)[-room:] or [self.prefix_token_id] for context in contexts]
         temperature = float(kw.get("temperature", 0.0) or 0.0)
         sample = None
         if kw.get("do_sample") and temperature > 0:
@@ -123,8 +132,11 @@ class KerpleLM(TemplateLM):
         def stop(new: list[int]) -> bool:
             return new[-1] == self.eot_token_id or any(s in self.tok_decode(new) for s in until)
 
-        (new,) = generate(self.model, [prompt], [budget], stop, sample, self._device, progress)
-        text = self.tok_decode(new)
-        for s in until:  # cut at the first stop sequence, as the hf model does
-            text = text.split(s)[0]
-        return text
+        texts = []
+        for new in generate(self.model, prompts, [budget] * len(prompts), stop, sample, self._device, progress,
+                            batch_size=self.batch_size):
+            text = self.tok_decode(new)
+            for s in until:  # cut at the first stop sequence, as the hf model does
+                text = text.split(s)[0]
+            texts.append(text)
+        return texts

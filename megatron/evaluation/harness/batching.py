@@ -1,49 +1,49 @@
-"""How the harness adapter batches what it scores: the ONE place to change for padded batches.
+"""How the harness adapter batches what it scores and generates: padded batches.
 
-Today GPTModel takes no key-padding mask, so a batch may only hold sequences of EQUAL length:
-`score_continuations` groups the requests by input length and stacks each group in chunks of
-`batch_size` (a batch of one length costs what one forward of that length costs; requests of
-distinct lengths run one at a time, which on the harness's tasks is most of them).
+Scoring (`score_continuations`): requests sorted by input length, longest first (an out-of-memory
+error shows on the first batch, not after hours; and rows of a batch have similar lengths, so
+little is padding), in chunks of `batch_size`, padded on the RIGHT. Causal attention never looks
+ahead, so each row's real tokens get exactly what they get alone; only their positions are read.
 
-Generation (`generate`) runs one prompt at a time through the kv-cache (megatron/model/kv_cache.py):
-the prompt once, then one token per step.
-
-Once the model takes an attention mask: for scoring, replace the grouping in `_equal_length_batches`
-by length-sorted chunks padded on the right and pass the mask in `_score_batch`; for generation,
-left-pad the prompts of a chunk in `generate`. The callers (adapter.py) do not change.
+Generation (`generate`): prompts in chunks of `batch_size`, padded on the LEFT (so every row's
+next token sits in the last column) with the model's `row_starts` (megatron/attention/mask.py:
+padding hidden, each row at its own positions), then one token per step for the whole chunk
+through the kv-cache. A row that has stopped is fed its last token until the chunk is done; its
+output is already final. Greedy results equal generating each prompt alone (the padding tests).
 """
 from __future__ import annotations
 
-from collections import defaultdict
+from collections.abc import Callable
 
 import torch
 
 Request = tuple[list[int], list[int]]  # (input tokens, targets): the last len(targets) inputs predict them
+PAD_ID = 0  # any id: padding is never attended to by a real token, and its outputs are never read
 
 
-def _equal_length_batches(requests: list[Request], batch_size: int) -> list[list[int]]:
-    """Indices of `requests`, grouped so every batch holds inputs of one length, longest first
-    (an out-of-memory error shows on the first batch, not after hours)."""
-    by_length = defaultdict(list)
-    for i, (inputs, _) in enumerate(requests):
-        by_length[len(inputs)].append(i)
-    batches = []
-    for length in sorted(by_length, reverse=True):
-        group = by_length[length]
-        batches += [group[s : s + batch_size] for s in range(0, len(group), batch_size)]
-    return batches
+def length_sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
+    """Indices 0..n-1 in chunks of batch_size, longest first (stable among equal lengths)."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    return [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
 
 
 @torch.no_grad()
 def _score_batch(model, rows: list[Request], device) -> list[tuple[float, bool]]:
-    """(sum of log p(target), every target the argmax) per row; rows share one input length.
+    """(sum of log p(target), every target the argmax) per row, the rows padded on the right.
     Log-softmax over the model's whole (padded) vocabulary in float32, as its training loss and
     the harness's `hf` model on our export do."""
     from megatron.model.linear import gather_logits, parallel_logits
 
-    tokens = torch.tensor([inputs for inputs, _ in rows], dtype=torch.long, device=device)
+    width = max(len(inputs) for inputs, _ in rows)
+    tokens = torch.full((len(rows), width), PAD_ID, dtype=torch.long, device=device)
+    for b, (inputs, _) in enumerate(rows):
+        tokens[b, : len(inputs)] = torch.tensor(inputs, dtype=torch.long)
     n = max(len(targets) for _, targets in rows)
-    hidden = model.hidden_states(tokens)[:, -n:]  # only the rows that predict targets
+    # Row b's targets are predicted by its last len(targets) real positions; gather n positions
+    # per row (the first n - len(targets) of them are not read).
+    pick = torch.stack([torch.arange(len(i) - n, len(i)).clamp_min(0) for i, _ in rows]).to(device)  # (B, n)
+    hidden = model.hidden_states(tokens)
+    hidden = hidden.gather(1, pick[:, :, None].expand(-1, -1, hidden.shape[-1]))  # (B, n, h)
     logprobs = gather_logits(parallel_logits(hidden, model.output_weight(), model.parallel), model.parallel)
     logprobs = torch.log_softmax(logprobs.float(), dim=-1)
     out = []
@@ -60,7 +60,7 @@ def score_continuations(model, requests: list[Request], batch_size: int = 1, dev
     `progress(n)` is called after each batch with the number of requests it scored."""
     device = device if device is not None else next(model.parameters()).device
     out: list[tuple[float, bool] | None] = [None] * len(requests)
-    for batch in _equal_length_batches(requests, batch_size):
+    for batch in length_sorted_batches([len(inputs) for inputs, _ in requests], batch_size):
         for i, res in zip(batch, _score_batch(model, [requests[i] for i in batch], device)):
             out[i] = res
         if progress is not None:
@@ -69,24 +69,40 @@ def score_continuations(model, requests: list[Request], batch_size: int = 1, dev
 
 
 @torch.no_grad()
-def generate(model, prompts: list[list[int]], max_new_tokens: list[int], stop, sample=None, device=None,
-             progress=None) -> list[list[int]]:
+def _generate_batch(model, prompts: list[list[int]], budgets: list[int], stop: Callable, sample, device):
+    width = max(len(p) for p in prompts)
+    tokens = torch.full((len(prompts), width), PAD_ID, dtype=torch.long, device=device)
+    for b, p in enumerate(prompts):
+        tokens[b, width - len(p):] = torch.tensor(p, dtype=torch.long)
+    starts = torch.tensor([width - len(p) for p in prompts], dtype=torch.long, device=device)
+    cache = model.new_cache()
+    new: list[list[int]] = [[] for _ in prompts]
+    done = [budget < 1 for budget in budgets]
+    step, row_starts = tokens, starts
+    while not all(done):
+        logits = model(step, cache=cache, row_starts=row_starts)[:, -1].float()  # (B, V)
+        row_starts = None  # the cache keeps them
+        nxt = logits.argmax(-1) if sample is None else sample(logits)  # (B,)
+        for b, t in enumerate(nxt.tolist()):
+            if not done[b]:
+                new[b].append(t)
+                done[b] = len(new[b]) >= budgets[b] or stop(new[b])
+        step = nxt.view(-1, 1)
+    return new
+
+
+def generate(model, prompts: list[list[int]], max_new_tokens: list[int], stop: Callable, sample=None,
+             device=None, progress=None, batch_size: int = 1) -> list[list[int]]:
     """Continue each prompt with the kv-cache until `stop(new_ids)` is true or max_new_tokens[i]
-    tokens are out; returns the new ids. Greedy unless `sample(logits (1, V)) -> (1,) ids` is given."""
+    tokens are out; returns the new ids, in the order given. Greedy unless `sample(logits (B, V))
+    -> (B,) ids` is given. Prompts run `batch_size` at a time, left-padded (module docstring)."""
     device = device if device is not None else next(model.parameters()).device
-    out = []
-    for prompt, budget in zip(prompts, max_new_tokens):
-        cache = model.new_cache()
-        step = torch.tensor([prompt], dtype=torch.long, device=device)
-        new: list[int] = []
-        while len(new) < budget:
-            logits = model(step, cache=cache)[:, -1].float()
-            nxt = logits.argmax(-1) if sample is None else sample(logits)
-            new.append(int(nxt))
-            if stop(new):
-                break
-            step = nxt.view(1, 1)
-        out.append(new)
+    out: list[list[int] | None] = [None] * len(prompts)
+    for batch in length_sorted_batches([len(p) for p in prompts], batch_size):
+        got = _generate_batch(model, [prompts[i] for i in batch], [max_new_tokens[i] for i in batch], stop,
+                              sample, device)
+        for i, ids in zip(batch, got):
+            out[i] = ids
         if progress is not None:
-            progress(1)
+            progress(len(batch))
     return out
