@@ -149,7 +149,7 @@ def per_request_loglikelihoods(results, task):
 
 
 def test_adapter_agrees_with_the_harness_hf_model_on_our_export(trained, tmp_path, monkeypatch):
-    """Two independent paths, batch size 1, fp32, CPU: our adapter on our checkpoint, and the
+    """Two independent paths, batch size 4 (padded batches on both sides), fp32, CPU: our adapter on our checkpoint, and the
     harness's HFLM on tools/export_hf.py's directory (AutoModelForCausalLM + AutoTokenizer,
     trust_remote_code). Every request's log-likelihood agrees within 1e-4 absolute (sums of ~100
     token log-probs of size ~6: fp32 rounding in a different summation/matmul order gives ~1e-5),
@@ -176,9 +176,9 @@ def test_adapter_agrees_with_the_harness_hf_model_on_our_export(trained, tmp_pat
     hf_tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"), trust_remote_code=True)
     tok = build_tokenizer(cfg.data.tokenizer_type, cfg.data.vocab_file)
     assert hf_tok.eos_token_id == hf_tok.bos_token_id == tok.eod  # HFLM's end-of-text and prefix token
-    theirs = simple_evaluate(HFLM(pretrained=hf_model, tokenizer=hf_tok, batch_size=1, max_length=length),
+    theirs = simple_evaluate(HFLM(pretrained=hf_model, tokenizer=hf_tok, batch_size=4, max_length=length),
                              tasks=LOCAL, limit=limit, task_manager=manager, bootstrap_iters=0)
-    ours = simple_evaluate(KerpleLM(model, tok, length, batch_size=1), tasks=LOCAL, limit=limit,
+    ours = simple_evaluate(KerpleLM(model, tok, length, batch_size=4), tasks=LOCAL, limit=limit,
                            task_manager=manager, bootstrap_iters=0)
     for task in LOCAL:
         a, b = per_request_loglikelihoods(ours, task), per_request_loglikelihoods(theirs, task)
