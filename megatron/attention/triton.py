@@ -29,6 +29,8 @@ def _interpreting() -> bool:
 
 @register_backend("triton", priority=20)
 class TritonAttention(AttentionBackend):
+    takes_padding = False  # until the kernels take row starts
+
     def unsupported_reason(self, scheme, device, dtype, training, dropout=False):
         if importlib.util.find_spec("triton") is None:
             return "triton is not installed (pip install triton)"
@@ -52,7 +54,7 @@ class TritonAttention(AttentionBackend):
             return None
         return self.priority
 
-    def prepare(self, scheme, q_pos, k_pos, window=None):
+    def prepare(self, scheme, q_pos, k_pos, window=None, row_starts=None):
         """(q0, k0): the kernel indexes by the first query and key positions."""
         check_window(window)
         starts = consecutive_starts(q_pos, k_pos)
@@ -62,7 +64,7 @@ class TritonAttention(AttentionBackend):
         return starts
 
     def forward(self, q, k, v, scheme, q_pos, k_pos, window=None, softmax_in_fp32=False,
-                dropout_p=0.0, prepared=None):
+                dropout_p=0.0, prepared=None, row_starts=None):
         # softmax_in_fp32 needs no flag: the kernel keeps scores and the softmax in fp32.
         if dropout_p > 0.0:
             raise ValueError("the triton attention backend has no attention dropout; set attention-dropout 0 "
