@@ -12,7 +12,8 @@ from megatron.model import GPTModel
 
 def paper_mask(block):
     """Blocks of `block` tokens; a query attends to its own block (causally) and the previous one."""
-    def allowed(q_pos, k_pos, window=None):
+    def allowed(q_pos, k_pos, window=None, row_starts=None):
+        assert row_starts is None
         i, j = q_pos[:, None], k_pos[None, :]
         return (j <= i) & (j // block >= i // block - 1)
     return allowed
