@@ -29,8 +29,6 @@ def _interpreting() -> bool:
 
 @register_backend("triton", priority=20)
 class TritonAttention(AttentionBackend):
-    takes_padding = False  # until the kernels take row starts
-
     def unsupported_reason(self, scheme, device, dtype, training, dropout=False):
         if importlib.util.find_spec("triton") is None:
             return "triton is not installed (pip install triton)"
@@ -75,4 +73,4 @@ class TritonAttention(AttentionBackend):
         from megatron.kernels.attention import triton_attention
 
         q0, k0 = prepared or self.prepare(scheme, q_pos, k_pos, window)
-        return triton_attention(q, k, v, scheme.fused_kernel(), q0, k0, window)  # (B, H, Lq, D)
+        return triton_attention(q, k, v, scheme.fused_kernel(), q0, k0, window, row_starts)  # (B, H, Lq, D)

@@ -62,12 +62,15 @@ def _meta(kernel, head_dim: int, dtype: torch.dtype) -> dict:
 
 class _TritonAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, q0, k0, window, kernel, r1, r2, r3, w_a, w_p, table):
+    def forward(ctx, q, k, v, q0, k0, window, kernel, r1, r2, r3, w_a, w_p, table, row_starts=None):
         B, H, LQ, D = q.shape
         LK = k.shape[2]
         dev = q.device
         fm, fn, bm, bn = block_sizes(D, dev)
         meta = _meta(kernel, D, q.dtype)
+        meta["HAS_STARTS"] = row_starts is not None  # padded rows (megatron/attention/mask.py)
+        starts = (row_starts.to(device=dev, dtype=torch.int64).contiguous() if row_starts is not None
+                  else torch.empty(0, dtype=torch.int64, device=dev))
         params = [_vec(x, dev) for x in (r1, r2, r3, w_a, w_p)]
         lut = torch.empty(0, dtype=torch.float32, device=dev)
         bucket = torch.empty(0, dtype=torch.int32, device=dev)
@@ -93,17 +96,17 @@ class _TritonAttention(torch.autograd.Function):
         # need gradients, P @ V is done as hi(P) @ V + lo(P) @ V: P to ~2^-17, one more product.
         exact_pv = q.dtype != torch.float32 and any(ctx.needs_input_grad[7:13])
         attention_fwd_kernel[grid](
-            q, k, v, out, lse, *params, lut,
+            q, k, v, out, lse, *params, lut, starts,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
             *common, BLOCK_M=fm, BLOCK_N=fn, HAS_WINDOW=window is not None, EXACT_PV=exact_pv, **meta)
-        ctx.save_for_backward(q, k, v, out, lse, *params, lut, bucket)
+        ctx.save_for_backward(q, k, v, out, lse, *params, lut, bucket, starts)
         ctx.info = (q0, k0, window, kernel.bias, kernel.table_scale,
                     0 if table is None else table.shape[0], meta, (bm, bn))
         return out.to(q.dtype)
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k, v, out, lse, r1, r2, r3, w_a, w_p, lut, bucket = ctx.saved_tensors
+        q, k, v, out, lse, r1, r2, r3, w_a, w_p, lut, bucket, starts = ctx.saved_tensors
         q0, k0, window, bias_kind, table_scale, num_buckets, meta, (bm, bn) = ctx.info
         B, H, LQ, D = q.shape
         LK = k.shape[2]
@@ -120,13 +123,13 @@ class _TritonAttention(torch.autograd.Function):
         common = (H, LQ, LK, q0, k0, window or 0, scale)
         params = (r1, r2, r3, w_a, w_p, lut)
         attention_bwd_dkdv_kernel[(n_key_blocks, B * H)](
-            q, k, v, do, lse, delta, dk, dv, part, *params, bucket,
+            q, k, v, do, lse, delta, dk, dv, part, *params, bucket, starts,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
             *dk.stride()[:3], *dv.stride()[:3], *common, n_key_blocks,
             BLOCK_M=bm, BLOCK_N=bn, HAS_WINDOW=window is not None, NSLOT=nslot,
             LUT_GRAD=num_buckets > 0, **meta)
         attention_bwd_dq_kernel[(triton.cdiv(LQ, bm), B * H)](
-            q, k, v, do, lse, delta, dq, *params,
+            q, k, v, do, lse, delta, dq, *params, starts,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dq.stride()[:3],
             *common, BLOCK_M=bm, BLOCK_N=bn, HAS_WINDOW=window is not None, **meta)
 
@@ -141,15 +144,17 @@ class _TritonAttention(torch.autograd.Function):
             for i, slot in enumerate((0, 1, 2, 3, 4)):
                 if needs[7 + i]:
                     grads[i] = total[:, slot].contiguous()
-        return (dq, dk, dv, None, None, None, None, *grads)
+        return (dq, dk, dv, None, None, None, None, *grads, None)
 
 
-def triton_attention(q, k, v, kernel, q0: int, k0: int, window: int | None = None) -> torch.Tensor:
-    """Causal attention with the DistanceKernel's bias/weight: (B, H, Lq, D) like the reference."""
+def triton_attention(q, k, v, kernel, q0: int, k0: int, window: int | None = None,
+                     row_starts: torch.Tensor | None = None) -> torch.Tensor:
+    """Causal attention with the DistanceKernel's bias/weight: (B, H, Lq, D) like the reference.
+    `row_starts` (B,): padded rows, hidden as megatron/attention/mask.py says (None: no padding)."""
     if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
         q, k, v = (x.contiguous() for x in (q, k, v))
     # A tabulated lookup (Sandwich) must reach the largest distance here: the last query to the first key.
     t = kernel = kernel.covering(int(q0) + q.shape[2] - 1 - int(k0), q.device)
     table = t.table.float() if t.table is not None else None
     return _TritonAttention.apply(q, k, v, int(q0), int(k0), window, kernel,
-                                 t.r1, t.r2, t.r3, t.w_a, t.w_p, table)
+                                 t.r1, t.r2, t.r3, t.w_a, t.w_p, table, row_starts)

@@ -22,16 +22,19 @@ from megatron.kernels.distance_bias import cast, load_head_params, mm, pow_and_l
 
 @triton.jit
 def _probabilities(q, k, q_pos, cols, lse, row_ok, col_ok, r1, r2, r3, w_a, w_p, lut_row,
-                   K0, WINDOW, sm_scale,
+                   K0, WINDOW, sm_scale, start_b,
                    BIAS: tl.constexpr, HAS_R2: tl.constexpr, HAS_R3: tl.constexpr,
                    HAS_WEIGHT: tl.constexpr, HAS_WA: tl.constexpr, HAS_WP: tl.constexpr,
-                   HAS_WINDOW: tl.constexpr, MAXD: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+                   HAS_WINDOW: tl.constexpr, MAXD: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+                   HAS_STARTS: tl.constexpr):
     """Recompute (P, S_raw, w, d, d_index) for a (query block, key block) tile as the forward did."""
     s_raw = mm(q, tl.trans(k), PRECISION, UPCAST) * sm_scale  # (BM, BN) fp32
     d_index = q_pos[:, None] - (K0 + cols)[None, :]
     allowed = (d_index >= 0) & col_ok[None, :] & row_ok[:, None]
     if HAS_WINDOW:
         allowed = allowed & (d_index < WINDOW)
+    if HAS_STARTS:  # padded rows: megatron/attention/mask.py
+        allowed = allowed & (((K0 + cols)[None, :] >= start_b) | (d_index == 0))
     d_index = tl.maximum(d_index, 0)
     d = d_index.to(tl.float32)
     s = s_raw
@@ -48,7 +51,7 @@ def _probabilities(q, k, q_pos, cols, lse, row_ok, col_ok, r1, r2, r3, w_a, w_p,
 @triton.jit
 def attention_bwd_dkdv_kernel(
     Q, K, V, DO, LSE, DELTA, DK, DV, PART,
-    R1, R2, R3, WA, WP, LUT, BUCKET,
+    R1, R2, R3, WA, WP, LUT, BUCKET, STARTS,
     sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom,
     sdkb, sdkh, sdkn, sdvb, sdvh, sdvn,
     H, LQ, LK, Q0, K0, WINDOW, sm_scale, N_KEY_BLOCKS,
@@ -56,12 +59,15 @@ def attention_bwd_dkdv_kernel(
     BIAS: tl.constexpr, HAS_R2: tl.constexpr, HAS_R3: tl.constexpr,
     HAS_WEIGHT: tl.constexpr, HAS_WA: tl.constexpr, HAS_WP: tl.constexpr,
     HAS_WINDOW: tl.constexpr, MAXD: tl.constexpr, NSLOT: tl.constexpr, LUT_GRAD: tl.constexpr,
-    PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr, UPCAST: tl.constexpr, HAS_STARTS: tl.constexpr,
 ):
     start_n = tl.program_id(0)
     bh = tl.program_id(1)
     b = (bh // H).to(tl.int64)  # int64: b * stride_b passes 2^31 at long contexts
     h = (bh % H).to(tl.int64)
+    start_b = 0
+    if HAS_STARTS:
+        start_b = tl.load(STARTS + b)
     cols = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
@@ -100,7 +106,8 @@ def attention_bwd_dkdv_kernel(
         delta = tl.load(DELTA + bh * LQ + rows, mask=row_ok, other=0.0)
         p, s_raw, w, d, d_index = _probabilities(
             q, k, Q0 + rows, cols, lse, row_ok, col_ok, r1, r2, r3, w_a, w_p, lut_row, K0, WINDOW,
-            sm_scale, BIAS, HAS_R2, HAS_R3, HAS_WEIGHT, HAS_WA, HAS_WP, HAS_WINDOW, MAXD, PRECISION, UPCAST)
+            sm_scale, start_b, BIAS, HAS_R2, HAS_R3, HAS_WEIGHT, HAS_WA, HAS_WP, HAS_WINDOW, MAXD, PRECISION,
+            UPCAST, HAS_STARTS)
         dv += mm(tl.trans(cast(p, do.dtype, UPCAST)), do, PRECISION, UPCAST)
         dp = mm(do, tl.trans(v), PRECISION, UPCAST)
         ds = p * (dp - delta[:, None])  # dL/dS, 0 where masked
@@ -159,18 +166,22 @@ def attention_bwd_dkdv_kernel(
 @triton.jit
 def attention_bwd_dq_kernel(
     Q, K, V, DO, LSE, DELTA, DQ,
-    R1, R2, R3, WA, WP, LUT,
+    R1, R2, R3, WA, WP, LUT, STARTS,
     sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom, sdqb, sdqh, sdqm,
     H, LQ, LK, Q0, K0, WINDOW, sm_scale,
     D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BIAS: tl.constexpr, HAS_R2: tl.constexpr, HAS_R3: tl.constexpr,
     HAS_WEIGHT: tl.constexpr, HAS_WA: tl.constexpr, HAS_WP: tl.constexpr,
     HAS_WINDOW: tl.constexpr, MAXD: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    HAS_STARTS: tl.constexpr,
 ):
     start_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = (bh // H).to(tl.int64)  # int64: b * stride_b passes 2^31 at long contexts
     h = (bh % H).to(tl.int64)
+    start_b = 0
+    if HAS_STARTS:
+        start_b = tl.load(STARTS + b)
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
@@ -199,7 +210,8 @@ def attention_bwd_dq_kernel(
         v = tl.load(V + b * svb + h * svh + cols[:, None] * svn + offs_d[None, :], mask=kv_mask, other=0.0)
         p, s_raw, w, d, d_index = _probabilities(
             q, k, Q0 + rows, cols, lse, row_ok, col_ok, r1, r2, r3, w_a, w_p, lut_row, K0, WINDOW,
-            sm_scale, BIAS, HAS_R2, HAS_R3, HAS_WEIGHT, HAS_WA, HAS_WP, HAS_WINDOW, MAXD, PRECISION, UPCAST)
+            sm_scale, start_b, BIAS, HAS_R2, HAS_R3, HAS_WEIGHT, HAS_WA, HAS_WP, HAS_WINDOW, MAXD, PRECISION,
+            UPCAST, HAS_STARTS)
         dp = mm(do, tl.trans(v), PRECISION, UPCAST)
         ds = p * (dp - delta[:, None])
         if HAS_WEIGHT:

@@ -9,6 +9,8 @@ have Q0 > K0), so the distance is d = Q0 + i - K0 - j. Allowed: 0 <= d (< WINDOW
 Masked scores are a large finite negative number, not -inf: a row whose first key blocks are all
 masked gets exp(0) garbage, which the first allowed key wipes out exactly (its rescale factor is
 exp(-1e30 - m) = 0). Every real row has its diagonal, so every stored row saw an allowed key.
+Padded batches (HAS_STARTS): key K0 + j of batch row b is hidden when it precedes STARTS[b], except
+from the query at its own position (megatron/attention/mask.py, the one rule).
 EXACT_PV (half-precision inputs whose positional parameters need gradients) multiplies P by V in
 two halves so O is P @ V to ~2^-17 (the backward's delta relies on it)."""
 import triton
@@ -22,14 +24,14 @@ NEG = tl.constexpr(-1.0e30)  # a constexpr global: compiled Triton refuses plain
 @triton.jit
 def attention_fwd_kernel(
     Q, K, V, OUT, LSE,
-    R1, R2, R3, WA, WP, LUT,
+    R1, R2, R3, WA, WP, LUT, STARTS,
     sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som,
     H, LQ, LK, Q0, K0, WINDOW, sm_scale,
     D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BIAS: tl.constexpr, HAS_R2: tl.constexpr, HAS_R3: tl.constexpr,
     HAS_WEIGHT: tl.constexpr, HAS_WA: tl.constexpr, HAS_WP: tl.constexpr,
     HAS_WINDOW: tl.constexpr, MAXD: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-    EXACT_PV: tl.constexpr,
+    EXACT_PV: tl.constexpr, HAS_STARTS: tl.constexpr,
 ):
     start_m = tl.program_id(0)
     bh = tl.program_id(1)
@@ -47,6 +49,9 @@ def attention_fwd_kernel(
     lut_row = LUT + h * (MAXD + 1)
 
     q_pos = Q0 + offs_m
+    start_b = 0
+    if HAS_STARTS:
+        start_b = tl.load(STARTS + b)
     # Keys j with K0 + j <= the block's last query position; windowed: d < WINDOW for its first.
     hi = tl.minimum(LK, Q0 + (start_m + 1) * BLOCK_M - K0)
     lo = 0
@@ -69,6 +74,8 @@ def attention_fwd_kernel(
         allowed = (d_index >= 0) & col_ok[None, :]
         if HAS_WINDOW:
             allowed = allowed & (d_index < WINDOW)
+        if HAS_STARTS:
+            allowed = allowed & (((K0 + cols)[None, :] >= start_b) | (d_index == 0))
         d_index = tl.maximum(d_index, 0)
         d = d_index.to(tl.float32)
         if HAS_WEIGHT:

@@ -73,6 +73,8 @@ def _signature(fn, dtype: str, constexprs: dict) -> dict:
             sig[name] = "*" + TRITON_DTYPES[dtype]
         elif name == "BUCKET":
             sig[name] = "*i32"
+        elif name == "STARTS":
+            sig[name] = "*i64"
         elif name in FLOAT32_PTRS:
             sig[name] = "*fp32"
         elif name in FLOAT_SCALARS:
@@ -84,13 +86,14 @@ def _signature(fn, dtype: str, constexprs: dict) -> dict:
 
 def compile_variant(kernel: str, scheme: str, dtype: str, head_dim: int, window: bool,
                     arch: int = 90, blocks: tuple[int, int] = (64, 64), num_warps: int = 4,
-                    num_stages: int = 2) -> Compiled:
+                    num_stages: int = 2, padded: bool = False) -> Compiled:
     """Compile one kernel variant for sm_<arch>; raises triton's CompilationError on bad code."""
     fn = KERNELS[kernel]
     constexprs = dict({"LUT_GRAD": False, **SCHEMES[scheme]}, D=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
                       BLOCK_M=blocks[0], BLOCK_N=blocks[1], HAS_WINDOW=window,
                       PRECISION="ieee" if dtype == "fp32" else None, UPCAST=False,
-                      EXACT_PV=dtype != "fp32")  # half precision: the training path's extra product
+                      EXACT_PV=dtype != "fp32",  # half precision: the training path's extra product
+                      HAS_STARTS=padded)
     if kernel == "bwd_dkdv":
         constexprs.update(NSLOT=32 if scheme == "rpe" else 8)
     constexprs = {k: v for k, v in constexprs.items() if k in fn.arg_names}
@@ -107,14 +110,16 @@ def compile_variant(kernel: str, scheme: str, dtype: str, head_dim: int, window:
 
 # One variant per kernel with the riskiest features (3 parameters, weight, lookup, window, head
 # dim 128, every dtype) and both GPU generations: what the test suite compiles.
+# (kernel, scheme, dtype, head dim, window, arch, padded rows): each kernel's padded-rows branch
+# (HAS_STARTS) compiles at least once.
 QUICK = [
-    ("fwd", "kerple_log", "bf16", 64, False, 90),
-    ("bwd_dkdv", "kerple_power_ap_ap", "fp16", 128, True, 90),
-    ("bwd_dq", "rpe", "fp32", 64, True, 90),
-    ("bwd_dkdv", "kerple_log_3para", "bf16", 64, False, 80),
+    ("fwd", "kerple_log", "bf16", 64, False, 90, True),
+    ("bwd_dkdv", "kerple_power_ap_ap", "fp16", 128, True, 90, True),
+    ("bwd_dq", "rpe", "fp32", 64, True, 90, True),
+    ("bwd_dkdv", "kerple_log_3para", "bf16", 64, False, 80, False),
 ]
 
 
 def all_variants(schemes=tuple(SCHEMES), dtypes=("bf16", "fp16", "fp32"), head_dims=(64, 128),
-                 windows=(False, True), kernels=tuple(KERNELS)):
-    return itertools.product(kernels, schemes, dtypes, head_dims, windows)
+                 windows=(False, True), kernels=tuple(KERNELS), padded=(False,)):
+    return itertools.product(kernels, schemes, dtypes, head_dims, windows, padded)

@@ -160,3 +160,21 @@ def test_flash_is_never_given_a_padded_batch():
     with pytest.raises(ValueError, match="padded"):
         resolve_backend("flash", scheme, "cpu", torch.float32, False, padded=True)
     assert resolve_backend("auto", scheme, "cpu", torch.float32, False, padded=True).name != "flash"
+
+
+@pytest.mark.parametrize("pos", ["kerple_log", "rpe"])
+def test_triton_kernel_takes_padded_batches(tiny_config, pos):
+    """The fused kernel (Triton's interpreter on CPU): a left-padded batch and left-padded kv-cache
+    decoding give each row what it gets alone."""
+    pytest.importorskip("triton")
+    model = _model(tiny_config, pos_emb=pos, attention_backend="triton")
+    seqs = _sequences(5)
+    want = _alone(model, seqs)
+    tokens, starts = _left_padded(seqs)
+    with torch.no_grad():
+        left = torch.log_softmax(model(tokens, row_starts=starts).float(), -1)
+        cache = model.new_cache()
+        first = model(tokens[:, :-2], cache=cache, row_starts=starts)
+        rest = torch.cat([first, model(tokens[:, -2:-1], cache=cache), model(tokens[:, -1:], cache=cache)], dim=1)
+    _check([left[b, tokens.shape[1] - len(s):] for b, s in enumerate(seqs)], want)
+    torch.testing.assert_close(torch.log_softmax(rest.float(), -1), left, rtol=TOL, atol=TOL)

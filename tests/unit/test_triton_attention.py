@@ -29,10 +29,10 @@ def scheme_for(name, heads, head_dim, seed=0):
     return scheme
 
 
-def attend(backend_name, scheme, q, k, v, q_pos, k_pos, window, grad_out):
-    backend = resolve_backend(backend_name, scheme, DEVICE, q.dtype, True)
+def attend(backend_name, scheme, q, k, v, q_pos, k_pos, window, grad_out, row_starts=None):
+    backend = resolve_backend(backend_name, scheme, DEVICE, q.dtype, True, padded=row_starts is not None)
     q, k, v = (x.detach().clone().requires_grad_(True) for x in (q, k, v))
-    out = backend.forward(q, k, v, scheme, q_pos, k_pos, window=window, softmax_in_fp32=True)
+    out = backend.forward(q, k, v, scheme, q_pos, k_pos, window=window, softmax_in_fp32=True, row_starts=row_starts)
     params = [p for p in scheme.parameters() if p.requires_grad]
     grads = torch.autograd.grad((out.float() * grad_out).sum(), [q, k, v] + params)
     return out.detach(), grads
@@ -54,13 +54,14 @@ def relative_errors(results, truth):
             for got, want in zip((results[0], *results[1]), (truth[0], *truth[1]))]
 
 
-def compare(name, B, H, lq, lk, D, dtype, window=None, offset=0, tol=1e-4, seed=1):
+def compare(name, B, H, lq, lk, D, dtype, window=None, offset=0, tol=1e-4, seed=1, row_starts=None):
     """Relative max error of out, dq, dk, dv and every parameter gradient against the reference
-    backend run in fp32 on the same (already rounded) inputs."""
+    backend run in fp32 on the same (already rounded) inputs. `row_starts`: padded rows."""
     scheme = scheme_for(name, H, D)
     q, k, v, grad_out, q_pos, k_pos = inputs(B, H, lq, lk, D, dtype, offset, seed)
-    truth = attend("reference", scheme, q.float(), k.float(), v.float(), q_pos, k_pos, window, grad_out)
-    errors = relative_errors(attend("triton", scheme, q, k, v, q_pos, k_pos, window, grad_out), truth)
+    starts = None if row_starts is None else torch.tensor(row_starts, device=DEVICE) + offset
+    truth = attend("reference", scheme, q.float(), k.float(), v.float(), q_pos, k_pos, window, grad_out, starts)
+    errors = relative_errors(attend("triton", scheme, q, k, v, q_pos, k_pos, window, grad_out, starts), truth)
     names = ["out", "dq", "dk", "dv"] + [n for n, p in scheme.named_parameters() if p.requires_grad]
     for n, err in zip(names, errors):
         assert err <= tol, f"{name} {n}: relative error {err:.2e} > {tol:.0e}"
@@ -71,6 +72,27 @@ def compare(name, B, H, lq, lk, D, dtype, window=None, offset=0, tol=1e-4, seed=
                          ids=["multiblock", "window", "kvcache-rows", "kvcache-window"])
 def test_matches_reference_fp32(name, lq, lk, window, offset):
     compare(name, 2, 2, lq, lk, 8, torch.float32, window=window, offset=offset)
+
+
+@pytest.mark.parametrize("name", FUSED)
+@pytest.mark.parametrize("lq,lk,window,offset", [(40, 40, None, 0), (37, 37, 5, 3), (6, 40, None, 1000)],
+                         ids=["multiblock", "window", "kvcache-rows"])
+def test_padded_rows_match_reference(name, lq, lk, window, offset):
+    """Left-padded rows (megatron/attention/mask.py): padding keys hidden in the forward and in both
+    backward kernels, parameter gradients included; padding queries attend to themselves."""
+    compare(name, 3, 2, lq, lk, 8, torch.float32, window=window, offset=offset, row_starts=[0, 5, 17])
+
+
+def test_padded_rows_bf16():
+    compare("kerple_log", 3, 2, 37, 37, 16, torch.bfloat16, tol=1e-2, row_starts=[0, 5, 17])
+
+
+def test_zero_row_starts_equal_no_padding():
+    scheme = scheme_for("kerple_log", 2, 8)
+    q, k, v, grad_out, q_pos, k_pos = inputs(2, 2, 33, 33, 8, torch.float32)
+    plain = attend("triton", scheme, q, k, v, q_pos, k_pos, None, grad_out)
+    zeros = attend("triton", scheme, q, k, v, q_pos, k_pos, None, grad_out, torch.zeros(2, dtype=torch.long))
+    assert all(torch.equal(a, b) for a, b in zip((plain[0], *plain[1]), (zeros[0], *zeros[1])))
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])
