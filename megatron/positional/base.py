@@ -198,7 +198,7 @@ class PositionalScheme(nn.Module):
 def _per_row(hook, shift_invariant: bool, q_pos, k_pos, row_starts):
     """hook(q_pos, k_pos) once when every row sees the same values, else stacked per row at the
     row's own positions (one evaluation per distinct start)."""
-    if row_starts is None or shift_invariant or row_starts.unique().numel() == 1 and int(row_starts[0]) == 0:
+    if row_starts is None or shift_invariant:
         return hook(q_pos, k_pos)
     by_start = {}
     for s in row_starts.tolist():
