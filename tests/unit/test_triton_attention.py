@@ -143,6 +143,16 @@ def test_non_consecutive_positions_are_refused():
         backend.forward(q, k, v, scheme, q_pos, k_pos * 2)
 
 
+@pytest.mark.parametrize("starts", [[0, 5], [[0], [5], [17]], [0.0, 5.0, 17.0]], ids=["short", "2d", "float"])
+def test_malformed_row_starts_are_refused(starts):
+    """The kernels read STARTS[b] for every batch row: refused before launch, never read past the end."""
+    scheme = scheme_for("kerple_log", 2, 8)
+    q, k, v, _, q_pos, k_pos = inputs(3, 2, 4, 4, 8, torch.float32)
+    backend = resolve_backend("triton", scheme, DEVICE, torch.float32, False, padded=True)
+    with pytest.raises(ValueError, match=r"row_starts must be a \(3,\) integer tensor"):
+        backend.forward(q, k, v, scheme, q_pos, k_pos, row_starts=torch.tensor(starts, device=DEVICE))
+
+
 def test_dropout_is_refused_with_the_fix():
     with pytest.raises(ValueError, match="no attention dropout.*attention-dropout 0"):
         resolve_backend("triton", scheme_for("kerple_log", 2, 8), DEVICE, torch.float32, True, dropout=True)
