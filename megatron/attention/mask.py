@@ -42,14 +42,17 @@ def allowed_mask(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None = 
     return (allowed & (real_key[:, None, :] | (diff == 0)))[:, None]  # (B, 1, Lq, Lk)
 
 
-def check_row_starts(row_starts: torch.Tensor | None, batch: int) -> None:
-    """Raise unless row_starts is None or a (batch,) integer tensor of starts >= 0."""
+def check_row_starts(row_starts: torch.Tensor | None, batch: int, values: bool = True) -> None:
+    """Raise unless row_starts is None or a (batch,) integer tensor of starts >= 0. values=False
+    checks only the shape and dtype (no device sync: the fused kernel's per-call check; the model
+    checks the values once per forward)."""
     if row_starts is None:
         return
-    if row_starts.dim() != 1 or row_starts.shape[0] != batch or row_starts.is_floating_point():
+    if (row_starts.dim() != 1 or row_starts.shape[0] != batch or row_starts.is_floating_point()
+            or row_starts.dtype == torch.bool):
         raise ValueError(f"row_starts must be a ({batch},) integer tensor (each row's first real position), "
                          f"got {tuple(row_starts.shape)} {row_starts.dtype}")
-    if bool((row_starts < 0).any()):
+    if values and bool((row_starts < 0).any()):
         raise ValueError("row_starts must be >= 0 (the position where each row's real tokens begin)")
 
 

@@ -12,6 +12,7 @@ import os
 import torch
 import triton
 
+from megatron.attention.mask import check_row_starts
 from megatron.kernels.attention_bwd import attention_bwd_dkdv_kernel, attention_bwd_dq_kernel
 from megatron.kernels.attention_fwd import attention_fwd_kernel
 from megatron.kernels.distance_bias import BIAS_CODES
@@ -151,11 +152,8 @@ def triton_attention(q, k, v, kernel, q0: int, k0: int, window: int | None = Non
                      row_starts: torch.Tensor | None = None) -> torch.Tensor:
     """Causal attention with the DistanceKernel's bias/weight: (B, H, Lq, D) like the reference.
     `row_starts` (B,): padded rows, hidden as megatron/attention/mask.py says (None: no padding)."""
-    if row_starts is not None and (row_starts.dim() != 1 or row_starts.shape[0] != q.shape[0]
-                                   or row_starts.is_floating_point() or row_starts.dtype == torch.bool):
-        # The kernels read STARTS[b] for every batch row b: a shorter tensor would be read past its end.
-        raise ValueError(f"row_starts must be a ({q.shape[0]},) integer tensor (each row's first real position), "
-                         f"got {tuple(row_starts.shape)} {row_starts.dtype}")
+    # The kernels read STARTS[b] for every batch row b: a shorter tensor would be read past its end.
+    check_row_starts(row_starts, q.shape[0], values=False)
     if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
         q, k, v = (x.contiguous() for x in (q, k, v))
     # A tabulated lookup (Sandwich) must reach the largest distance here: the last query to the first key.
