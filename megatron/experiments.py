@@ -26,20 +26,28 @@ class Run:
         return os.path.join(self.run_dir, "checkpoints")
 
 
-def parse_data(items: list[str]) -> dict[str, str]:
-    """["code=data/code/code_text_document", ...] -> {name: prefix}."""
+def parse_data(items: list[str], form: str = "NAME=DATA_PREFIX") -> dict[str, str]:
+    """["code=data/code/code_text_document", ...] -> {name: prefix} (also --vocab's NAME=FILE)."""
     out = {}
+    flag = "--data" if form == "NAME=DATA_PREFIX" else "--vocab"
+    example = "code=data/code/code_text_document" if flag == "--data" else "code=data/code/tokenizer.json"
     for item in items:
         if "=" not in item:
-            raise ValueError(f"--data {item!r} must look like NAME=DATA_PREFIX (e.g. code=data/code/code_text_document)")
+            raise ValueError(f"{flag} {item!r} must look like {form} (e.g. {example})")
         name, prefix = item.split("=", 1)
         out[name.strip()] = prefix.strip()
     return out
 
 
 def write_matrix(schemes, data: dict[str, str], seeds, out_dir: str, runs_root: str,
-                 base_configs: list[str], extra: dict | None = None) -> list[Run]:
-    """Write <out_dir>/<scheme>_<dataset>_<seed>.yml for every combination and <out_dir>/matrix.json."""
+                 base_configs: list[str], extra: dict | None = None,
+                 vocab_files: dict[str, str] | None = None) -> list[Run]:
+    """Write <out_dir>/<scheme>_<dataset>_<seed>.yml for every combination and <out_dir>/matrix.json.
+    vocab_files: {dataset: tokenizer file} for datasets with their own tokenizer (sets vocab-file)."""
+    unknown_vocab = sorted(set(vocab_files or {}) - set(data))
+    if unknown_vocab:
+        raise ValueError(f"--vocab for datasets not in --data: {', '.join(unknown_vocab)}; "
+                         f"the datasets are {', '.join(data)}")
     from megatron.positional.registry import scheme_names
 
     unknown = [s for s in schemes if s not in scheme_names()]
@@ -56,6 +64,8 @@ def write_matrix(schemes, data: dict[str, str], seeds, out_dir: str, runs_root: 
                 exp = {"pos-emb": scheme, "seed": seed, "data-path": prefix, "run-dir": run_dir,
                        "save": os.path.join(run_dir, "checkpoints"), "load": os.path.join(run_dir, "checkpoints"),
                        "tensorboard-dir": os.path.join(run_dir, "tensorboard"), **(extra or {})}
+                if dataset in (vocab_files or {}):
+                    exp["vocab-file"] = vocab_files[dataset]
                 path = os.path.join(out_dir, f"{name}.yml")
                 with open(path, "w") as f:  # JSON is YAML (as generate_ymls.py wrote it)
                     json.dump(exp, f, indent=1)

@@ -36,6 +36,8 @@ def main() -> int:
     p.add_argument("--base", nargs="+", required=True, help="shared config files, before each experiment's YAML")
     p.add_argument("--schemes", required=True, help="comma-separated pos-emb names")
     p.add_argument("--data", nargs="+", required=True, metavar="NAME=PREFIX", help="datasets")
+    p.add_argument("--vocab", nargs="+", default=[], metavar="NAME=TOKENIZER_FILE",
+                   help="a dataset's own tokenizer file (vocab-file of its runs), e.g. code=data/code/tokenizer.json")
     p.add_argument("--seeds", default="1235-1239", help="e.g. 1235-1239 or 1,2,3")
     p.add_argument("--runs-root", default="runs/matrix", help="where each run's directory goes")
     args = p.parse_args()
@@ -43,7 +45,7 @@ def main() -> int:
     if missing:
         raise UserError(f"--base config files not found: {', '.join(missing)}")
     runs = write_matrix(args.schemes.split(","), parse_data(args.data), parse_seeds(args.seeds), args.out,
-                        args.runs_root, args.base)
+                        args.runs_root, args.base, vocab_files=parse_data(args.vocab, "NAME=TOKENIZER_FILE"))
     print(f"wrote {len(runs)} experiment configs and {os.path.join(args.out, 'matrix.json')}")
     return 0
 

@@ -1,12 +1,18 @@
 """The one command that regenerates every table and plot from result files (+ kernels from checkpoints).
 
     python tools/make_report.py --results 'runs/**/eval.json' --checkpoints 'runs/*/checkpoints' --out docs/results
+    python tools/make_report.py --records docs/results/runs --out docs/results   # run records (run_matrix.py --records)
 
 = tools/aggregate_results.py (table3.md/.csv, speed.md, perplexity and position-wise plots) plus
 kernels.png: the learned f_h(d) per head for d up to the longest evaluated length (one subplot
 per score-bias scheme; the first checkpoint of each scheme in sorted path order; a scheme whose
 bias depends on the query position too, FIRE, one subplot per query position). Checkpoints
 of schemes without a score bias (rotary, ...) are skipped with a message.
+
+With --records DIR (what tools/run_matrix.py --records writes, checkpoints not needed): the
+results are DIR's evaluations, kernels_<dataset>.png comes from the records' kernels (lowest seed
+of each scheme), and the convergence evidence is added: drift.md (each head's relative change of
+its positional parameters over the last 20% of training) and trajectories_<dataset>.png.
 """
 from __future__ import annotations
 
@@ -51,15 +57,66 @@ def kernel_plot(patterns, max_distance: int, out_dir: str, log=print) -> str | N
     return path
 
 
+def records_report(records_dir: str, out_dir: str, log=print) -> None:
+    """Kernel plots, drift table and trajectory plots from run records."""
+    import json
+
+    from megatron.evaluation.convergence import drift_markdown, drift_rows, head_series, load_records
+    from megatron.evaluation.plots import plot_kernels, plot_trajectories
+
+    records = load_records(records_dir)
+    if not records:
+        raise ValueError(f"--records {records_dir}: no complete run record (record.json) in it; "
+                         "write them with tools/run_matrix.py --records")
+    first = {}  # (dataset, scheme) -> the record with the lowest seed
+    for rec in sorted(records, key=lambda r: str(r["seed"])):
+        first.setdefault((rec["dataset"], rec["scheme"]), rec)
+    for dataset in sorted({d for d, _ in first}):
+        kernels, trajectories = {}, {}
+        for (d, scheme), rec in sorted(first.items()):
+            if d != dataset:
+                continue
+            path = os.path.join(rec["dir"], "kernel.json")
+            if os.path.isfile(path):
+                with open(path) as f:
+                    k = json.load(f)
+                label = f"{scheme} (seed {rec['seed']})"
+                for i, kern in (k.get("by_query") or {str(k["max_distance"]): k["kernel"]}).items():
+                    kernels[label if "by_query" not in k else f"{label}, query i = {i}"] = kern
+            for name, heads in head_series(rec["trajectory"]).items():
+                trajectories[f"{scheme} {name} (seed {rec['seed']})"] = (rec["trajectory"]["iteration"], heads)
+        safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in dataset)
+        if kernels:
+            log(f"wrote {plot_kernels(kernels, os.path.join(out_dir, f'kernels_{safe}.png'))}")
+        if trajectories:
+            log(f"wrote {plot_trajectories(trajectories, os.path.join(out_dir, f'trajectories_{safe}.png'))}")
+    rows = drift_rows(records)
+    path = os.path.join(out_dir, "drift.md")
+    with open(path, "w") as f:
+        f.write("# Do the learned positional parameters still move? (last 20% of training)\n\n")
+        f.write(drift_markdown(rows) if rows else "No record has per-head positional parameters.\n")
+    log(f"wrote {path}")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--results", action="append", required=True, help="eval.json glob or directory (repeatable)")
+    p.add_argument("--results", action="append", default=[], help="eval.json glob or directory (repeatable)")
+    p.add_argument("--records", default=None, metavar="DIR",
+                   help="run records written by tools/run_matrix.py --records (results, kernels, convergence)")
     p.add_argument("--checkpoints", action="append", default=[], help="checkpoint directory glob (repeatable)")
     p.add_argument("--max-distance", type=int, default=None,
                    help="largest d of the kernel plot (default: the longest evaluated length)")
     add_common_args(p)
     args = p.parse_args(argv)
+    if args.records:
+        if not os.path.isdir(args.records):
+            raise ValueError(f"--records {args.records} is not a directory; give the DIR of tools/run_matrix.py --records")
+        args.results += [os.path.join(glob.escape(args.records), "*", "eval*.json")]
+    if not args.results:
+        raise ValueError("give --results (eval.json globs or directories) or --records (run records)")
     build_report(args.results, args)
+    if args.records:
+        records_report(args.records, args.out)
     if args.checkpoints:
         from megatron.evaluation.results import load_results
 

@@ -7,8 +7,15 @@ from its checkpoint (each experiment sets load = save). Run it in parts or in th
     python tools/run_matrix.py configs/experiments/repro_cpu/matrix.json \\
         --eval-args "--max-factor 32 --max-tokens 65536 --batch-size 4" --windowed 128
     python tools/run_matrix.py MATRIX --index 3          # one run (what the slurm array job does)
+    python tools/run_matrix.py MATRIX --records docs/results/runs ...
+
+With --records DIR, each finished run is also reduced to DIR/<run name>/ (evaluations, training
+trajectory with each head's positional parameters, learned kernel: megatron/evaluation/run_record.py)
+and a run whose record is complete is skipped: commit DIR and the matrix continues on a fresh
+clone or another machine, without the checkpoints.
 """
 import argparse
+import json
 import os
 import shlex
 import subprocess
@@ -18,7 +25,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from megatron.errors import UserError, run_cli  # noqa: E402
+from megatron.evaluation.run_record import record_complete, write_record  # noqa: E402
 from megatron.experiments import read_matrix  # noqa: E402
+from megatron.training.metrics_file import metrics_path  # noqa: E402
 
 
 def run(cmd: list[str], log_path: str) -> None:
@@ -30,13 +39,17 @@ def run(cmd: list[str], log_path: str) -> None:
         raise UserError(f"command failed (exit {rc}): {' '.join(cmd)}; its output is in {log_path}")
 
 
-def run_one(base: list[str], r, eval_args: list[str], windowed: int | None) -> str:
-    """Train (resuming), evaluate, and optionally evaluate windowed; each step skipped when done."""
+def run_one(base: list[str], r, eval_args: list[str], windowed: int | None, records: str | None = None) -> str:
+    """Train (resuming), evaluate, optionally evaluate windowed and write the run's record; each
+    step skipped when done."""
+    record = os.path.join(records, r.name) if records else None
+    if record and record_complete(record):
+        return "skipped (record complete)"
     full = os.path.join(r.run_dir, "eval")
     window = os.path.join(r.run_dir, "eval_window")
     todo_full = not os.path.isfile(os.path.join(full, "eval.json"))
     todo_window = bool(windowed) and not os.path.isfile(os.path.join(window, "eval.json"))
-    if not (todo_full or todo_window):
+    if not (todo_full or todo_window or record):
         return "skipped (done)"
     os.makedirs(r.run_dir, exist_ok=True)
     log = os.path.join(r.run_dir, "matrix.log")
@@ -47,7 +60,11 @@ def run_one(base: list[str], r, eval_args: list[str], windowed: int | None) -> s
         run(evaluate + eval_args + ["--out", full], log)
     if todo_window:
         run(evaluate + eval_args + ["--window", str(windowed), "--out", window], log)
-    return f"done in {time.time() - start:.0f}s"
+    seconds = time.time() - start
+    if record:
+        longest = max(int(x["length"]) for x in json.load(open(os.path.join(full, "eval.json")))["results"])
+        write_record(record, r, full, window if windowed else None, metrics_path(r.run_dir), longest, seconds)
+    return f"done in {seconds:.0f}s"
 
 
 def main() -> int:
@@ -59,6 +76,8 @@ def main() -> int:
                    help="with --windowed: only for runs whose scheme is this (e.g. kerple_log, the paper's Fig. 5)")
     p.add_argument("--index", type=int, default=None, help="run only this entry (0-based)")
     p.add_argument("--only", default=None, help="run only entries whose name contains this text")
+    p.add_argument("--records", default=None, metavar="DIR",
+                   help="write each finished run's record to DIR/<run name>/ and skip runs whose record is complete")
     args = p.parse_args()
     base, runs = read_matrix(args.matrix)
     if args.index is not None:
@@ -70,7 +89,7 @@ def main() -> int:
     for i, r in enumerate(runs):
         print(f"[{i + 1}/{len(runs)}] {r.name}: ", end="", flush=True)
         windowed = args.windowed if (not args.windowed_only or r.scheme == args.windowed_only) else None
-        print(run_one(base, r, shlex.split(args.eval_args), windowed), flush=True)
+        print(run_one(base, r, shlex.split(args.eval_args), windowed, args.records), flush=True)
     return 0
 
 

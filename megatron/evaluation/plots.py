@@ -5,6 +5,7 @@
 - plot_positionwise: Fig. 5, per-position perplexity exp(loss) at one length, plus the windowed
   baseline (a run evaluated with --window) drawn dashed when given.
 - plot_kernels: Figs. 2-4, the learned bias f_h(d) of every head against distance d.
+- plot_trajectories: each head's learned positional parameters against the training step.
 Figures are small (dpi 100) so result folders stay light in git. Log-scale perplexity axes carry
 a plain number on every tick for any range (ReadableLogLocator), and the train length is marked on
 the first two plots (beyond it the model extrapolates).
@@ -177,6 +178,30 @@ def plot_kernels(kernels: dict, path: str) -> str:
         ax.set_ylabel("f_h(d)")
         ax.grid(True, alpha=0.3)
         if f.shape[0] <= 12:
+            ax.legend(fontsize=6, ncol=2)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    return _save(fig, path)
+
+
+def plot_trajectories(panels: dict, path: str) -> str:
+    """panels: {label: (iterations, {head: values})}: each head's learned positional parameter
+    against the training step, one subplot per label (the convergence evidence of the report)."""
+    if not panels:
+        raise ValueError("plot_trajectories: no per-head trajectories to plot")
+    n = len(panels)
+    cols = min(4, n)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.7 * rows), squeeze=False)
+    for ax, (label, (steps, heads)) in zip(axes.flat, panels.items()):
+        for h, values in sorted(heads.items()):
+            ax.plot(steps, values, lw=1, label=f"head {h}")
+        ax.axvspan(0.8 * steps[-1], steps[-1], color="0.9", lw=0)  # the tail the drift table measures
+        ax.set_title(label, fontsize=8)
+        ax.set_xlabel("training step")
+        ax.set_ylabel("value (clamped)")
+        ax.grid(True, alpha=0.3)
+        if len(heads) <= 12:
             ax.legend(fontsize=6, ncol=2)
     for ax in list(axes.flat)[n:]:
         ax.axis("off")

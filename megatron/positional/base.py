@@ -184,6 +184,16 @@ class PositionalScheme(nn.Module):
                 out.update(summary_stats(f"{name}_raw", x))
         return out
 
+    def per_head_stats(self) -> dict[str, float]:
+        """Each head's clamped value of every clamped parameter ({name}_h{i}), for the per-head
+        trajectories that show whether a learned kernel has stopped drifting (the summary stats
+        average heads moving in opposite directions away)."""
+        out = {}
+        for name, value in self.clamped().items():
+            flat = value.detach().flatten().tolist()
+            out.update({f"{name}_h{i}": v for i, v in enumerate(flat)})
+        return out
+
     def clamped_parameters(self) -> list[tuple[nn.Parameter, float | None, float | None]]:
         """(parameter, min, max) for every trainable parameter with a domain: what pos-clamp:
         projected clamps in place after each optimizer step."""

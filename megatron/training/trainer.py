@@ -278,14 +278,14 @@ class Trainer:
             detail.update({f"param_norm/{k}": v for k, v in per_param.items()})
         clamped, raw = self._position_stats()
         m.update(clamped)  # KERPLE: bias_p_mean, bias_a_std, ... every step, as the paper
-        detail.update(raw)  # bias_p_raw_min, ...: the stored values, which may be below the floor
+        detail.update(raw)  # bias_p_raw_min, ..., bias_p_h0, ...: stored values (may be below the floor), each head
         return m, detail
 
     def _position_stats(self) -> tuple[dict, dict]:
-        """(the scheme's clamped statistics, the stored values' statistics)."""
+        """(the scheme's clamped statistics, the stored values' statistics and each head's value)."""
         def both():
             scheme = self.model.full_position()
-            return scheme.stats(), scheme.raw_stats()
+            return scheme.stats(), {**scheme.raw_stats(), **scheme.per_head_stats()}
 
         if self.cfg.optimizer.zero_optimization.get("stage", 0) == 3:  # parameters are partitioned
             import deepspeed

@@ -32,3 +32,16 @@ def test_bad_inputs():
         write_matrix(["kerple_logg"], {"x": "p"}, [1], "/tmp/unused-matrix", "runs", [])
     with pytest.raises(ValueError, match="does not exist"):
         read_matrix("/nonexistent/matrix.json")
+
+
+def test_per_dataset_tokenizers(tmp_path):
+    """Domains with their own tokenizer: each run's YAML sets its dataset's vocab-file."""
+    data = parse_data(["code=data/code/code_text_document", "web=data/web/web_text_document"])
+    runs = write_matrix(["alibi"], data, [1], str(tmp_path / "exp"), "runs/m", PAPER,
+                        vocab_files=parse_data(["code=data/code/tokenizer.json"], "NAME=TOKENIZER_FILE"))
+    code, web = (json.loads(open(r.config).read()) for r in runs)
+    assert code["vocab-file"] == "data/code/tokenizer.json" and "vocab-file" not in web
+    with pytest.raises(ValueError, match="--vocab for datasets not in --data: latex"):
+        write_matrix(["alibi"], data, [1], str(tmp_path / "exp2"), "runs/m", PAPER, vocab_files={"latex": "t.json"})
+    with pytest.raises(ValueError, match="--vocab 'code' must look like NAME=TOKENIZER_FILE"):
+        parse_data(["code"], "NAME=TOKENIZER_FILE")

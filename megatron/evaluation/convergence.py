@@ -1,0 +1,73 @@
+"""Have the learned positional kernels stopped drifting? Read off the run records' trajectories
+(each head's positional parameters, logged every step by the trainer as {name}_h{i}).
+
+The measure, per head and parameter: the relative change over the last `tail` of training,
+|x(T) - x((1 - tail) T)| / |x(T)| (T the last logged step). A head whose value still moves by a
+large fraction of itself in the last 20% of a decaying schedule had not found its kernel yet.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+
+import numpy as np
+
+
+def head_series(trajectory: dict) -> dict[str, dict[int, list[float]]]:
+    """{parameter name: {head: values}} from a trajectory's {name}_h{i} keys."""
+    out: dict[str, dict[int, list[float]]] = defaultdict(dict)
+    for key, values in trajectory.items():
+        stem, sep, idx = key.rpartition("_h")
+        if sep and stem and idx.isdigit():
+            out[stem][int(idx)] = values
+    return dict(out)
+
+
+def relative_tail_change(iterations: list[int], values: list[float], tail: float = 0.2) -> float:
+    """|x(T) - x(t0)| / |x(T)| with t0 the last logged step at or before (1 - tail) * T."""
+    if not 0 < tail < 1:
+        raise ValueError(f"tail must be in (0, 1), got {tail}")
+    it = np.asarray(iterations, dtype=float)
+    x = np.asarray(values, dtype=float)
+    start = int(np.searchsorted(it, (1 - tail) * it[-1], side="right")) - 1
+    start = max(start, 0)
+    return float(abs(x[-1] - x[start]) / max(abs(x[-1]), 1e-12))
+
+
+def load_records(records_dir: str) -> list[dict]:
+    """Every complete record under records_dir with its trajectory: [{**record.json, "trajectory": {...}}]."""
+    out = []
+    for name in sorted(os.listdir(records_dir)):
+        d = os.path.join(records_dir, name)
+        meta, traj = os.path.join(d, "record.json"), os.path.join(d, "trajectory.json")
+        if os.path.isfile(meta) and os.path.isfile(traj):
+            with open(meta) as f, open(traj) as g:
+                out.append({**json.load(f), "dir": d, "trajectory": json.load(g)})
+    return out
+
+
+def drift_rows(records: list[dict], tail: float = 0.2) -> list[dict]:
+    """One row per (dataset, scheme, parameter) over all seeds and heads of the records that
+    learn per-head parameters: median and max relative change over the tail, and the count."""
+    groups: dict[tuple, list[float]] = defaultdict(list)
+    for rec in records:
+        traj = rec["trajectory"]
+        for name, heads in head_series(traj).items():
+            for values in heads.values():
+                groups[(rec["dataset"], rec["scheme"], name)].append(
+                    relative_tail_change(traj["iteration"], values, tail))
+    return [{"dataset": d, "scheme": s, "parameter": p, "median": float(np.median(v)), "max": float(np.max(v)),
+             "heads": len(v)} for (d, s, p), v in sorted(groups.items())]
+
+
+def drift_markdown(rows: list[dict], tail: float = 0.2) -> str:
+    pct = round(tail * 100)
+    lines = [f"| dataset | scheme | parameter | median change, last {pct}% | max change, last {pct}% | heads x seeds |",
+             "|---|---|---|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['dataset']} | {r['scheme']} | {r['parameter']} | {r['median']:.1%} | {r['max']:.1%} "
+                     f"| {r['heads']} |")
+    return "\n".join(lines) + (f"\n\nRelative change |x(T) - x({1 - tail:g}T)| / |x(T)| of each head's parameter "
+                               "over the last part of training (T = the last step), from the run records' "
+                               "per-step trajectories.\n")

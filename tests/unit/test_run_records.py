@@ -1,0 +1,139 @@
+"""Run records (a finished matrix run reduced to committable files), the convergence measure read
+off them, and the report built from them without checkpoints."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from megatron.config import load_config
+from megatron.evaluation.convergence import drift_rows, head_series, relative_tail_change
+from megatron.evaluation.kernels import learned_kernels
+from megatron.evaluation.run_record import record_complete, trajectory_from_metrics, write_record
+from megatron.experiments import Run
+from megatron.training.metrics_file import metrics_path, read_metrics
+from tests.conftest import ROOT, train_config_dict, write_yaml
+
+
+def train_run(tmp_path, token_dataset, pos_emb="kerple_log", iters=6, seed=1234):
+    from megatron.training.trainer import Trainer
+
+    run_dir = tmp_path / f"run_{pos_emb}_{seed}"
+    ck = str(run_dir / "checkpoints")
+    data = train_config_dict(tmp_path, token_dataset, train_iters=iters, save=ck, save_interval=iters,
+                             pos_emb=pos_emb, run_dir=str(run_dir), seed=seed)
+    cfg_path = write_yaml(tmp_path / f"{pos_emb}_{seed}.yml", data)
+    Trainer(load_config([cfg_path])).train()
+    return Run(f"{pos_emb}_tiny_{seed}", pos_emb, "tiny", seed, cfg_path, str(run_dir))
+
+
+def fake_eval(path, pos_emb, seed, window=None, lengths=(16, 32)):
+    os.makedirs(path, exist_ok=True)
+    blob = {"schema": "kerple-eval/1", "pos_emb": pos_emb, "window": window, "dataset": "tiny", "seed": seed,
+            "train_length": 16, "results": [{"length": L, "ppl": 3.0 + seed % 7 + L / 100} for L in lengths],
+            "positionwise": {}}
+    with open(os.path.join(path, "eval.json"), "w") as f:
+        json.dump(blob, f)
+    return path
+
+
+def test_trainer_logs_each_heads_clamped_value_every_step(tmp_path, token_dataset):
+    import torch
+
+    run = train_run(tmp_path, token_dataset)
+    rows = [r for r in read_metrics(metrics_path(run.run_dir)) if r.get("kind") == "train"]
+    assert [r["iteration"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    state = torch.load(f"{run.checkpoints}/global_step6/mp_rank_00_model_states.pt", weights_only=False)["module"]
+    p = next(v for k, v in state.items() if k.endswith("bias_p")).flatten().clamp_min(1e-2).tolist()
+    assert [rows[-1][f"bias_p_h{h}"] for h in range(4)] == pytest.approx(p, rel=1e-6)
+    assert "bias_p_h4" not in rows[-1]  # four heads
+
+
+def test_relative_tail_change_is_the_stated_formula():
+    steps = list(range(0, 101, 10))  # T = 100, 0.8 T = 80
+    values = [5.0] * 8 + [2.0, 2.5, 4.0]  # x(80) = 2.0, x(100) = 4.0
+    assert relative_tail_change(steps, values) == pytest.approx(abs(4.0 - 2.0) / 4.0)
+    assert relative_tail_change(steps, values, tail=0.1) == pytest.approx(abs(4.0 - 2.5) / 4.0)
+    assert relative_tail_change([1, 2, 3], [1.0, 1.0, 1.0]) == 0.0
+    with pytest.raises(ValueError, match="tail"):
+        relative_tail_change(steps, values, tail=1.5)
+
+
+def test_head_series_and_drift_rows():
+    traj = {"iteration": [10, 20, 30, 40, 50], "lm_loss": [5, 4, 3, 2, 1],
+            "bias_p_h0": [1, 1, 1, 1, 2], "bias_p_h1": [1, 1, 1, 1, 1], "bias_a_h0": [3, 3, 3, 3, 3]}
+    assert head_series(traj) == {"bias_p": {0: [1, 1, 1, 1, 2], 1: [1, 1, 1, 1, 1]}, "bias_a": {0: [3, 3, 3, 3, 3]}}
+    rows = drift_rows([{"dataset": "d", "scheme": "kerple_log", "trajectory": traj}])
+    by = {r["parameter"]: r for r in rows}
+    assert by["bias_p"]["max"] == pytest.approx(0.5) and by["bias_p"]["median"] == pytest.approx(0.25)
+    assert by["bias_p"]["heads"] == 2 and by["bias_a"]["max"] == 0.0
+
+
+def test_write_record_then_report_from_records_alone(tmp_path, token_dataset):
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import make_report
+
+    records = tmp_path / "records"
+    for pos_emb, seed in (("kerple_log", 1), ("kerple_log", 2), ("alibi", 1), ("rotary", 1)):
+        run = train_run(tmp_path, token_dataset, pos_emb, seed=seed)
+        full = fake_eval(os.path.join(run.run_dir, "eval"), pos_emb, seed)
+        window = fake_eval(os.path.join(run.run_dir, "eval_window"), pos_emb, seed, window=16) \
+            if pos_emb == "kerple_log" else None
+        out = write_record(str(records / run.name), run, full, window, metrics_path(run.run_dir), 32, 12.0, every=2)
+        assert record_complete(out)
+    klog = records / "kerple_log_tiny_1"
+    assert sorted(os.listdir(klog)) == ["eval.json", "eval_window.json", "kernel.json", "record.json",
+                                        "trajectory.json"]
+    assert sorted(os.listdir(records / "rotary_tiny_1")) == ["eval.json", "record.json", "trajectory.json"]
+    traj = json.loads((klog / "trajectory.json").read_text())
+    assert traj["iteration"] == [2, 4, 6] and len(traj["bias_a_h3"]) == 3 and "lm_loss" in traj
+    meta = json.loads((klog / "record.json").read_text())
+    assert meta["steps"] == 6 and meta["scheme"] == "kerple_log" and meta["seed"] == 1
+    kernel = json.loads((klog / "kernel.json").read_text())
+    expected = learned_kernels(str(tmp_path / "run_kerple_log_1" / "checkpoints"), 32)["kernel"]
+    np.testing.assert_allclose(kernel["kernel"], expected, rtol=1e-4, atol=1e-6)
+
+    report = tmp_path / "report"
+    assert make_report.main(["--records", str(records), "--out", str(report)]) == 0
+    table = (report / "table3.md").read_text()
+    assert "## tiny" in table and "kerple_log (window 16)" in table and "rotary" in table
+    for png in ("kernels_tiny.png", "trajectories_tiny.png", "ppl_vs_length_tiny.png"):
+        assert (report / png).read_bytes()[:4] == b"\x89PNG"
+    drift = (report / "drift.md").read_text()
+    assert "| tiny | kerple_log | bias_p |" in drift and "| 8 |" in drift  # 4 heads x 2 seeds
+    assert "alibi" not in drift  # nothing learned per head
+
+
+def test_report_from_records_refuses_a_bad_directory(tmp_path):
+    cmd = [sys.executable, os.path.join(ROOT, "tools", "make_report.py"), "--out", str(tmp_path / "o")]
+    missing = subprocess.run(cmd + ["--records", str(tmp_path / "nope")], capture_output=True, text=True)
+    assert missing.returncode == 2 and "is not a directory" in missing.stderr and "Traceback" not in missing.stderr
+    (tmp_path / "empty").mkdir()
+    fake_eval(str(tmp_path / "empty" / "x"), "alibi", 1)  # results but no record.json
+    empty = subprocess.run(cmd + ["--records", str(tmp_path / "empty")], capture_output=True, text=True)
+    assert empty.returncode == 2 and "no complete run record" in empty.stderr and "Traceback" not in empty.stderr
+    neither = subprocess.run(cmd, capture_output=True, text=True)
+    assert neither.returncode == 2 and "--records" in neither.stderr
+
+
+def test_run_matrix_skips_a_run_whose_record_is_complete(tmp_path):
+    from megatron.experiments import write_matrix
+
+    runs = write_matrix(["kerple_log"], {"tiny": str(tmp_path / "no_such_data")}, [1], str(tmp_path / "exp"),
+                        str(tmp_path / "runs"), [])
+    rec = tmp_path / "records" / runs[0].name
+    rec.mkdir(parents=True)
+    (rec / "record.json").write_text("{}")
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "run_matrix.py"), str(tmp_path / "exp" / "matrix.json"),
+                          "--records", str(tmp_path / "records")], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0 and "skipped (record complete)" in out.stdout
+    assert not os.path.exists(runs[0].run_dir)  # nothing was trained
+
+
+def test_trajectory_needs_training_rows(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(json.dumps({"iteration": 5, "kind": "validation", "lm_loss": 1.0}) + "\n")
+    with pytest.raises(ValueError, match="no training rows"):
+        trajectory_from_metrics(str(path))
