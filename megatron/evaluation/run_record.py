@@ -39,8 +39,8 @@ def trajectory_from_metrics(metrics_path: str, every: int = 10) -> dict:
     rows = [r for r in rows if r["iteration"] % every == 0 or r["iteration"] == last]
     keys = [k for k in rows[-1] if k in TRAJECTORY_KEYS or _is_head_key(k)]
     out = {"iteration": [int(r["iteration"]) for r in rows]}
-    for k in keys:
-        out[k] = [r.get(k) for r in rows]
+    for k in keys:  # 6 significant digits: the record is committed, full floats would double its size
+        out[k] = [None if r.get(k) is None else float(f"{r[k]:.6g}") for r in rows]
     return out
 
 
