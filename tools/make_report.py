@@ -57,6 +57,13 @@ def kernel_plot(patterns, max_distance: int, out_dir: str, log=print) -> str | N
     return path
 
 
+def _train_length(record_dir: str) -> int | None:
+    import json
+
+    with open(os.path.join(record_dir, "eval.json")) as f:
+        return json.load(f).get("train_length")
+
+
 def records_report(records_dir: str, out_dir: str, log=print) -> None:
     """Kernel plots, drift table and trajectory plots from run records."""
     import json
@@ -73,9 +80,8 @@ def records_report(records_dir: str, out_dir: str, log=print) -> None:
         first.setdefault((rec["dataset"], rec["scheme"]), rec)
     for dataset in sorted({d for d, _ in first}):
         kernels, trajectories = {}, {}
-        for (d, scheme), rec in sorted(first.items()):
-            if d != dataset:
-                continue
+        chosen = [(scheme, rec) for (d, scheme), rec in sorted(first.items()) if d == dataset]
+        for scheme, rec in chosen:
             path = os.path.join(rec["dir"], "kernel.json")
             if os.path.isfile(path):
                 with open(path) as f:
@@ -87,7 +93,8 @@ def records_report(records_dir: str, out_dir: str, log=print) -> None:
                 trajectories[f"{scheme} {name} (seed {rec['seed']})"] = (rec["trajectory"]["iteration"], heads)
         safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in dataset)
         if kernels:
-            log(f"wrote {plot_kernels(kernels, os.path.join(out_dir, f'kernels_{safe}.png'))}")
+            path = plot_kernels(kernels, os.path.join(out_dir, f"kernels_{safe}.png"), _train_length(chosen[0][1]["dir"]))
+            log(f"wrote {path}")
         if trajectories:
             log(f"wrote {plot_trajectories(trajectories, os.path.join(out_dir, f'trajectories_{safe}.png'))}")
     rows = drift_rows(records)

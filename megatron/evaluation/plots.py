@@ -160,8 +160,9 @@ def positionwise_figure(records, length: int | None = None, windowed=None, title
     return fig
 
 
-def plot_kernels(kernels: dict, path: str) -> str:
-    """kernels: {label: array [heads, max_d + 1]} of f_h(d); one subplot per label, one line per head."""
+def plot_kernels(kernels: dict, path: str, train_length: int | None = None) -> str:
+    """kernels: {label: array [heads, max_d + 1]} of f_h(d); one subplot per label, one line per head;
+    train_length, when given, is marked (distances beyond it were never seen in training)."""
     if not kernels:
         raise ValueError("plot_kernels: no kernels to plot (every checkpoint lacked a score bias)")
     n = len(kernels)
@@ -173,6 +174,8 @@ def plot_kernels(kernels: dict, path: str) -> str:
         d = np.arange(f.shape[1])
         for h in range(f.shape[0]):
             ax.plot(d, f[h], lw=1, label=f"head {h}")
+        if train_length:
+            ax.axvline(train_length, **TRAIN_LINE, label=f"train length {train_length}")
         ax.set_title(label, fontsize=9)
         ax.set_xlabel("distance d = i - j")
         ax.set_ylabel("f_h(d)")
