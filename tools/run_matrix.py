@@ -62,7 +62,8 @@ def run_one(base: list[str], r, eval_args: list[str], windowed: int | None, reco
         run(evaluate + eval_args + ["--window", str(windowed), "--out", window], log)
     seconds = time.time() - start
     if record:
-        longest = max(int(x["length"]) for x in json.load(open(os.path.join(full, "eval.json")))["results"])
+        with open(os.path.join(full, "eval.json")) as f:  # the kernel is recorded out to the longest length
+            longest = max(int(x["length"]) for x in json.load(f)["results"])
         write_record(record, r, full, window if windowed else None, metrics_path(r.run_dir), longest, seconds)
     return f"done in {seconds:.0f}s"
 
