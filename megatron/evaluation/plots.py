@@ -28,6 +28,7 @@ PLAIN = FuncFormatter(lambda v, _: f"{v:g}")  # 1024 and 12.5 rather than 2^10 a
 LOG_SUBS = ((1,), (1, 3), (1, 2, 5), (1, 2, 3, 5, 7), (1, 1.5, 2, 3, 4, 5, 6, 7, 8, 9))
 MIN_TICKS, MAX_TICKS = 5, 10
 TRAIN_LINE = {"color": "0.35", "ls": ":", "lw": 1.2}
+KERNEL_SYMLOG_ABOVE = 1e4  # |f_h(d)| beyond this: symlog y, so heads of very different scales stay visible
 
 
 class ReadableLogLocator(Locator):
@@ -176,9 +177,14 @@ def plot_kernels(kernels: dict, path: str, train_length: int | None = None) -> s
             ax.plot(d, f[h], lw=1, label=f"head {h}")
         if train_length:
             ax.axvline(train_length, **TRAIN_LINE, label=f"train length {train_length}")
+        if np.abs(f).max() > KERNEL_SYMLOG_ABOVE:  # a near-quadratic power head would flatten the others
+            ax.set_yscale("symlog", linthresh=1.0)
+            ax.set_ylim(top=max(float(f.max()), 0.0) + 1.0)  # no empty positive decades above a decaying kernel
+            ax.set_ylabel("f_h(d) (symlog)")
+        else:
+            ax.set_ylabel("f_h(d)")
         ax.set_title(label, fontsize=9)
         ax.set_xlabel("distance d = i - j")
-        ax.set_ylabel("f_h(d)")
         ax.grid(True, alpha=0.3)
         if f.shape[0] <= 12:
             ax.legend(fontsize=6, ncol=2)
