@@ -161,16 +161,23 @@ def positionwise_figure(records, length: int | None = None, windowed=None, title
     return fig
 
 
+def _panel_grid(n: int, max_cols: int, panel_size: tuple[float, float]):
+    """(figure, the first n axes) of a grid of n panels, max_cols wide; the unused cells are blank."""
+    cols = min(max_cols, n)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(panel_size[0] * cols, panel_size[1] * rows), squeeze=False)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    return fig, list(axes.flat)[:n]
+
+
 def plot_kernels(kernels: dict, path: str, train_length: int | None = None) -> str:
     """kernels: {label: array [heads, max_d + 1]} of f_h(d); one subplot per label, one line per head;
     train_length, when given, is marked (distances beyond it were never seen in training)."""
     if not kernels:
         raise ValueError("plot_kernels: no kernels to plot (every checkpoint lacked a score bias)")
-    n = len(kernels)
-    cols = min(3, n)
-    rows = -(-n // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
-    for ax, (label, f) in zip(axes.flat, kernels.items()):
+    fig, axes = _panel_grid(len(kernels), 3, (4.2, 3.2))
+    for ax, (label, f) in zip(axes, kernels.items()):
         f = np.asarray(f)
         d = np.arange(f.shape[1])
         for h in range(f.shape[0]):
@@ -188,8 +195,6 @@ def plot_kernels(kernels: dict, path: str, train_length: int | None = None) -> s
         ax.grid(True, alpha=0.3)
         if f.shape[0] <= 12:
             ax.legend(fontsize=6, ncol=2)
-    for ax in list(axes.flat)[n:]:
-        ax.axis("off")
     return _save(fig, path)
 
 
@@ -198,11 +203,8 @@ def plot_trajectories(panels: dict, path: str) -> str:
     against the training step, one subplot per label (the convergence evidence of the report)."""
     if not panels:
         raise ValueError("plot_trajectories: no per-head trajectories to plot")
-    n = len(panels)
-    cols = min(4, n)
-    rows = -(-n // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.7 * rows), squeeze=False)
-    for ax, (label, (steps, heads)) in zip(axes.flat, panels.items()):
+    fig, axes = _panel_grid(len(panels), 4, (3.6, 2.7))
+    for ax, (label, (steps, heads)) in zip(axes, panels.items()):
         for h, values in sorted(heads.items()):
             ax.plot(steps, values, lw=1, label=f"head {h}")
         ax.axvspan(0.8 * steps[-1], steps[-1], color="0.9", lw=0)  # the tail the drift table measures
@@ -212,6 +214,4 @@ def plot_trajectories(panels: dict, path: str) -> str:
         ax.grid(True, alpha=0.3)
         if len(heads) <= 12:
             ax.legend(fontsize=6, ncol=2)
-    for ax in list(axes.flat)[n:]:
-        ax.axis("off")
     return _save(fig, path)
