@@ -1,5 +1,5 @@
-"""The issue-12 schemes end to end: a tiny pos-emb sandwich model and a kerple_log model with
-attention-logn-scaling train a few steps and evaluate.py sweeps them 1x..16x the train length."""
+"""The issue-12 schemes end to end: tiny pos-emb sandwich, xpos and fire models and a kerple_log model
+with attention-logn-scaling train a few steps and evaluate.py sweeps them 1x..16x the train length."""
 import json
 import math
 import os
@@ -12,8 +12,9 @@ from megatron.config import load_config
 from tests.conftest import ROOT, train_config_dict, write_yaml
 
 
-@pytest.mark.parametrize("over", [{"pos_emb": "sandwich"}, {"pos_emb": "kerple_log", "attention_logn_scaling": True}],
-                         ids=["sandwich", "kerple_log-logn"])
+@pytest.mark.parametrize("over", [{"pos_emb": "sandwich"}, {"pos_emb": "xpos"}, {"pos_emb": "fire"},
+                                  {"pos_emb": "kerple_log", "attention_logn_scaling": True}],
+                         ids=["sandwich", "xpos", "fire", "kerple_log-logn"])
 def test_trains_and_sweeps_to_16x(tmp_path, token_dataset, over):
     from megatron.training.trainer import Trainer
 
