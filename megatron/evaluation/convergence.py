@@ -13,14 +13,16 @@ from collections import defaultdict
 
 import numpy as np
 
+from megatron.positional.base import parse_head_key
+
 
 def head_series(trajectory: dict) -> dict[str, dict[int, list[float]]]:
     """{parameter name: {head: values}} from a trajectory's {name}_h{i} keys."""
     out: dict[str, dict[int, list[float]]] = defaultdict(dict)
     for key, values in trajectory.items():
-        stem, sep, idx = key.rpartition("_h")
-        if sep and stem and idx.isdigit():
-            out[stem][int(idx)] = values
+        parsed = parse_head_key(key)
+        if parsed:
+            out[parsed[0]][parsed[1]] = values
     return dict(out)
 
 

@@ -19,6 +19,7 @@ import os
 import shutil
 
 from megatron.atomic_io import atomic_output
+from megatron.positional.base import parse_head_key
 from megatron.training.metrics_file import read_metrics
 
 RECORD = "record.json"
@@ -37,16 +38,11 @@ def trajectory_from_metrics(metrics_path: str, every: int = 10) -> dict:
         raise ValueError(f"{metrics_path}: no training rows; was the run trained?")
     last = rows[-1]["iteration"]
     rows = [r for r in rows if r["iteration"] % every == 0 or r["iteration"] == last]
-    keys = [k for k in rows[-1] if k in TRAJECTORY_KEYS or _is_head_key(k)]
+    keys = [k for k in rows[-1] if k in TRAJECTORY_KEYS or parse_head_key(k)]
     out = {"iteration": [int(r["iteration"]) for r in rows]}
     for k in keys:  # 6 significant digits: the record is committed, full floats would double its size
         out[k] = [None if r.get(k) is None else float(f"{r[k]:.6g}") for r in rows]
     return out
-
-
-def _is_head_key(key: str) -> bool:
-    stem, sep, idx = key.rpartition("_h")
-    return bool(sep and stem and idx.isdigit())
 
 
 def kernel_record(checkpoint_dir: str, max_distance: int) -> dict | None:

@@ -191,7 +191,7 @@ class PositionalScheme(nn.Module):
         out = {}
         for name, value in self.clamped().items():
             flat = value.detach().flatten().tolist()
-            out.update({f"{name}_h{i}": v for i, v in enumerate(flat)})
+            out.update({head_key(name, i): v for i, v in enumerate(flat)})
         return out
 
     def clamped_parameters(self) -> list[tuple[nn.Parameter, float | None, float | None]]:
@@ -230,6 +230,17 @@ def clamp_straight_through(x: torch.Tensor, min: float | None = None, max: float
     This is what the paper's code does by clamping `.data` outside autograd, but without
     mutating the stored parameter (so optimizer state and checkpoints see the raw value)."""
     return x + (x.clamp(min=min, max=max) - x).detach()
+
+
+def head_key(name: str, head: int) -> str:
+    """The logged name of one head's value of a parameter (per_head_stats): bias_p_h3."""
+    return f"{name}_h{head}"
+
+
+def parse_head_key(key: str) -> tuple[str, int] | None:
+    """(parameter name, head) of a head_key, None for any other metric name."""
+    stem, sep, idx = key.rpartition("_h")
+    return (stem, int(idx)) if sep and stem and idx.isdigit() else None
 
 
 def summary_stats(name: str, x: torch.Tensor) -> dict[str, float]:
