@@ -69,6 +69,7 @@ def test_head_series_and_drift_rows():
     by = {r["parameter"]: r for r in rows}
     assert by["bias_p"]["max"] == pytest.approx(0.5) and by["bias_p"]["median"] == pytest.approx(0.25)
     assert by["bias_p"]["heads"] == 2 and by["bias_a"]["max"] == 0.0
+    assert by["bias_p"]["over_target"] == 1 and by["bias_a"]["over_target"] == 0  # 50% > 5%, 0% not
 
 
 def test_write_record_then_report_from_records_alone(tmp_path, token_dataset):
@@ -102,7 +103,7 @@ def test_write_record_then_report_from_records_alone(tmp_path, token_dataset):
     for png in ("kernels_tiny.png", "trajectories_tiny.png", "ppl_vs_length_tiny.png"):
         assert (report / png).read_bytes()[:4] == b"\x89PNG"
     drift = (report / "drift.md").read_text()
-    assert "| tiny | kerple_log | bias_p |" in drift and "| 8 |" in drift  # 4 heads x 2 seeds
+    assert "| tiny | kerple_log | bias_p |" in drift and "| 8 | " in drift  # 4 heads x 2 seeds
     assert "alibi" not in drift  # nothing learned per head
 
 
