@@ -6,9 +6,11 @@
   baseline (a run evaluated with --window) drawn dashed when given.
 - plot_kernels: Figs. 2-4, the learned bias f_h(d) of every head against distance d.
 - plot_trajectories: each head's learned positional parameters against the training step.
-Figures are small (dpi 100) so result folders stay light in git. Log-scale perplexity axes carry
-a plain number on every tick for any range (ReadableLogLocator), and the train length is marked on
-the first two plots (beyond it the model extrapolates).
+Each scheme keeps one colour across a report's figures (scheme_colors) and the windowed baseline is
+black and dashed in both perplexity figures. Figures are small (dpi 100) so result folders stay
+light in git. Log-scale perplexity axes carry a plain number on every tick for any range
+(ReadableLogLocator), and the train length is marked on the first two plots (beyond it the model
+extrapolates).
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ PLAIN = FuncFormatter(lambda v, _: f"{v:g}")  # 1024 and 12.5 rather than 2^10 a
 LOG_SUBS = ((1,), (1, 3), (1, 2, 5), (1, 2, 3, 5, 7), (1, 1.5, 2, 3, 4, 5, 6, 7, 8, 9))
 MIN_TICKS, MAX_TICKS = 5, 10
 TRAIN_LINE = {"color": "0.35", "ls": ":", "lw": 1.2}
+BASELINE_LINE = {"color": "black", "ls": "--", "lw": 1.2}  # the windowed baseline (a run with r.window)
 KERNEL_SYMLOG_ABOVE = 1e4  # |f_h(d)| beyond this: symlog y, so heads of very different scales stay visible
 
 
@@ -79,6 +82,18 @@ def _by_scheme(records) -> dict[str, list]:
     return dict(sorted(groups.items()))
 
 
+def scheme_colors(records) -> dict[str, str]:
+    """One colour per scheme, from the sorted names of the records without a window: a report draws
+    its figures from the same records, so a scheme has the same colour in each of them."""
+    names = sorted({r.scheme for r in records if r.window is None})
+    palette = plt.get_cmap("tab10" if len(names) <= 10 else "tab20").colors
+    return {name: matplotlib.colors.to_hex(palette[i % len(palette)]) for i, name in enumerate(names)}
+
+
+def _split_baseline(records) -> tuple[list, list]:
+    return [r for r in records if r.window is None], [r for r in records if r.window is not None]
+
+
 def plot_ppl_vs_length(records, path: str, title: str | None = None) -> str:
     """One line per scheme: mean perplexity over seeds at each length, shaded ±1 sample std."""
     return _save(ppl_vs_length_figure(records, title), path)
@@ -86,13 +101,18 @@ def plot_ppl_vs_length(records, path: str, title: str | None = None) -> str:
 
 def ppl_vs_length_figure(records, title: str | None = None):
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for scheme, runs in _by_scheme(records).items():
-        lengths = sorted({L for r in runs for L in r.ppl})
-        vals = [[r.ppl[L] for r in runs if L in r.ppl] for L in lengths]
-        mean = np.array([np.mean(v) for v in vals])
-        std = np.array([np.std(v, ddof=1) if len(v) > 1 else 0.0 for v in vals])
-        (line,) = ax.plot(lengths, mean, marker="o", ms=3, label=scheme)
-        ax.fill_between(lengths, np.maximum(mean - std, 1e-9), mean + std, color=line.get_color(), alpha=0.2)
+    plain, baseline = _split_baseline(records)
+    colors = scheme_colors(plain)
+    for group, style in ((plain, None), (baseline, BASELINE_LINE)):
+        for scheme, runs in _by_scheme(group).items():
+            lengths = sorted({L for r in runs for L in r.ppl})
+            vals = [[r.ppl[L] for r in runs if L in r.ppl] for L in lengths]
+            mean = np.array([np.mean(v) for v in vals])
+            std = np.array([np.std(v, ddof=1) if len(v) > 1 else 0.0 for v in vals])
+            line_style = style or {"color": colors[scheme], "lw": 1.5}
+            label = scheme if style is None else f"{scheme} (baseline)"
+            ax.plot(lengths, mean, marker="o", ms=3, label=label, **line_style)
+            ax.fill_between(lengths, np.maximum(mean - std, 1e-9), mean + std, color=line_style["color"], alpha=0.2)
     mark_train_length(ax, records)
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(PLAIN)
@@ -140,16 +160,19 @@ def positionwise_figure(records, length: int | None = None, windowed=None, title
         if not common:
             raise ValueError("plot_positionwise: the records share no length with a position-wise curve; pass length=")
         length = max(common)
+    records, in_records = _split_baseline(records)  # a windowed run among `records` is a baseline too
+    windowed = [*(windowed or []), *in_records]
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    colors = scheme_colors(records)
     for scheme, runs in _by_scheme(records).items():
         curve = _positionwise_curve(runs, length)
         if curve is not None:
-            ax.plot(*curve, lw=1, label=scheme)
-    for scheme, runs in _by_scheme(windowed or []).items():
+            ax.plot(*curve, lw=1, label=scheme, color=colors[scheme])
+    for scheme, runs in _by_scheme(windowed).items():
         curve = _positionwise_curve(runs, length)
         if curve is not None:
-            ax.plot(*curve, lw=1.2, ls="--", color="black", label=f"{scheme} (baseline)")
-    mark_train_length(ax, [*records, *(windowed or [])])
+            ax.plot(*curve, **BASELINE_LINE, label=f"{scheme} (baseline)")
+    mark_train_length(ax, [*records, *windowed])
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(PLAIN)
     readable_log_y(ax)

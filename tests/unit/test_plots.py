@@ -61,3 +61,28 @@ def test_plot_files_are_still_written(tmp_path):
     for path in (plots.plot_ppl_vs_length(records, str(tmp_path / "a.png")),
                  plots.plot_positionwise(records, str(tmp_path / "b.png"))):
         assert open(path, "rb").read(4) == b"\x89PNG"
+
+
+def windowed_record(scheme, lo, hi, window=64):
+    r = record(scheme, lo, hi)
+    r.scheme, r.window = f"{scheme} (window {window})", window
+    return r
+
+
+def colours_by_label(fig):
+    return {line.get_label(): (line.get_color(), line.get_linestyle()) for line in fig.axes[0].get_lines()}
+
+
+def test_a_scheme_has_one_colour_in_both_figures_and_the_baseline_is_dashed_black():
+    plain = [record(s, 40, 40 * k) for k, s in enumerate(["xpos", "alibi", "rotary", "kerple_log"], start=2)]
+    base = windowed_record("kerple_log", 35, 60)
+    by_length = colours_by_label(plots.ppl_vs_length_figure([*plain, base]))
+    by_position = colours_by_label(plots.positionwise_figure(plain, 1024, windowed=[base]))
+    for r in plain:
+        assert by_length[r.scheme] == by_position[r.scheme] and by_length[r.scheme][1] == "-"
+    assert len({by_length[r.scheme][0] for r in plain}) == len(plain)  # distinguishable
+    baseline = "kerple_log (window 64) (baseline)"
+    assert by_length[baseline] == by_position[baseline] == ("black", "--")
+    # a windowed run handed to positionwise among the plain ones is still drawn as the baseline
+    assert colours_by_label(plots.positionwise_figure([*plain, base], 1024))[baseline] == ("black", "--")
+    plots.plt.close("all")
