@@ -2,6 +2,7 @@
 DeepSpeed expects (else it falls back to MPI discovery and asks for mpi4py)."""
 from __future__ import annotations
 
+import atexit
 import os
 import socket
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ def init_distributed() -> DistInfo:
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if not torch.distributed.is_initialized():
         deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
+        atexit.register(shutdown_distributed)
     rank = torch.distributed.get_rank()
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if torch.cuda.is_available():
@@ -58,3 +60,12 @@ def init_distributed() -> DistInfo:
     else:
         device = torch.device("cpu")
     return DistInfo(rank, torch.distributed.get_world_size(), local_rank, device)
+
+
+def shutdown_distributed() -> None:
+    """Destroy the process group while the interpreter is still whole. Left to interpreter
+    teardown, gloo's worker threads can outlive it and a rank that finished its work aborts with
+    "terminate called without an active exception" (SIGABRT, pytorch/pytorch#190489): seen on
+    2-rank CPU runs under load, the launcher then reports the whole run as failed."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
