@@ -4,7 +4,7 @@
     # -> table3.md, table3.csv, speed.md, ppl_vs_length_<dataset>.png, positionwise_<dataset>.png
 
 Table 3: rows = schemes (reference first), column groups = datasets x lengths, cells
-"mean ± std" over seeds, † per megatron.evaluation.stats (the reference is significantly better).
+"mean ± std" over seeds, † / ‡ per megatron.evaluation.stats (the reference is significantly better / worse).
 Table 4: training sec/step per scheme and dataset, mean over seeds.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import re
 from collections import defaultdict
 
 from megatron.evaluation.results import RunResult
-from megatron.evaluation.stats import DAGGER, FOOTNOTE, format_mean_std, mean_std, paired_test
+from megatron.evaluation.stats import DAGGER, DOUBLE_DAGGER, FOOTNOTE, format_mean_std, mean_std, paired_test
 from megatron.evaluation.windows import windows_line
 
 MISSING = "–"
@@ -34,7 +34,8 @@ def order_schemes(schemes, reference: str) -> list[str]:
 
 
 def table3_cells(runs: list[RunResult], reference: str = "kerple_log", alpha: float = 0.05) -> list[dict]:
-    """One dict per (dataset, length, scheme): n, mean, std, p, dagger, seeds, note."""
+    """One dict per (dataset, length, scheme): n, mean, std, p, dagger, better (than the reference), mark, seeds,
+    note."""
     by = defaultdict(dict)  # (dataset, length, scheme) -> {seed: ppl}
     for r in runs:
         for length, ppl in r.ppl.items():
@@ -43,7 +44,7 @@ def table3_cells(runs: list[RunResult], reference: str = "kerple_log", alpha: fl
     for (dataset, length, scheme), seeds in sorted(by.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
         mean, std = mean_std(seeds.values())
         cell = {"dataset": dataset, "length": length, "scheme": scheme, "n": len(seeds), "mean": mean, "std": std,
-                "p": math.nan, "dagger": False, "seeds": sorted(seeds, key=str), "note": ""}
+                "p": math.nan, "dagger": False, "better": False, "mark": "", "seeds": sorted(seeds, key=str), "note": ""}
         ref = by.get((dataset, length, reference))
         if scheme == reference:
             cell["note"] = "reference"
@@ -51,7 +52,8 @@ def table3_cells(runs: list[RunResult], reference: str = "kerple_log", alpha: fl
             cell["note"] = f"no test: reference {reference} has no result here"
         else:
             test = paired_test(ref, seeds, alpha)
-            cell.update(p=test.p, dagger=test.reference_better, note=test.note)
+            cell.update(p=test.p, dagger=test.reference_better, better=test.other_better, mark=test.mark,
+                        note=test.note)
         cells.append(cell)
     return cells
 
@@ -66,9 +68,9 @@ def table3_markdown(cells: list[dict], reference: str, alpha: float = 0.05, digi
         row = []
         for d, L in columns:
             c = index.get((d, L, s))
-            row.append(MISSING if c is None else format_mean_std(c["mean"], c["std"], digits) + (DAGGER if c["dagger"] else ""))
+            row.append(MISSING if c is None else format_mean_std(c["mean"], c["std"], digits) + c["mark"])
         lines.append(f"| {s} | " + " | ".join(row) + " |")
-    notes = [FOOTNOTE.format(dagger=DAGGER, ref=reference, alpha=alpha)]
+    notes = [FOOTNOTE.format(dagger=DAGGER, double_dagger=DOUBLE_DAGGER, ref=reference, alpha=alpha)]
     untested = sorted({c["note"] for c in cells if c["note"].startswith("no test")})
     notes += [f"Untested cells: {n}." for n in untested]
     if reference not in schemes:
@@ -90,10 +92,11 @@ def windows_note(runs: list[RunResult]) -> str:
 def write_table3_csv(cells: list[dict], path: str) -> None:
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["dataset", "length", "scheme", "n_seeds", "mean_ppl", "std_ppl", "p_value", "dagger", "seeds", "note"])
+        w.writerow(["dataset", "length", "scheme", "n_seeds", "mean_ppl", "std_ppl", "p_value", "dagger",
+                    "better_than_reference", "seeds", "note"])
         for c in cells:
             w.writerow([c["dataset"], c["length"], c["scheme"], c["n"], f"{c['mean']:.6f}", f"{c['std']:.6f}",
-                        f"{c['p']:.6g}", int(c["dagger"]), " ".join(map(str, c["seeds"])), c["note"]])
+                        f"{c['p']:.6g}", int(c["dagger"]), int(c["better"]), " ".join(map(str, c["seeds"])), c["note"]])
 
 
 def load_speed_file(path: str) -> dict:

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from megatron.evaluation.stats import DAGGER, format_mean_std, mean_std, paired_test
+from megatron.evaluation.stats import DAGGER, DOUBLE_DAGGER, format_mean_std, mean_std, paired_test
 
 
 def t_by_hand(a, b):
@@ -39,9 +39,15 @@ def test_non_significant_case():
     assert not res.reference_better and res.mark == ""
 
 
-def test_reference_significantly_worse_gets_no_dagger():
+def test_reference_significantly_worse_gets_a_double_dagger_not_a_dagger():
     res = paired_test({1: 11.0, 2: 12.5, 3: 13.0}, {1: 10.0, 2: 11.0, 3: 12.0})
     assert res.p < 0.05 and res.t == pytest.approx(7.0) and not res.reference_better
+    assert res.other_better and res.mark == DOUBLE_DAGGER
+
+
+def test_a_non_significant_difference_gets_neither_mark():
+    res = paired_test({1: 20.0, 2: 21.0, 3: 22.0}, {1: 20.5, 2: 20.8, 3: 22.9})
+    assert not res.reference_better and not res.other_better and res.mark == ""
 
 
 def test_pairing_is_by_seed_not_by_position():
