@@ -14,12 +14,10 @@ from __future__ import annotations
 import os
 import re
 
-from megatron.atomic_io import atomic_output, fsync_path
+from megatron.atomic_io import atomic_output, clean_stale_temporaries, fsync_path
 from megatron.checkpoint.errors import CheckpointError
 
 LATEST = "latest"
-TMP_PREFIX = LATEST + ".tmp"
-_TMP = re.compile(re.escape(TMP_PREFIX) + r"(\d+)")
 TAG_PREFIX = "global_step"
 _STEP_TAG = re.compile(re.escape(TAG_PREFIX) + r"(\d+)")
 
@@ -103,37 +101,11 @@ def resolve_tag(ckpt_dir: str, tag: str | None = None) -> str:
     return found
 
 
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's live process
-        return True
-    return True
-
-
 def clean_stale_tmp(ckpt_dir: str) -> list[str]:
-    """Remove `latest.tmp<pid>` files whose writer is gone (or is this process, which is not
-    writing now); returns the removed paths. A live writer's file is left alone."""
-    removed = []
-    try:
-        names = os.listdir(ckpt_dir)
-    except FileNotFoundError:
-        return removed
-    for name in names:
-        m = _TMP.fullmatch(name)
-        if m is None:
-            continue
-        pid = int(m.group(1))
-        if pid != os.getpid() and _process_alive(pid):
-            continue
-        try:
-            os.remove(os.path.join(ckpt_dir, name))
-            removed.append(os.path.join(ckpt_dir, name))
-        except FileNotFoundError:  # its writer finished meanwhile
-            pass
-    return removed
+    """Remove `latest.tmp<pid>` files whose writer is gone (megatron/atomic_io.py); returns the
+    removed paths (in the directory as given)."""
+    removed = clean_stale_temporaries(os.path.join(ckpt_dir, LATEST))
+    return [os.path.join(ckpt_dir, os.path.basename(p)) for p in removed]
 
 
 def write_latest(ckpt_dir: str, tag: str) -> None:

@@ -25,7 +25,7 @@ import struct
 
 import numpy as np
 
-from megatron.atomic_io import atomic_output, fsync_path, remove_quietly, temp_path
+from megatron.atomic_io import atomic_output, clean_stale_temporaries, fsync_path, remove_quietly, temp_path
 from megatron.errors import DataError
 
 _MAGIC = b"MMIDIDX\x00\x00"
@@ -97,6 +97,8 @@ class MMapIndexedDatasetBuilder:
             raise ValueError(f"unsupported token dtype {self._dtype}; use one of {sorted(map(str, _CODE_OF))}")
         self._bin_path = bin_path
         self._overwrite = overwrite
+        for path in (bin_path, idx_path(_prefix_of(bin_path))):  # a SIGKILLed earlier run's temporaries
+            clean_stale_temporaries(path)
         refuse_existing(_prefix_of(bin_path), overwrite)
         self._tmp_bin_path = temp_path(bin_path)
         self._data_file = open(self._tmp_bin_path, "wb")  # noqa: SIM115 (stays open until finalize)

@@ -174,3 +174,18 @@ def test_dead_worker_is_an_error_not_a_hang(tmp_path):
     with pytest.raises(UserError, match=r"a tokenizer worker process died .*in\.jsonl:1 on.*fewer --workers"):
         preprocess([src], DyingTokenizer(), str(tmp_path / "o"), workers=2)
     assert list(tmp_path.glob("o_*")) == []
+
+
+def test_stale_temporaries_of_a_killed_run_are_cleaned_by_the_next(tmp_path):
+    """SIGKILL leaves `<prefix>.bin.tmp<pid>` (nothing runs at SIGKILL); the next run on the same
+    prefix removes those of dead writers and keeps a live writer's."""
+    src = write_jsonl(tmp_path / "in.jsonl", DOCS)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    prefix = tmp_path / "out_text_document"
+    stale = [Path(f"{prefix}.bin.tmp{dead.pid}"), Path(f"{prefix}.idx.tmp{dead.pid}")]
+    live = Path(f"{prefix}.bin.tmp{os.getppid()}")  # a running process: its writer may still be busy
+    for p in [*stale, live]:
+        p.write_bytes(b"x" * 100)
+    preprocess([src], build_tokenizer("CharLevelTokenizer"), str(tmp_path / "out"))
+    assert not any(p.exists() for p in stale) and live.exists()
