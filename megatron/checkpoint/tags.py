@@ -96,9 +96,37 @@ def resolve_tag(ckpt_dir: str, tag: str | None = None) -> str:
         return check_tag(tag, ckpt_dir, "--iteration / the requested tag")
     found = read_latest(ckpt_dir)
     if found is None:
+        steps = steps_in(ckpt_dir)
+        if steps:
+            raise CheckpointError(f"{missing_latest(ckpt_dir, steps)}; name the step to read with --iteration "
+                                  f"(e.g. --iteration {steps[-1]})")
         raise CheckpointError(f"{ckpt_dir!r} has no `latest` file; pass the checkpoint directory that holds `latest` "
                      "and global_step<N>/, or name a step with --iteration")
     return found
+
+
+def steps_in(ckpt_dir: str) -> list[int]:
+    """The steps of the complete global_step<N> directories in ckpt_dir, in order (a save still
+    being written is `global_step<N>.incomplete`, not a step)."""
+    try:
+        names = os.listdir(ckpt_dir)
+    except FileNotFoundError:
+        return []
+    return sorted(n for d in names if (n := step_of(d)) is not None and os.path.isdir(os.path.join(ckpt_dir, d)))
+
+
+def describe_steps(steps: list[int], shown: int = 6) -> str:
+    """'global_step2, global_step4' (the last `shown` of many, with a count)."""
+    names = ", ".join(tag_for(s) for s in steps[-shown:])
+    return names if len(steps) <= shown else f"{len(steps)} steps, up to ... {names}"
+
+
+def missing_latest(ckpt_dir: str, steps: list[int]) -> str:
+    """The first half of every refusal of a directory with steps but no `latest`."""
+    path = os.path.join(ckpt_dir, LATEST)
+    return (f"checkpoint directory {ckpt_dir!r} holds checkpoints {describe_steps(steps)} but no `latest` file "
+            f"(deleted, or not synced yet), so which step to read is unknown; to use the newest, write its name "
+            f"into {path} (echo {tag_for(steps[-1])} > {path})")
 
 
 def clean_stale_tmp(ckpt_dir: str) -> list[str]:

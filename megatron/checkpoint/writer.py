@@ -65,6 +65,19 @@ def torch_save_file(obj, path: str) -> None:
                                   "it was not changed. Free space there or choose another --output") from e
 
 
+def holds_optimizer_state(tag_dir: str, trust: bool = False) -> bool:
+    """False for a weights-only step (what write_tp1_checkpoint writes: `optimizer` None and no
+    ZeRO optimizer partitions). Reads the model file: call it on a failure path only."""
+    import glob
+
+    from megatron.checkpoint.safe_load import read_checkpoint_file
+
+    if glob.glob(os.path.join(tag_dir, "*optim_states.pt")):
+        return True
+    path = os.path.join(tag_dir, MODEL_FILE)
+    return os.path.isfile(path) and read_checkpoint_file(path, trust, allow_nonfinite=True).get("optimizer") is not None
+
+
 def write_tp1_checkpoint(ck, output_dir: str) -> str:
     """Write `ck` (a reader.Tp1Checkpoint) as a TP=1 checkpoint in our layout under output_dir, with
     the same step tag; returns the written step directory. A NeoX source gets our client state
