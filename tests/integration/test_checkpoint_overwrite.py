@@ -85,7 +85,8 @@ def test_merged_checkpoint_is_weights_only_and_says_how_to_start_from_it(trained
                            trained[1], "--output", merged], capture_output=True, text=True, cwd=ROOT,
                           env=child_env(), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    with pytest.raises(CheckpointError, match=r"holds the weights only, no optimizer state .*`finetune: true`.*`no-load-optim: true`"):
+    weights_only = r"holds the weights only, no optimizer state .*`finetune: true`.*`no-load-optim: true`"
+    with pytest.raises(CheckpointError, match=weights_only):
         _trainer(trained, tmp_path, save=None, load=merged, train_iters=6)
     with pytest.raises(CheckpointError, match=r"holds the weights only"):  # ZeRO would start a fresh optimizer silently
         _trainer(trained, tmp_path, save=None, load=merged, train_iters=6, zero_optimization={"stage": 2})
