@@ -1,4 +1,7 @@
-"""One training run per run directory: an exclusive flock on `<run_dir>/train.lock`.
+"""One training run per run directory: an exclusive flock on `<run_dir>/train.lock`; and one per
+checkpoint directory: `<save>.lock` beside it (a second run with its own run-dir but the same
+`save` would replace the first one's checkpoints step by step). The save lock sits next to the
+directory, not in it, so a checkpoint directory holds exactly NeoX's layout (latest, global_step*).
 
 The lock belongs to the process, not to the file: the kernel drops it on any exit, SIGKILL and
 power loss included, so a lock file left behind by a dead run is simply locked again (and said so).
@@ -43,12 +46,18 @@ def describe(holder: dict) -> str:
             f"running since {holder.get('since', '?')}")
 
 
-class RunLock:
-    """acquire() takes the lock or raises RunDirInUse naming the holder; release() (or exit) frees it."""
+RUN_DIR_FIX = "give this run its own directory (-o run-dir=runs/<new name>)"
 
-    def __init__(self, run_dir: str):
+
+class RunLock:
+    """acquire() takes the lock or raises RunDirInUse naming the holder; release() (or exit) frees it.
+    `path`: the lock file (default <run_dir>/train.lock); `what` and `fix` word the refusal."""
+
+    def __init__(self, run_dir: str, path: str | None = None, what: str | None = None, fix: str = RUN_DIR_FIX):
         self.run_dir = run_dir
-        self.path = os.path.join(run_dir, LOCK_NAME)
+        self.path = path or os.path.join(run_dir, LOCK_NAME)
+        self.what = what or f"run directory {run_dir!r}"
+        self.fix = fix
         self.fd: int | None = None
         self.stale: dict | None = None  # the dead holder whose lock file this run took over
 
@@ -61,10 +70,9 @@ class RunLock:
             holder = _read_holder(fd)
             os.close(fd)
             raise RunDirInUse(
-                f"run directory {self.run_dir!r} is in use by another training run ({describe(holder)}; "
+                f"{self.what} is in use by another training run ({describe(holder)}; "
                 f"lock file {self.path}); wait for it to finish, stop it (kill {holder.get('pid', '<pid>')} "
-                "saves and exits at the next step), or give this run its own directory "
-                "(-o run-dir=runs/<new name>)") from None
+                f"saves and exits at the next step), or {self.fix}") from None
         previous = _read_holder(fd)
         self.stale = previous if previous.get("pid") else None  # its holder died without releasing
         os.ftruncate(fd, 0)
@@ -94,3 +102,11 @@ class RunLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def save_dir_lock(save: str) -> RunLock:
+    """The lock of checkpoint directory `save`: `<save>.lock` beside it (through symlinks, so two
+    spellings of one directory share one lock)."""
+    real = os.path.realpath(save)
+    return RunLock(os.path.dirname(real), path=real + ".lock", what=f"checkpoint directory {save!r}",
+                   fix="give this run its own `save` directory (or leave `save` unset: <run-dir>/checkpoints)")

@@ -36,7 +36,7 @@ from megatron.training.pipeline_step import (
     uses_pipeline,
 )
 from megatron.training.projection import project_positional
-from megatron.training.run_lock import RunLock, describe
+from megatron.training.run_lock import RunLock, describe, save_dir_lock
 from megatron.training.schedule import build_scheduler
 from megatron.training.signals import PreemptionHandler
 from megatron.training.throughput import Throughput
@@ -72,27 +72,38 @@ class Trainer:
         self.cfg = cfg
         check_precision_supported(cfg)
         self.dist = init_distributed()
-        self.lock = self._lock_run_dir()
+        self.locks = self._lock_outputs()
         try:
             self._setup(deepspeed)
         except BaseException:
             self.release()
             raise
 
-    def _lock_run_dir(self) -> RunLock | None:
-        """One run per run directory, held by rank 0 until train() ends or the process dies."""
+    def _lock_outputs(self) -> list[RunLock]:
+        """One run per run directory and per checkpoint directory (what it writes), held by rank 0
+        until train() ends or the process dies."""
         if not self.dist.is_rank0:
-            return None
-        lock = RunLock(self.cfg.logging.run_dir).acquire()
-        if lock.stale:
-            print(f"[lock] took over {lock.path}: its holder ({describe(lock.stale)}) is no longer running",
-                  flush=True)
-        return lock
+            return []
+        wanted = [RunLock(self.cfg.logging.run_dir)]
+        if self.cfg.checkpoint.save:
+            wanted.append(save_dir_lock(self.cfg.checkpoint.save))
+        locks = []
+        try:
+            for lock in wanted:
+                locks.append(lock.acquire())
+                if lock.stale:
+                    print(f"[lock] took over {lock.path}: its holder ({describe(lock.stale)}) is no longer running",
+                          flush=True)
+        except BaseException:
+            for lock in locks:
+                lock.release()
+            raise
+        return locks
 
     def release(self) -> None:
-        """Let another run use the run directory (train() does this when it ends)."""
-        if self.lock is not None:
-            self.lock.release()
+        """Let another run use the run and checkpoint directories (train() does this when it ends)."""
+        for lock in self.locks:
+            lock.release()
 
     def _setup(self, deepspeed) -> None:
         cfg = self.cfg

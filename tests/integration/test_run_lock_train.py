@@ -5,6 +5,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.conftest import ROOT, train_config_dict
 from tests.integration.fault_helpers import child_env, last_iteration, write_config
 
@@ -29,3 +31,27 @@ def test_second_training_run_on_the_same_run_dir_is_refused(tmp_path, token_data
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=60)
+
+
+def test_a_run_with_its_own_run_dir_but_the_same_save_is_refused(tmp_path, token_dataset):
+    """The lock covers what a run writes: its checkpoints too, wherever `save` points."""
+    from megatron.config import load_config
+    from megatron.training.run_lock import RunDirInUse
+    from megatron.training.trainer import Trainer
+
+    def trainer(name):
+        conf = train_config_dict(tmp_path, token_dataset, train_iters=2, run_dir=str(tmp_path / name),
+                                 save=str(tmp_path / "ck"), save_interval=2)
+        return Trainer(load_config([write_config(tmp_path, name, conf)]))
+
+    first = trainer("first")
+    try:
+        with pytest.raises(RunDirInUse) as e:
+            trainer("second")
+        msg = str(e.value)
+        assert f"checkpoint directory {str(tmp_path / 'ck')!r} is in use" in msg and f"pid {os.getpid()}" in msg, msg
+        assert "its own `save` directory" in msg, msg
+        assert not (tmp_path / "second" / "train.lock").read_text()  # its run-dir lock was released
+    finally:
+        first.release()
+    trainer("second").release()  # free again once the first run has ended
