@@ -224,10 +224,13 @@ def launch_with_deepspeed(cfg, user_script: str, resolved: str) -> int:
     set_cpu_defaults()  # workers inherit DS_ACCELERATOR=cpu and the op cache on CPU machines
     from deepspeed.launcher import runner
 
+    from megatron.training.signals import forwarding_to_workers
+
     argv = runner_args(cfg, user_script, resolved)
     print("deepy.py: deepspeed " + " ".join(argv), flush=True)
     try:
-        rc = runner.main(argv)
+        with forwarding_to_workers():  # SIGTERM to deepy.py: the workers save and exit (signals.py)
+            rc = runner.main(argv)
     except SystemExit as e:  # the runner exits with the workers' status
         rc = e.code
     return int(rc or 0)
