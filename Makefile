@@ -27,26 +27,27 @@ test: setup
 	$(PY) -m pytest -q --durations=15 tests
 
 # Real data (the Python standard library on this machine), a small KERPLE-log model, then the
-# extrapolation table at 1x..16x the train length. Re-running resumes from the saved checkpoint.
+# extrapolation table at 1x..16x the train length. Re-running resumes from the saved checkpoint
+# and evaluates it again: --overwrite replaces the earlier table (evaluate.py keeps it otherwise).
 quickstart: setup
 	$(PY) tools/prepare_data.py stdlib --data-dir data
 	$(PY) deepy.py train.py configs/quickstart.yml
 	$(PY) evaluate.py --checkpoint runs/quickstart/checkpoints --max-factor 16 --max-tokens 65536 --window-order contiguous \
-		--batch-size 4 --out runs/quickstart --quiet
+		--batch-size 4 --out runs/quickstart --quiet --overwrite
 
 # The same run with rotary positions (one extra YAML), for contrast.
 quickstart-rotary: setup
 	$(PY) tools/prepare_data.py stdlib --data-dir data
 	$(PY) deepy.py train.py configs/quickstart.yml configs/quickstart_rotary.yml
 	$(PY) evaluate.py --checkpoint runs/quickstart_rotary/checkpoints --max-factor 16 --max-tokens 65536 --window-order contiguous \
-		--batch-size 4 --out runs/quickstart_rotary --quiet
+		--batch-size 4 --out runs/quickstart_rotary --quiet --overwrite
 
 # Downstream tasks (lm-evaluation-harness), offline: the local tasks built from held-out stdlib
 # docstrings (megatron/evaluation/harness/local_tasks.py) on the checkpoint `make quickstart` left;
 # harness.json goes beside its eval.json.
 eval-tasks: setup
 	@test -f runs/quickstart/checkpoints/latest || { echo "eval-tasks: no checkpoint in runs/quickstart/checkpoints: run 'make quickstart' first" >&2; exit 2; }
-	$(PY) evaluate.py --checkpoint runs/quickstart/checkpoints --tasks kerple_local --out runs/quickstart
+	$(PY) evaluate.py --checkpoint runs/quickstart/checkpoints --tasks kerple_local --out runs/quickstart --overwrite
 
 docs: setup
 	$(PY) tools/gen_config_docs.py

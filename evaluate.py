@@ -24,10 +24,16 @@ Writes eval.json (schema kerple-eval/1: lengths -> perplexity, per-position loss
 data seed), eval.csv, eval.md and positionwise.csv into --out (default: <checkpoint>/../eval). The output directory is
 checked before anything is loaded; while the lengths run, the finished ones are kept in
 eval.partial.json there (removed once eval.json is written), so a failure loses none of them.
+
+Results are never replaced silently: an output directory that already holds this mode's results
+(eval.json ... for the sweep, harness.json for --tasks; the other mode's are not touched) is
+refused unless --overwrite, and while an evaluation runs it holds the directory's eval.lock, so a
+second evaluation into the same --out is refused at once, naming the first.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -73,6 +79,9 @@ def parse_args(argv=None):
                         "fix it to compare runs of different seeds on the same tokens under a --max-tokens budget")
     p.add_argument("--dataset", default=None, help="dataset name recorded in eval.json (default: from data-path)")
     p.add_argument("--out", default=None, help="output directory (with several checkpoints: one subdirectory each)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the results of an earlier evaluation in the output directory (without it they are "
+                        "kept and this evaluation refused before anything is loaded)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     from megatron.evaluation.harness.cli import add_eval_flags, limit_value
@@ -148,13 +157,28 @@ def output_dir(args, ckpt: str) -> str:
     return args.out or default_output_dir(ckpt)
 
 
+def missing_dirs(path: str) -> list[str]:
+    """`path` and its ancestors that do not exist yet, deepest first (what makedirs would create)."""
+    created, parent = [], os.path.abspath(path)
+    while not os.path.exists(parent) and os.path.dirname(parent) != parent:
+        created.append(parent)
+        parent = os.path.dirname(parent)
+    return created
+
+
+def remove_empty(created: list[str]) -> None:
+    """rmdir the directories this run created, deepest first, as long as they are empty."""
+    for d in created:
+        try:
+            os.rmdir(d)
+        except OSError:
+            break
+
+
 def check_output_dir(path: str) -> None:
     """Prove now that files can be written in `path`: results must never be computed and then lost.
     Directories created for the probe are removed again (a failed run leaves no empty eval/)."""
-    created, parent = [], os.path.abspath(path)
-    while not os.path.exists(parent) and os.path.dirname(parent) != parent:
-        created.append(parent)  # deepest first
-        parent = os.path.dirname(parent)
+    created = missing_dirs(path)
     try:
         os.makedirs(path, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
@@ -163,11 +187,7 @@ def check_output_dir(path: str) -> None:
         raise UserError(f"cannot write results to the output directory {path!r} ({e.strerror or e}); "
                         "pass a writable --out directory (nothing was evaluated)") from e
     finally:
-        for d in created:
-            try:
-                os.rmdir(d)
-            except OSError:
-                break
+        remove_empty(created)
 
 
 def oom_fix(args, done: list, partial: str) -> str:
@@ -305,6 +325,58 @@ def main(argv=None) -> int:
         check_max_length_value(args.max_length)  # before any checkpoint is loaded
     for ckpt in args.checkpoint:  # every output directory, before hours of evaluation
         check_output_dir(output_dir(args, ckpt))
+        refuse_earlier_results(args, output_dir(args, ckpt))
+    with output_locks(list(dict.fromkeys(output_dir(args, c) for c in args.checkpoint))):
+        return evaluate_all(args)
+
+
+def result_names(args) -> list[str]:
+    """The files this evaluation writes into its output directory."""
+    from megatron.evaluation.harness.run import RESULTS_NAME
+    from megatron.evaluation.report import RESULT_FILES
+
+    if not args.eval_tasks:
+        return list(RESULT_FILES.values())
+    return [] if args.eval_results_prefix else [RESULTS_NAME]  # the prefix's files are dated
+
+
+def refuse_earlier_results(args, out_dir: str) -> None:
+    from megatron.atomic_io import OutputExists
+
+    found = [n for n in result_names(args) if os.path.exists(os.path.join(out_dir, n))]
+    if found and not args.overwrite:
+        raise OutputExists(f"--out {out_dir} already holds the results of an earlier evaluation ({', '.join(found)}); "
+                           "refusing to replace them: choose another --out (one per checkpoint, window or setting), "
+                           "or pass --overwrite to replace them (nothing was evaluated)")
+
+
+LOCK_NAME = "eval.lock"
+
+
+@contextlib.contextmanager
+def output_locks(out_dirs: list[str]):
+    """Each output directory's eval.lock, held while this evaluation runs (megatron/training/run_lock.py):
+    a second evaluation into one of them would leave only one of the two results. A directory this
+    run created and left with nothing but its lock is removed again (a failed run leaves no eval/)."""
+    from megatron.training.run_lock import RunLock
+
+    created, locks = {}, []
+    try:
+        for d in out_dirs:
+            created[d] = missing_dirs(d)
+            locks.append(RunLock(d, path=os.path.join(d, LOCK_NAME), what=f"output directory {d!r}", holder="evaluation",
+                                 fix="wait for it to finish, or give this evaluation its own --out").acquire())
+        yield
+    finally:
+        for lock in locks:
+            lock.release()
+        for d, made in created.items():
+            if made and os.path.isdir(d) and os.listdir(d) == [LOCK_NAME]:
+                os.remove(os.path.join(d, LOCK_NAME))
+                remove_empty(made)
+
+
+def evaluate_all(args) -> int:
     failed = []
     for ckpt in args.checkpoint:
         try:

@@ -5,6 +5,9 @@ AutoTokenizer.from_pretrained(out, trust_remote_code=True), as config.json names
 
     python tools/export_hf.py --checkpoint runs/quickstart/checkpoints --out hf/quickstart
     python tools/export_hf.py --checkpoint CKPT --out OUT --dtype bf16 --iteration 400
+
+The directory is written whole (a temporary directory renamed into place); an existing --out is
+refused unless --overwrite, which replaces all of it (no file of the earlier export is kept).
 """
 from __future__ import annotations
 
@@ -26,6 +29,8 @@ def main(argv=None) -> int:
 
     p.add_argument("--dtype", choices=DTYPE_NAMES, default="fp32")
     p.add_argument("--no-tokenizer", action="store_true", help="do not write tokenizer files")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing --out directory (all of it; without this flag it is refused)")
     p.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key of the checkpoint, e.g. -o vocab-file=data/tok.json")
     from megatron.checkpoint.safe_load import add_load_flags, apply_trust_flag
@@ -33,14 +38,16 @@ def main(argv=None) -> int:
     add_load_flags(p)
     args = p.parse_args(argv)
     apply_trust_flag(args)
+    from megatron.atomic_io import refuse_existing_output
     from megatron.checkpoint.tags import tag_or_latest
     from megatron.evaluation.load import load_checkpoint_model
     from megatron.interop.hf_export import export_hf
     from megatron.launcher import parse_overrides
 
+    refuse_existing_output(args.out, args.overwrite, "--out")  # before loading the checkpoint
     model, cfg, _ = load_checkpoint_model(args.checkpoint, tag_or_latest(args.iteration), parse_overrides(args.override) or None,
                                           allow_nonfinite=args.allow_nonfinite)
-    info = export_hf(model, cfg, args.out, args.dtype, tokenizer=not args.no_tokenizer)
+    info = export_hf(model, cfg, args.out, args.dtype, tokenizer=not args.no_tokenizer, overwrite=args.overwrite)
     print(f"wrote {info['out']}: {info['tensors']} tensors, pos-emb {info['pos_emb']}, "
           f"tokenizer {info['tokenizer'] or 'none (no HF equivalent of the training tokenizer)'}")
     return 0

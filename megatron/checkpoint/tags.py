@@ -124,7 +124,7 @@ def describe_steps(steps: list[int], shown: int = 6) -> str:
 def missing_latest(ckpt_dir: str, steps: list[int]) -> str:
     """The first half of every refusal of a directory with steps but no `latest`."""
     path = os.path.join(ckpt_dir, LATEST)
-    return (f"checkpoint directory {ckpt_dir!r} holds checkpoints {describe_steps(steps)} but no `latest` file "
+    return (f"checkpoint directory {ckpt_dir!r} holds checkpoints {describe_steps(steps)} but has no `latest` file "
             f"(deleted, or not synced yet), so which step to read is unknown; to use the newest, write its name "
             f"into {path} (echo {tag_for(steps[-1])} > {path})")
 

@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 
+from megatron.atomic_io import atomic_output
 from megatron.evaluation.windows import windows_line
 
 SCHEMA = "kerple-eval/1"
@@ -58,26 +59,31 @@ def markdown_table(rec: dict) -> str:
     return "\n".join(lines) + "\n\n" + windows_line(rec.get("window_order"), rec.get("data_seed"))
 
 
+RESULT_FILES = {"json": "eval.json", "csv": "eval.csv", "md": "eval.md", "positionwise": "positionwise.csv"}
+
+
 def write_outputs(rec: dict, results, out_dir: str) -> dict[str, str]:
+    """The perplexity sweep's RESULT_FILES, each written whole (temporary name, then rename),
+    eval.json last."""
     os.makedirs(out_dir, exist_ok=True)
-    paths = {k: os.path.join(out_dir, f"eval.{k}") for k in ("json", "csv", "md")}
-    with open(paths["json"], "w") as f:
-        json.dump(rec, f, indent=1)
-    with open(paths["csv"], "w", newline="") as f:
+    paths = {k: os.path.join(out_dir, name) for k, name in RESULT_FILES.items()}
+    with atomic_output(paths["csv"], fsync=False) as tmp, open(tmp, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["length", "loss", "ppl", "windows", "tokens", "windows_requested", "window_order", "data_seed"])
         for r in rec["results"]:
             w.writerow([r["length"], f"{r['loss']:.6f}", f"{r['ppl']:.6f}", r["windows"], r["tokens"],
                         "" if r.get("windows_requested") is None else r["windows_requested"],
                         rec.get("window_order"), rec.get("data_seed")])
-    with open(paths["md"], "w") as f:
+    with atomic_output(paths["md"], fsync=False) as tmp, open(tmp, "w") as f:
         f.write(f"# Perplexity by length: {rec.get('pos_emb')} ({rec.get('checkpoint')}, {rec.get('split')} split)\n\n")
         f.write(markdown_table(rec) + "\n")
-    paths["positionwise"] = os.path.join(out_dir, "positionwise.csv")
-    with open(paths["positionwise"], "w", newline="") as f:
+    with atomic_output(paths["positionwise"], fsync=False) as tmp, open(tmp, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["length", "position", "loss", "window_order", "data_seed"])
         for r in results:
             for i, v in enumerate(r.positionwise):
                 w.writerow([r.length, i, f"{v:.6f}", rec.get("window_order"), rec.get("data_seed")])
+    # last: eval.json is what says "evaluated" (run_matrix, aggregate_results)
+    with atomic_output(paths["json"], fsync=False) as tmp, open(tmp, "w") as f:
+        json.dump(rec, f, indent=1)
     return paths

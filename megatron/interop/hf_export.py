@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 
+from megatron.atomic_io import atomic_directory, refuse_existing_output
 from megatron.config.precision import torch_dtype
 from megatron.errors import UserError
 
@@ -159,12 +160,22 @@ def _umask() -> int:
     return mask
 
 
-def export_hf(model, cfg, out_dir: str, dtype: str = "fp32", tokenizer: bool = True) -> dict:
-    """Write the HF directory for a loaded GPTModel and its config; returns a summary dict."""
+def export_hf(model, cfg, out_dir: str, dtype: str = "fp32", tokenizer: bool = True, overwrite: bool = False) -> dict:
+    """Write the HF directory for a loaded GPTModel and its config; returns a summary dict. The
+    directory is written whole (temporary directory, then renamed): an earlier export there is
+    refused unless `overwrite`, and then replaced entirely, so none of its files (an old tokenizer,
+    a scheme file the new model does not use) survive next to the new weights."""
+    _check_supported(cfg.model)
+    refuse_existing_output(out_dir, overwrite, "--out")
+    os.makedirs(os.path.dirname(os.path.abspath(out_dir)), exist_ok=True)
+    with atomic_directory(out_dir) as tmp:
+        info = _write_export(model, cfg, tmp, dtype, tokenizer)
+    return {**info, "out": out_dir}
+
+
+def _write_export(model, cfg, out_dir: str, dtype: str, tokenizer: bool) -> dict:
     from safetensors.torch import save_file
 
-    _check_supported(cfg.model)
-    os.makedirs(out_dir, exist_ok=True)
     tok_obj = None
     if cfg.data.tokenizer_type:
         from megatron.tokenizer import build_tokenizer

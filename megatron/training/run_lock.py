@@ -46,18 +46,22 @@ def describe(holder: dict) -> str:
             f"running since {holder.get('since', '?')}")
 
 
-RUN_DIR_FIX = "give this run its own directory (-o run-dir=runs/<new name>)"
+STOP_TRAINING = "wait for it to finish, stop it (kill {pid} saves and exits at the next step), or "
+RUN_DIR_FIX = STOP_TRAINING + "give this run its own directory (-o run-dir=runs/<new name>)"
 
 
 class RunLock:
     """acquire() takes the lock or raises RunDirInUse naming the holder; release() (or exit) frees it.
-    `path`: the lock file (default <run_dir>/train.lock); `what` and `fix` word the refusal."""
+    `path`: the lock file (default <run_dir>/train.lock); `what`, `holder` and `fix` (where {pid}
+    is the holder's pid) word the refusal."""
 
-    def __init__(self, run_dir: str, path: str | None = None, what: str | None = None, fix: str = RUN_DIR_FIX):
+    def __init__(self, run_dir: str, path: str | None = None, what: str | None = None, fix: str = RUN_DIR_FIX,
+                 holder: str = "training run"):
         self.run_dir = run_dir
         self.path = path or os.path.join(run_dir, LOCK_NAME)
         self.what = what or f"run directory {run_dir!r}"
         self.fix = fix
+        self.holder = holder
         self.fd: int | None = None
         self.stale: dict | None = None  # the dead holder whose lock file this run took over
 
@@ -70,9 +74,8 @@ class RunLock:
             holder = _read_holder(fd)
             os.close(fd)
             raise RunDirInUse(
-                f"{self.what} is in use by another training run ({describe(holder)}; "
-                f"lock file {self.path}); wait for it to finish, stop it (kill {holder.get('pid', '<pid>')} "
-                f"saves and exits at the next step), or {self.fix}") from None
+                f"{self.what} is in use by another {self.holder} ({describe(holder)}; lock file {self.path}); "
+                + self.fix.format(pid=holder.get("pid", "<pid>"))) from None
         previous = _read_holder(fd)
         self.stale = previous if previous.get("pid") else None  # its holder died without releasing
         os.ftruncate(fd, 0)
@@ -109,4 +112,5 @@ def save_dir_lock(save: str) -> RunLock:
     spellings of one directory share one lock)."""
     real = os.path.realpath(save)
     return RunLock(os.path.dirname(real), path=real + ".lock", what=f"checkpoint directory {save!r}",
-                   fix="give this run its own `save` directory (or leave `save` unset: <run-dir>/checkpoints)")
+                   fix=STOP_TRAINING + "give this run its own `save` directory (or leave `save` unset: "
+                   "<run-dir>/checkpoints)")
