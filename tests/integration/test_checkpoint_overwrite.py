@@ -12,21 +12,14 @@ import pytest
 from megatron.checkpoint.errors import CheckpointError
 from megatron.checkpoint.tags import read_latest
 from megatron.config import load_config
-from tests.conftest import ROOT, hyphenate, train_config_dict, write_token_dataset, write_yaml
-from tests.integration.fault_helpers import child_env
+from tests.conftest import ROOT, hyphenate, write_yaml
+from tests.integration.fault_helpers import child_env, train_checkpoint
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """(config dict, checkpoint dir holding global_step2 and global_step4, latest -> global_step4)."""
-    from megatron.training.trainer import Trainer
-
-    tmp = tmp_path_factory.mktemp("overwrite")
-    data = write_token_dataset(str(tmp / "tiny_text_document"))
-    ck = str(tmp / "ck")
-    conf = train_config_dict(tmp, data, train_iters=4, save=ck, save_interval=2, eval_iters=1)
-    Trainer(load_config([write_yaml(tmp / "t.yml", conf)])).train()
-    return conf, ck
+    return train_checkpoint(tmp_path_factory.mktemp("overwrite"))
 
 
 @pytest.fixture

@@ -11,22 +11,14 @@ import pytest
 
 from megatron.checkpoint.tags import read_latest
 from megatron.checkpoint.writer import holds_optimizer_state
-from megatron.config import load_config
-from tests.conftest import ROOT, train_config_dict, write_token_dataset, write_yaml
-from tests.integration.fault_helpers import child_env
+from tests.conftest import ROOT
+from tests.integration.fault_helpers import child_env, train_checkpoint
 
 
 @pytest.fixture(scope="module")
 def ck(tmp_path_factory):
     """A trained checkpoint directory: global_step2, global_step4 (with optimizer state), latest -> 4."""
-    from megatron.training.trainer import Trainer
-
-    tmp = tmp_path_factory.mktemp("outputs")
-    data = write_token_dataset(str(tmp / "tiny_text_document"))
-    ck = str(tmp / "ck")
-    Trainer(load_config([write_yaml(tmp / "t.yml", train_config_dict(tmp, data, train_iters=4, save=ck,
-                                                                      save_interval=2, eval_iters=1))])).train()
-    return ck
+    return train_checkpoint(tmp_path_factory.mktemp("outputs"))[1]
 
 
 def cli(script, *args):
