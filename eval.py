@@ -9,7 +9,8 @@ GPT-NeoX:
 The model is built from the checkpoint's own config (the weights must match it); CONFIG supplies
 `load` (else `save`, where its training wrote) and `iteration`. Results go to <load>/../eval/harness.json (beside evaluate.py's
 perplexity results), or <prefix>_eval_results_<date>.json with --eval_results_prefix, and to
-TensorBoard/W&B when the checkpoint's config turns them on. See megatron/evaluation/harness/.
+TensorBoard/W&B when the checkpoint's config turns them on. An earlier harness.json is kept (the
+evaluation refused) unless --overwrite. See megatron/evaluation/harness/.
 """
 import argparse
 import os
@@ -43,13 +44,19 @@ def main() -> int:
         raise UserError(f"load {load!r} is not a directory: no checkpoint to evaluate; train first "
                         "(python deepy.py train.py CONFIG.yml) or point `load` at a checkpoint directory")
     from megatron.checkpoint.tags import tag_or_latest
-    from megatron.evaluation.harness.run import evaluate_tasks
+    from megatron.evaluation.harness.run import RESULTS_NAME, evaluate_tasks
+    from megatron.evaluation.outputs import check_output_dir, output_locks, refuse_earlier_results
     from megatron.evaluation.report import default_output_dir
 
-    evaluate_tasks(load, args.eval_tasks, default_output_dir(load), tag=tag_or_latest(cfg.checkpoint.iteration),
-                   max_length=args.max_length, batch_size=args.batch_size, limit=limit_value(args.limit),
-                   num_fewshot=args.num_fewshot, device=args.device, allow_nonfinite=args.allow_nonfinite,
-                   results_path=results_path(args.eval_results_prefix))
+    out_dir = default_output_dir(load)
+    check_output_dir(out_dir)
+    if not args.eval_results_prefix:  # the prefix's files are dated
+        refuse_earlier_results(out_dir, [RESULTS_NAME], args.overwrite)
+    with output_locks([out_dir]):
+        evaluate_tasks(load, args.eval_tasks, out_dir, tag=tag_or_latest(cfg.checkpoint.iteration),
+                       max_length=args.max_length, batch_size=args.batch_size, limit=limit_value(args.limit),
+                       num_fewshot=args.num_fewshot, device=args.device, allow_nonfinite=args.allow_nonfinite,
+                       results_path=results_path(args.eval_results_prefix))
     return 0
 
 

@@ -33,15 +33,14 @@ second evaluation into the same --out is refused at once, naming the first.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
-import tempfile
 import time
 
 from megatron.atomic_io import atomic_output
 from megatron.errors import OutOfMemory, UserError, is_out_of_memory, out_of_memory, run_cli
+from megatron.evaluation.outputs import check_output_dir, output_locks, refuse_earlier_results
 from megatron.evaluation.windows import WINDOW_ORDERS
 
 PARTIAL = "eval.partial.json"  # not eval.json: globs and run_matrix's "done" check must not take it
@@ -79,9 +78,6 @@ def parse_args(argv=None):
                         "fix it to compare runs of different seeds on the same tokens under a --max-tokens budget")
     p.add_argument("--dataset", default=None, help="dataset name recorded in eval.json (default: from data-path)")
     p.add_argument("--out", default=None, help="output directory (with several checkpoints: one subdirectory each)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace the results of an earlier evaluation in the output directory (without it they are "
-                        "kept and this evaluation refused before anything is loaded)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     from megatron.evaluation.harness.cli import add_eval_flags, limit_value
@@ -155,39 +151,6 @@ def output_dir(args, ckpt: str) -> str:
     from megatron.evaluation.report import default_output_dir
 
     return args.out or default_output_dir(ckpt)
-
-
-def missing_dirs(path: str) -> list[str]:
-    """`path` and its ancestors that do not exist yet, deepest first (what makedirs would create)."""
-    created, parent = [], os.path.abspath(path)
-    while not os.path.exists(parent) and os.path.dirname(parent) != parent:
-        created.append(parent)
-        parent = os.path.dirname(parent)
-    return created
-
-
-def remove_empty(created: list[str]) -> None:
-    """rmdir the directories this run created, deepest first, as long as they are empty."""
-    for d in created:
-        try:
-            os.rmdir(d)
-        except OSError:
-            break
-
-
-def check_output_dir(path: str) -> None:
-    """Prove now that files can be written in `path`: results must never be computed and then lost.
-    Directories created for the probe are removed again (a failed run leaves no empty eval/)."""
-    created = missing_dirs(path)
-    try:
-        os.makedirs(path, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
-            pass
-    except OSError as e:
-        raise UserError(f"cannot write results to the output directory {path!r} ({e.strerror or e}); "
-                        "pass a writable --out directory (nothing was evaluated)") from e
-    finally:
-        remove_empty(created)
 
 
 def oom_fix(args, done: list, partial: str) -> str:
@@ -325,55 +288,19 @@ def main(argv=None) -> int:
         check_max_length_value(args.max_length)  # before any checkpoint is loaded
     for ckpt in args.checkpoint:  # every output directory, before hours of evaluation
         check_output_dir(output_dir(args, ckpt))
-        refuse_earlier_results(args, output_dir(args, ckpt))
+        refuse_earlier_results(output_dir(args, ckpt), result_names(args), args.overwrite)
     with output_locks(list(dict.fromkeys(output_dir(args, c) for c in args.checkpoint))):
         return evaluate_all(args)
 
 
 def result_names(args) -> list[str]:
-    """The files this evaluation writes into its output directory."""
+    """The files this evaluation writes into its output directory, the one written last first."""
     from megatron.evaluation.harness.run import RESULTS_NAME
     from megatron.evaluation.report import RESULT_FILES
 
     if not args.eval_tasks:
-        return list(RESULT_FILES.values())
+        return [RESULT_FILES["json"], *(n for k, n in RESULT_FILES.items() if k != "json")]
     return [] if args.eval_results_prefix else [RESULTS_NAME]  # the prefix's files are dated
-
-
-def refuse_earlier_results(args, out_dir: str) -> None:
-    from megatron.atomic_io import OutputExists
-
-    found = [n for n in result_names(args) if os.path.exists(os.path.join(out_dir, n))]
-    if found and not args.overwrite:
-        raise OutputExists(f"--out {out_dir} already holds the results of an earlier evaluation ({', '.join(found)}); "
-                           "refusing to replace them: choose another --out (one per checkpoint, window or setting), "
-                           "or pass --overwrite to replace them (nothing was evaluated)")
-
-
-LOCK_NAME = "eval.lock"
-
-
-@contextlib.contextmanager
-def output_locks(out_dirs: list[str]):
-    """Each output directory's eval.lock, held while this evaluation runs (megatron/training/run_lock.py):
-    a second evaluation into one of them would leave only one of the two results. A directory this
-    run created and left with nothing but its lock is removed again (a failed run leaves no eval/)."""
-    from megatron.training.run_lock import RunLock
-
-    created, locks = {}, []
-    try:
-        for d in out_dirs:
-            created[d] = missing_dirs(d)
-            locks.append(RunLock(d, path=os.path.join(d, LOCK_NAME), what=f"output directory {d!r}", holder="evaluation",
-                                 fix="wait for it to finish, or give this evaluation its own --out").acquire())
-        yield
-    finally:
-        for lock in locks:
-            lock.release()
-        for d, made in created.items():
-            if made and os.path.isdir(d) and os.listdir(d) == [LOCK_NAME]:
-                os.remove(os.path.join(d, LOCK_NAME))
-                remove_empty(made)
 
 
 def evaluate_all(args) -> int:

@@ -11,14 +11,19 @@ import pytest
 
 from megatron.checkpoint.tags import read_latest
 from megatron.checkpoint.writer import holds_optimizer_state
-from tests.conftest import ROOT
+from tests.conftest import ROOT, write_yaml
 from tests.integration.fault_helpers import child_env, train_checkpoint
 
 
 @pytest.fixture(scope="module")
-def ck(tmp_path_factory):
-    """A trained checkpoint directory: global_step2, global_step4 (with optimizer state), latest -> 4."""
-    return train_checkpoint(tmp_path_factory.mktemp("outputs"))[1]
+def trained(tmp_path_factory):
+    """(config dict, checkpoint dir: global_step2, global_step4 (with optimizer state), latest -> 4)."""
+    return train_checkpoint(tmp_path_factory.mktemp("outputs"))
+
+
+@pytest.fixture
+def ck(trained):
+    return trained[1]
 
 
 def cli(script, *args):
@@ -75,3 +80,19 @@ def test_evaluate_keeps_earlier_results_and_one_evaluation_per_out(ck, tmp_path)
     proc = cli(*sweep, "--window", 8, "--overwrite")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (out / "eval.json").read_text() != first
+
+
+def test_eval_py_keeps_an_earlier_harness_json(trained, tmp_path):
+    """deepy.py eval.py (NeoX's entry point) writes <load>/../eval/harness.json: kept unless --overwrite."""
+    conf, ck = trained
+    earlier = os.path.join(os.path.dirname(ck), "eval", "harness.json")
+    os.makedirs(os.path.dirname(earlier), exist_ok=True)
+    with open(earlier, "w") as f:
+        f.write("{}")
+    config = write_yaml(tmp_path / "eval.yml", {**conf, "load": ck, "run-dir": str(tmp_path / "run")})
+    try:
+        refused(cli("deepy.py", "eval.py", config, "--eval_tasks", "kerple_local"),
+                "already holds the results of an earlier evaluation (harness.json)", "--overwrite")
+        assert open(earlier).read() == "{}"
+    finally:
+        os.remove(earlier)

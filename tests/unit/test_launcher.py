@@ -57,3 +57,13 @@ def test_overrides_refuse_a_key_twice_and_bad_yaml():
         parse_overrides(["num-layers=2", "num_layers=4"])
     with pytest.raises(ConfigError, match="not valid YAML"):
         parse_overrides(["optimizer={type: Adam"])
+
+
+def test_eval_switches_reach_eval_py_without_a_value():
+    """deepy.py eval.py ... --overwrite: passed on as the bare switch (a 'True' after it would be
+    read by eval.py as a config file)."""
+    from megatron.evaluation.harness.cli import eval_argv
+    from megatron.launcher import parse_args
+
+    args = parse_args(["eval.py", "a.yml", "--eval_tasks", "t1", "t2", "--overwrite", "--limit", "3"])
+    assert eval_argv(args, args.parser) == ["--eval_tasks", "t1", "t2", "--limit", "3.0", "--overwrite"]

@@ -24,6 +24,9 @@ def add_eval_flags(parser: argparse.ArgumentParser, required: bool = False,
         g.add_argument("--batch-size", type=int, default=1, help="sequences per forward (of equal length)")
     g.add_argument("--limit", type=float, default=None, help="at most this many documents per task (or a fraction < 1)")
     g.add_argument("--num-fewshot", type=int, default=None, help="few-shot examples per prompt (default: the task's)")
+    g.add_argument("--overwrite", action="store_true",
+                   help="replace an earlier evaluation's results in the output directory (without it they are kept "
+                        "and the evaluation is refused before anything is loaded)")
     return g
 
 
@@ -34,6 +37,9 @@ def eval_argv(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list
     for action in group._group_actions:
         value = getattr(args, action.dest)
         if value is None or value == action.default:
+            continue
+        if isinstance(action, argparse._StoreTrueAction):  # a switch: no value on the command line
+            out.append(action.option_strings[0])
             continue
         out += [action.option_strings[0], *map(str, value if isinstance(value, list) else [value])]
     return out
