@@ -44,19 +44,17 @@ def main() -> int:
         raise UserError(f"load {load!r} is not a directory: no checkpoint to evaluate; train first "
                         "(python deepy.py train.py CONFIG.yml) or point `load` at a checkpoint directory")
     from megatron.checkpoint.tags import tag_or_latest
-    from megatron.evaluation.harness.run import RESULTS_NAME, evaluate_tasks
-    from megatron.evaluation.outputs import check_output_dir, output_locks, refuse_earlier_results
+    from megatron.evaluation.harness.run import evaluate_tasks
+    from megatron.evaluation.outputs import check_output_dir, output_locks
     from megatron.evaluation.report import default_output_dir
 
     out_dir = default_output_dir(load)
     check_output_dir(out_dir)
-    if not args.eval_results_prefix:  # the prefix's files are dated
-        refuse_earlier_results(out_dir, [RESULTS_NAME], args.overwrite)
     with output_locks([out_dir]):
         evaluate_tasks(load, args.eval_tasks, out_dir, tag=tag_or_latest(cfg.checkpoint.iteration),
                        max_length=args.max_length, batch_size=args.batch_size, limit=limit_value(args.limit),
                        num_fewshot=args.num_fewshot, device=args.device, allow_nonfinite=args.allow_nonfinite,
-                       results_path=results_path(args.eval_results_prefix))
+                       results_path=results_path(args.eval_results_prefix), overwrite=args.overwrite)
     return 0
 
 

@@ -218,7 +218,8 @@ def evaluate_tasks(args, ckpt: str) -> None:
     run_tasks(ckpt, args.eval_tasks, output_dir(args, ckpt), tag=tag_or_latest(args.iteration),
               results_path=results_path(args.eval_results_prefix),
               overrides=checkpoint_overrides(args), max_length=args.max_length, batch_size=args.batch_size,
-              limit=args.limit, num_fewshot=args.num_fewshot, device=args.device, allow_nonfinite=args.allow_nonfinite)
+              limit=args.limit, num_fewshot=args.num_fewshot, device=args.device, allow_nonfinite=args.allow_nonfinite,
+              overwrite=args.overwrite)
 
 
 def evaluate_checkpoint(args, ckpt: str) -> None:
@@ -294,13 +295,13 @@ def main(argv=None) -> int:
 
 
 def result_names(args) -> list[str]:
-    """The files this evaluation writes into its output directory, the one written last first."""
-    from megatron.evaluation.harness.run import RESULTS_NAME
+    """The files the perplexity sweep writes into its output directory, the one written last first
+    (--tasks checks its harness.json itself, once the task names are known to be right)."""
     from megatron.evaluation.report import RESULT_FILES
 
-    if not args.eval_tasks:
-        return [RESULT_FILES["json"], *(n for k, n in RESULT_FILES.items() if k != "json")]
-    return [] if args.eval_results_prefix else [RESULTS_NAME]  # the prefix's files are dated
+    if args.eval_tasks:
+        return []
+    return [RESULT_FILES["json"], *(n for k, n in RESULT_FILES.items() if k != "json")]
 
 
 def evaluate_all(args) -> int:

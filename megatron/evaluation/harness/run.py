@@ -104,14 +104,20 @@ def write_results(record: dict, path: str) -> str:
 
 def evaluate_tasks(ckpt: str, tasks: list[str], out_dir: str, *, tag=None, overrides=None, max_length=None,
                    batch_size: int = 1, limit=None, num_fewshot=None, device="cpu", allow_nonfinite=False,
-                   results_path: str | None = None, log: bool = True) -> dict:
+                   results_path: str | None = None, log: bool = True, overwrite: bool = True) -> dict:
     """Everything one checkpoint needs; returns the results record (also written to results_path,
-    default <out_dir>/harness.json). Inputs are checked before the model loads where they can be."""
+    default <out_dir>/harness.json, which an earlier evaluation's is only replaced with
+    `overwrite`; the dated prefix files are not checked). Inputs are checked before the model loads
+    where they can be."""
     check_max_length_value(max_length)
     if batch_size < 1:
         raise UserError(f"--batch-size {batch_size} must be at least 1")
     manager = task_manager(tasks, os.path.join(out_dir, TASK_DIR_NAME))
     names = check_tasks(tasks, manager)
+    if results_path is None:
+        from megatron.evaluation.outputs import refuse_earlier_results
+
+        refuse_earlier_results(out_dir, [RESULTS_NAME], overwrite)
     from megatron.evaluation.load import load_checkpoint_model
     from megatron.tokenizer import build_tokenizer
 
