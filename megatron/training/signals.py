@@ -100,6 +100,10 @@ def _forward(signum, frame) -> None:
     import psutil
 
     targets = _targets()
+    if not targets:  # nothing started yet, so nothing to save: end as the signal would have
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
     _say(f"[signal] deepy.py: received {signal.Signals(signum).name}: passing it to {len(targets)} training "
          "process(es), which save at the end of their step and exit")
     for p in targets:

@@ -2,12 +2,14 @@
 reaches the workers: they save at the next step boundary, release the locks and exit, and deepy.py
 exits 0 as one process does. Before, the launcher died at once and the workers trained on."""
 import signal
+import subprocess
+import sys
 import time
 
 import psutil
 
 from megatron.checkpoint.tags import read_latest
-from tests.conftest import train_config_dict
+from tests.conftest import ROOT, train_config_dict
 from tests.integration.fault_helpers import last_iteration, start_deepy, write_config
 
 
@@ -42,3 +44,15 @@ def test_sigterm_to_deepy_reaches_both_workers_which_save_and_exit(tmp_path, tok
             proc.kill()
         for p in _alive(tree):  # the workers a dead launcher left behind
             p.kill()
+
+
+def test_sigterm_before_any_worker_started_ends_the_launcher():
+    """Nothing to pass the signal to (the runner has not started its launcher yet): the signal is
+    not swallowed, the launcher ends as it would have without the forwarding."""
+    code = ("import os, signal, sys, time; sys.path.insert(0, sys.argv[1])\n"
+            "from megatron.training.signals import forwarding_to_workers\n"
+            "with forwarding_to_workers():\n"
+            "    os.kill(os.getpid(), signal.SIGTERM)\n"
+            "    time.sleep(30)\n")
+    proc = subprocess.run([sys.executable, "-c", code, ROOT], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGTERM, proc.stderr[-2000:]
