@@ -16,6 +16,7 @@ import os
 import re
 from collections import defaultdict
 
+from megatron.atomic_io import atomic_output
 from megatron.evaluation.results import RunResult
 from megatron.evaluation.stats import DAGGER, DOUBLE_DAGGER, FOOTNOTE, format_mean_std, mean_std, paired_test
 from megatron.evaluation.windows import windows_line
@@ -90,7 +91,7 @@ def windows_note(runs: list[RunResult]) -> str:
 
 
 def write_table3_csv(cells: list[dict], path: str) -> None:
-    with open(path, "w", newline="") as f:
+    with atomic_output(path, fsync=False) as tmp, open(tmp, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["dataset", "length", "scheme", "n_seeds", "mean_ppl", "std_ppl", "p_value", "dagger",
                     "better_than_reference", "seeds", "note"])
@@ -144,14 +145,14 @@ def write_report(runs: list[RunResult], out_dir: str, reference: str = "kerple_l
     cells = table3_cells(runs, reference, alpha)
     paths = {"table3.md": os.path.join(out_dir, "table3.md"), "table3.csv": os.path.join(out_dir, "table3.csv"),
              "speed.md": os.path.join(out_dir, "speed.md")}
-    with open(paths["table3.md"], "w") as f:
+    with atomic_output(paths["table3.md"], fsync=False) as tmp, open(tmp, "w") as f:
         f.write("# Perplexity by scheme, dataset and length (paper Table 3 layout)\n")
         for dataset in sorted({c["dataset"] for c in cells}):  # one table per domain: 6+ lengths each
             f.write(f"\n## {dataset}\n\n")
             f.write(table3_markdown([c for c in cells if c["dataset"] == dataset], reference, alpha, digits))
         f.write(windows_note(runs))
     write_table3_csv(cells, paths["table3.csv"])
-    with open(paths["speed.md"], "w") as f:
+    with atomic_output(paths["speed.md"], fsync=False) as tmp, open(tmp, "w") as f:
         f.write(speed_markdown(runs, reference))
     for dataset in sorted({r.dataset for r in runs}):
         subset = [r for r in runs if r.dataset == dataset]
