@@ -163,6 +163,10 @@ def main(argv: list[str] | None = None) -> int:
     if given:
         raise UserError(f"{' '.join(a for a in given if a.startswith('--'))}: only {EVAL_SCRIPT} takes these "
                         f"flags, not {args.user_script}")
+    from megatron.training.run_lock import training_locks
+
+    for lock in training_locks(cfg):  # a live run's resolved config and configs/ are not replaced
+        lock.check_free()
     os.makedirs(cfg.logging.run_dir, exist_ok=True)
     resolved = os.path.join(cfg.logging.run_dir, RESOLVED_NAME)
     write_originals(cfg.config_files, cfg.logging.run_dir)  # found beside resolved_config.yml on load

@@ -65,17 +65,32 @@ class RunLock:
         self.fd: int | None = None
         self.stale: dict | None = None  # the dead holder whose lock file this run took over
 
+    def _in_use(self, fd: int) -> RunDirInUse:
+        holder = _read_holder(fd)
+        os.close(fd)
+        return RunDirInUse(f"{self.what} is in use by another {self.holder} ({describe(holder)}; lock file "
+                           f"{self.path}); " + self.fix.format(pid=holder.get("pid", "<pid>")))
+
+    def check_free(self) -> None:
+        """Raise as acquire() would, without taking the lock or writing anything: for deepy.py,
+        which writes into the run directory before its training process takes the lock."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise self._in_use(fd) from None
+        os.close(fd)  # frees the probe's lock
+
     def acquire(self) -> RunLock:
         os.makedirs(self.run_dir, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = _read_holder(fd)
-            os.close(fd)
-            raise RunDirInUse(
-                f"{self.what} is in use by another {self.holder} ({describe(holder)}; lock file {self.path}); "
-                + self.fix.format(pid=holder.get("pid", "<pid>"))) from None
+            raise self._in_use(fd) from None
         previous = _read_holder(fd)
         self.stale = previous if previous.get("pid") else None  # its holder died without releasing
         os.ftruncate(fd, 0)
@@ -114,3 +129,11 @@ def save_dir_lock(save: str) -> RunLock:
     return RunLock(os.path.dirname(real), path=real + ".lock", what=f"checkpoint directory {save!r}",
                    fix=STOP_TRAINING + "give this run its own `save` directory (or leave `save` unset: "
                    "<run-dir>/checkpoints)")
+
+
+def training_locks(cfg) -> list[RunLock]:
+    """The locks of what a training run writes: its run directory and its checkpoint directory."""
+    locks = [RunLock(cfg.logging.run_dir)]
+    if cfg.checkpoint.save:
+        locks.append(save_dir_lock(cfg.checkpoint.save))
+    return locks

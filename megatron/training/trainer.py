@@ -36,7 +36,7 @@ from megatron.training.pipeline_step import (
     uses_pipeline,
 )
 from megatron.training.projection import project_positional
-from megatron.training.run_lock import RunLock, describe, save_dir_lock
+from megatron.training.run_lock import RunLock, describe, training_locks
 from megatron.training.schedule import build_scheduler
 from megatron.training.signals import PreemptionHandler
 from megatron.training.throughput import Throughput
@@ -84,12 +84,9 @@ class Trainer:
         until train() ends or the process dies."""
         if not self.dist.is_rank0:
             return []
-        wanted = [RunLock(self.cfg.logging.run_dir)]
-        if self.cfg.checkpoint.save:
-            wanted.append(save_dir_lock(self.cfg.checkpoint.save))
         locks = []
         try:
-            for lock in wanted:
+            for lock in training_locks(self.cfg):
                 locks.append(lock.acquire())
                 if lock.stale:
                     print(f"[lock] took over {lock.path}: its holder ({describe(lock.stale)}) is no longer running",

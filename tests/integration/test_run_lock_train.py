@@ -55,3 +55,21 @@ def test_a_run_with_its_own_run_dir_but_the_same_save_is_refused(tmp_path, token
     finally:
         first.release()
     trainer("second").release()  # free again once the first run has ended
+
+
+def test_deepy_writes_nothing_into_a_live_runs_directories(tmp_path, token_dataset):
+    """deepy.py writes resolved_config.yml and configs/ into run-dir before the training process
+    takes the lock: it checks the locks first, so a live run's files are never replaced."""
+    from megatron.training.run_lock import RunLock
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "resolved_config.yml").write_text("the live run's\n")
+    cfg = write_config(tmp_path, "second", train_config_dict(tmp_path, token_dataset, run_dir=str(run)))
+    with RunLock(str(run)):  # the live run
+        proc = subprocess.run([sys.executable, os.path.join(ROOT, "deepy.py"), "train.py", cfg], cwd=ROOT,
+                              env=child_env(), capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "in use by another training run" in proc.stderr and f"pid {os.getpid()}" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert (run / "resolved_config.yml").read_text() == "the live run's\n" and not (run / "configs").exists()
