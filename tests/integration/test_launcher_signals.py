@@ -14,7 +14,14 @@ from tests.integration.fault_helpers import last_iteration, start_deepy, write_c
 
 
 def _alive(procs) -> list:
-    return [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    alive = []
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(p)
+        except psutil.NoSuchProcess:  # ended between the two questions
+            pass
+    return alive
 
 
 def test_sigterm_to_deepy_reaches_both_workers_which_save_and_exit(tmp_path, token_dataset):
