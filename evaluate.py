@@ -73,7 +73,9 @@ def parse_args(argv=None):
                         "fix it to compare runs of different seeds on the same tokens under a --max-tokens budget")
     p.add_argument("--dataset", default=None, help="dataset name recorded in eval.json (default: from data-path)")
     p.add_argument("--out", default=None, help="output directory (with several checkpoints: one subdirectory each)")
-    p.add_argument("--device", default="cpu")
+    from megatron.device import add_device_flag
+
+    add_device_flag(p)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     from megatron.evaluation.harness.cli import add_eval_flags, limit_value
 
@@ -305,6 +307,9 @@ def main(argv=None) -> int:
         check_max_length_value(args.max_length)  # before any checkpoint is loaded
     for ckpt in args.checkpoint:  # every output directory, before hours of evaluation
         check_output_dir(output_dir(args, ckpt))
+    from megatron.device import device_from_flag
+
+    args.device = device_from_flag(args.device, "evaluate.py")
     failed = []
     for ckpt in args.checkpoint:
         try:

@@ -34,7 +34,9 @@ def parse_args(argv=None):
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus: smallest set with probability >= p")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--stop-at-eod", action="store_true", help="stop a sequence at the tokenizer's eod")
-    p.add_argument("--device", default="cpu")
+    from megatron.device import add_device_flag
+
+    add_device_flag(p)
     p.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key of the checkpoint, e.g. -o vocab-file=data/tok.json")
     from megatron.checkpoint.safe_load import add_load_flags
@@ -109,6 +111,9 @@ def main(argv=None) -> int:
 
     apply_trust_flag(args)
     texts = prompts(args)
+    from megatron.device import device_from_flag
+
+    args.device = device_from_flag(args.device, "generate.py")
     from megatron.checkpoint.tags import tag_or_latest
     from megatron.evaluation.load import load_checkpoint_model
     from megatron.launcher import parse_overrides

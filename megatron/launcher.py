@@ -176,12 +176,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def processes_per_node(cfg) -> int:
-    """num_gpus, else every visible GPU (NeoX), else one process on a CPU-only machine."""
+    """num_gpus, else every visible GPU (NeoX), else one process (a CPU run: no GPU, or device: cpu)."""
     import torch
+
+    from megatron.device import resolve_device
 
     if cfg.parallel.num_gpus:
         return cfg.parallel.num_gpus
-    return torch.cuda.device_count() if torch.cuda.is_available() else 1
+    return torch.cuda.device_count() if resolve_device(cfg.parallel.device, "device:").type == "cuda" else 1
 
 
 def runner_args(cfg, user_script: str, resolved: str) -> list[str]:
@@ -219,9 +221,11 @@ def launch_with_deepspeed(cfg, user_script: str, resolved: str) -> int:
 
     The workers read the resolved config file, so on several nodes `run-dir` must be on a shared
     filesystem (as NeoX's `use_shared_fs`)."""
+    from megatron.device import resolve_device, worker_environment
     from megatron.training.distributed import set_cpu_defaults
 
-    set_cpu_defaults()  # workers inherit DS_ACCELERATOR=cpu and the op cache on CPU machines
+    set_cpu_defaults()  # workers inherit the op cache
+    worker_environment(resolve_device(cfg.parallel.device, "device:"))  # and DeepSpeed's accelerator
     from deepspeed.launcher import runner
 
     argv = runner_args(cfg, user_script, resolved)

@@ -28,7 +28,11 @@ def load_checkpoint_model(ckpt_dir: str, tag: str | None = None, overrides: dict
     Every layout megatron/checkpoint/reader.py accepts (ours, TP shards, pipeline layer files,
     ZeRO-3, NeoX / KERPLE 2022) loads; a merged or foreign one prints one line naming its layout.
     `tag` None: the step `latest` names (see the module docstring). allow_nonfinite: accept
-    NaN/inf weights (refused by default, megatron/checkpoint/finite.py)."""
+    NaN/inf weights (refused by default, megatron/checkpoint/finite.py). device: as `--device`
+    (megatron/device.py), `auto` included."""
+    from megatron.device import resolve_device
+
+    device = resolve_device(device)
     if tag is not None:
         tag_dir = os.path.join(ckpt_dir, resolve_tag(ckpt_dir, tag))
         if not os.path.isdir(tag_dir):

@@ -17,6 +17,7 @@ import torch
 
 from megatron.checkpoint.tags import read_latest, tag_for
 from megatron.data.loader import batch_loader, loss_mask_for
+from megatron.device import describe as describe_device
 from megatron.errors import is_out_of_memory, out_of_memory
 from megatron.model import GPTModel, count_parameters
 from megatron.parallel import context_for
@@ -59,8 +60,8 @@ def resolve_vocab(cfg):
     return tok, size
 
 
-def check_precision_supported(cfg) -> None:
-    if cfg.precision.dtype == "fp16" and not torch.cuda.is_available():
+def check_precision_supported(cfg, device: torch.device) -> None:
+    if cfg.precision.dtype == "fp16" and device.type != "cuda":
         raise ValueError("fp16 training needs a GPU: DeepSpeed's CPU accelerator has no fp16 support; "
                          "on CPU use bf16 (`fp16: {enabled: true, type: bfloat16}` or `precision: bfloat16`) or fp32")
 
@@ -70,8 +71,8 @@ class Trainer:
         import deepspeed
 
         self.cfg = cfg
-        check_precision_supported(cfg)
-        self.dist = init_distributed()
+        self.dist = init_distributed(cfg.parallel.device, cfg.parallel.distributed_backend)
+        check_precision_supported(cfg, self.dist.device)
         self.lock = self._lock_run_dir()
         try:
             self._setup(deepspeed)
@@ -114,6 +115,7 @@ class Trainer:
         self.log = MetricsLogger(cfg, self.run_dir, self.dist.is_rank0, cfg.training.train_iters, self.iteration)
         self._grads: dict[str, float] = {}  # filled by _gradient_norms before each optimizer step
         self.throughput = self._throughput()
+        self.log.console(f"device {describe_device(self.dist.device)} | process group {torch.distributed.get_backend()}")
         self.log.console(f"model: {count_parameters(model):,} parameters | pos-emb {cfg.model.pos_emb} | "
                          f"attention backend {model.backend(self.dist.device, self._dtype()).name} | "
                          f"batch {self.batch} = micro {self.micro} x gas {self.gas} x dp {self.par.dp_size}"
