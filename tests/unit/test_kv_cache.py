@@ -53,6 +53,7 @@ def test_no_cache_path_unchanged(tiny_config):
         assert torch.equal(model(tokens), model(tokens, positions=torch.arange(8)))
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("pos", ["kerple_log", "kerple_power_ap_ap", "rpe", "sandwich"])
 @pytest.mark.parametrize("window", [None, 4])
 def test_cached_steps_on_the_fused_kernel(tiny_config, pos, window):

@@ -83,7 +83,7 @@ def _backends():
     names = ["sdpa"]
     try:
         import triton  # noqa: F401
-        names.append("triton")
+        names.append(pytest.param("triton", marks=pytest.mark.gpu))  # compiled on a GPU: make test-gpu
     except ImportError:
         pass
     return names

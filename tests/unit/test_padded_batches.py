@@ -163,6 +163,7 @@ def test_flash_is_never_given_a_padded_batch():
     assert resolve_backend("auto", scheme, "cpu", torch.float32, False, padded=True).name != "flash"
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("pos", ["kerple_log", "rpe"])
 def test_triton_kernel_takes_padded_batches(tiny_config, pos):
     """The fused kernel (compiled on a GPU, Triton's interpreter on CPU): a left-padded batch and
