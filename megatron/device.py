@@ -121,3 +121,15 @@ def device_from_flag(name: str, prog: str) -> torch.device:
     device = resolve_device(name)
     print(f"{prog}: device {describe(device)}", file=sys.stderr, flush=True)
     return device
+
+
+def collective_device() -> torch.device:
+    """Where a tensor handed to the default process group's collectives must live: nccl moves CUDA
+    tensors only, gloo (a CPU run) CPU ones. A flag or a loss built with torch.tensor(...) lands on
+    the CPU, which nccl refuses as soon as there are two ranks."""
+    import torch
+
+    if torch.distributed.is_available() and torch.distributed.is_initialized() \
+            and torch.distributed.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")

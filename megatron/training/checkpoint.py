@@ -242,8 +242,9 @@ def _all_ranks_ok(ok: bool) -> bool:
     """True when `ok` on every rank (a barrier that also carries one bit: did anyone fail?)."""
     if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
         return ok
-    device = "cuda" if torch.distributed.get_backend() == "nccl" else "cpu"
-    flag = torch.tensor([1 if ok else 0], device=device)
+    from megatron.device import collective_device
+
+    flag = torch.tensor([1 if ok else 0], device=collective_device())
     torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MIN)
     return bool(flag.item())
 
