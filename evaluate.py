@@ -255,6 +255,9 @@ def evaluate_checkpoint(args, ckpt: str) -> None:
         raise UserError(f"pos-emb {cfg.model.pos_emb} cannot represent lengths {[x for x in lengths if x > limit]} "
                         f"(max {limit}); drop them from --lengths")
     prefix, split = data_source(cfg, args.split)
+    from megatron.data.identity import check_tokenizer
+
+    check_tokenizer(prefix, cfg.data)  # data written by another tokenizer: refused before any length
     start = time.perf_counter()
     out_dir = output_dir(args, ckpt)
     partial = os.path.join(out_dir, PARTIAL)

@@ -15,6 +15,7 @@ from concurrent.futures.process import BrokenProcessPool
 import numpy as np
 
 from megatron.data.documents import Document, read_documents
+from megatron.data.identity import tokenizer_identity
 from megatron.data.indexed import (
     MMapIndexedDatasetBuilder,
     best_dtype,
@@ -142,7 +143,8 @@ def preprocess(inputs, tokenizer, output_prefix: str, key: str = "text", append_
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
     dtype = best_dtype(tokenizer.vocab_size)
     t0, docs, tokens, chars = time.time(), 0, 0, 0
-    with MMapIndexedDatasetBuilder(bin_path(prefix), dtype=dtype, overwrite=overwrite) as builder:
+    with MMapIndexedDatasetBuilder(bin_path(prefix), dtype=dtype, overwrite=overwrite,
+                                   tokenizer=tokenizer_identity(tokenizer)) as builder:
         documents = itertools.islice(read_documents(inputs), num_docs)
         for doc, ids in _encoded_docs(documents, tokenizer, append_eod, workers, ftfy):
             builder.add_item(np.asarray(ids))
