@@ -139,6 +139,8 @@ def preprocess(inputs, tokenizer, output_prefix: str, key: str = "text", append_
             raise DataError("--ftfy needs the ftfy package, which is not installed; install ftfy or drop --ftfy") from e
     if workers < 1:
         raise DataError(f"workers must be >= 1, got {workers}")
+    if num_docs is not None and num_docs < 1:  # islice would raise a ValueError naming no flag
+        raise DataError(f"num_docs (--num-docs) must be >= 1, got {num_docs}; leave it unset for every document")
     prefix = output_prefix_for(output_prefix, key)
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
     dtype = best_dtype(tokenizer.vocab_size)
