@@ -163,7 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     if given:
         raise UserError(f"{' '.join(a for a in given if a.startswith('--'))}: only {EVAL_SCRIPT} takes these "
                         f"flags, not {args.user_script}")
-    os.makedirs(cfg.logging.run_dir, exist_ok=True)
+    from megatron.training.disk import check_run_room
+
+    check_run_room(cfg)  # a full disk named now, not by the first write that fails
     resolved = os.path.join(cfg.logging.run_dir, RESOLVED_NAME)
     write_originals(cfg.config_files, cfg.logging.run_dir)  # found beside resolved_config.yml on load
     cfg.save(resolved)

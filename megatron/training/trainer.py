@@ -24,6 +24,7 @@ from megatron.tokenizer import build_tokenizer, padded_vocab_size
 from megatron.training import health, norms, throughput
 from megatron.training.checkpoint import Checkpointer
 from megatron.training.data_setup import build_datasets
+from megatron.training.disk import check_run_room
 from megatron.training.distributed import init_distributed
 from megatron.training.logging import MetricsLogger
 from megatron.training.optim import build_optimizer
@@ -83,6 +84,7 @@ class Trainer:
         """One run per run directory, held by rank 0 until train() ends or the process dies."""
         if not self.dist.is_rank0:
             return None
+        check_run_room(self.cfg)  # a full disk: one message naming the directory (disk.py)
         lock = RunLock(self.cfg.logging.run_dir).acquire()
         if lock.stale:
             print(f"[lock] took over {lock.path}: its holder ({describe(lock.stale)}) is no longer running",
