@@ -134,5 +134,13 @@ def test_long_call_is_finite_and_exact(tiny_config):
     tokens = torch.randint(0, 128, (1, 7001))
     got = model.token_losses(tokens[:, :-1], tokens[:, 1:])
     assert bool(got.isfinite().all())
-    want = model.double().token_losses(tokens[:, :-1], tokens[:, 1:])
+    # the paper's blockwise causal evaluation, blocks longer than one call's range (1,584) too
+    from megatron.evaluation.blockwise import blockwise_causal_losses
+
+    blocks = blockwise_causal_losses(model, tokens[:, :-1], tokens[:, 1:], 3000)
+    assert bool(blocks.isfinite().all())
+    model.double()
+    want = model.token_losses(tokens[:, :-1], tokens[:, 1:])
     torch.testing.assert_close(got, want.float(), rtol=1e-4, atol=1e-4)
+    want = blockwise_causal_losses(model, tokens[:, :-1], tokens[:, 1:], 3000)
+    torch.testing.assert_close(blocks, want.float(), rtol=1e-4, atol=1e-4)
