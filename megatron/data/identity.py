@@ -151,6 +151,11 @@ def check_tokenizer(prefix: str, data_cfg) -> None:
     """Raise DataError when the dataset at `prefix` was written by another tokenizer than the one
     `data_cfg` (tokenizer-type, vocab-file, merge-file) builds. The tokenizer is built only when
     the sidecar records one."""
+    settings = (data_cfg.tokenizer_type, data_cfg.vocab_file, data_cfg.merge_file)
+    sidecar = identity_path(prefix)
+    key = (_version(sidecar), settings) if os.path.isfile(sidecar) else None
+    if key in _checked:  # this tokenizer already matched this dataset in this process
+        return
     record = read_identity(prefix)
     wrote = record and record.get("tokenizer")
     if not wrote:
@@ -164,9 +169,11 @@ def check_tokenizer(prefix: str, data_cfg) -> None:
     except (ValueError, OSError) as e:
         note_unchecked(prefix, f"this run's tokenizer cannot be built to compare ({str(e)[:200]})")
         return
-    if ours["fingerprint"] != wrote["fingerprint"]:
-        raise DataError(
-            f"{prefix}.bin was written by the tokenizer {wrote['description']} (vocab size {wrote['vocab_size']}), "
-            f"but this run reads it with {ours['description']} (vocab size {ours['vocab_size']}): its token ids "
-            f"would be read as other text. Set tokenizer-type/vocab-file to the ones that wrote it, or rebuild it "
-            f"with this run's tokenizer (tools/preprocess_data.py --tokenizer-type {data_cfg.tokenizer_type} ...)")
+    if ours["fingerprint"] == wrote["fingerprint"]:
+        _checked[key] = record
+        return
+    raise DataError(
+        f"{prefix}.bin was written by the tokenizer {wrote['description']} (vocab size {wrote['vocab_size']}), "
+        f"but this run reads it with {ours['description']} (vocab size {ours['vocab_size']}): its token ids "
+        f"would be read as other text. Set tokenizer-type/vocab-file to the ones that wrote it, or rebuild it "
+        f"with this run's tokenizer (tools/preprocess_data.py --tokenizer-type {data_cfg.tokenizer_type} ...)")

@@ -32,15 +32,22 @@ def _prefixes(d) -> tuple:
             _single(d.test_data_paths, "test-data-paths"))
 
 
+def check_data_tokenizer(cfg) -> None:
+    """Refuse data written by another tokenizer than the config's (identity.py), for every prefix
+    training reads. The trainer calls it before building the engine (no heavy work first)."""
+    d = cfg.data
+    for prefix in [d.data_path] if d.data_path else _prefixes(d):
+        if prefix:
+            check_tokenizer(prefix, d)
+
+
 def build_datasets(cfg, train_batch_size: int, vocab_size: int | None = None):
     """Returns (train, valid, test) datasets; an entry is None when its sample count is 0.
     Samples holding token ids outside [0, vocab_size) are refused, naming the data file."""
     d, t, m = cfg.data, cfg.training, cfg.model
     counts = sample_counts(cfg, train_batch_size)
     val_len = t.seq_length_val or m.seq_length
-    for prefix, n in [(d.data_path, 1)] if d.data_path else zip(_prefixes(d), counts):
-        if prefix and n:
-            check_tokenizer(prefix, d)  # data written by another tokenizer: refused (identity.py)
+    check_data_tokenizer(cfg)
     if d.data_path:
         return build_train_valid_test_datasets(
             d.data_path, d.split, m.seq_length, t.seed, num_samples=counts,

@@ -155,3 +155,14 @@ def test_data_of_another_tokenizer_is_refused_at_evaluation(tmp_path, other_toke
     assert e.value.code == errors.EXIT_USER_ERROR and "Traceback" not in err
     assert f"HFTokenizer (vocab-file {vocab})" in err and "CharLevelTokenizer" in err
     assert not (tmp_path / "eval" / "eval.json").exists()
+
+
+def test_the_trainer_refuses_before_building_its_engine(tmp_path, other_tokenizer_data, monkeypatch):
+    from megatron.config import load_config
+    from megatron.training.trainer import Trainer
+
+    prefix, vocab = other_tokenizer_data
+    cfg = load_config([write_yaml(tmp_path / "c.yml", train_config_dict(tmp_path, prefix, padded_vocab_size=512))])
+    monkeypatch.setattr(Trainer, "_build_engine", lambda self, ds: pytest.fail("the engine was built first"))
+    with pytest.raises(DataError, match=rf"written by the tokenizer HFTokenizer \(vocab-file {vocab}\)"):
+        Trainer(cfg)
