@@ -14,6 +14,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from megatron.cli_args import int_at_least  # noqa: E402
 from megatron.errors import run_cli  # noqa: E402
 
 
@@ -21,7 +22,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", required=True, help="directory holding `latest` and global_step<N>/")
     p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--iteration", type=int, default=None)
+    p.add_argument("--iteration", type=int_at_least(0), default=None)
     from megatron.config.precision import DTYPE_NAMES
 
     p.add_argument("--dtype", choices=DTYPE_NAMES, default="fp32")

@@ -25,7 +25,8 @@ from megatron.parallel import context_for
 from megatron.tokenizer import build_tokenizer, padded_vocab_size
 from megatron.training import health, norms, throughput
 from megatron.training.checkpoint import Checkpointer
-from megatron.training.data_setup import build_datasets
+from megatron.training.data_setup import build_datasets, check_data_tokenizer
+from megatron.training.disk import check_run_room
 from megatron.training.distributed import init_distributed
 from megatron.training.logging import MetricsLogger
 from megatron.training.optim import build_optimizer
@@ -85,6 +86,7 @@ class Trainer:
         """One run per run directory, held by rank 0 until train() ends or the process dies."""
         if not self.dist.is_rank0:
             return None
+        check_run_room(self.cfg)  # a full disk: one message naming the directory (disk.py)
         lock = RunLock(self.cfg.logging.run_dir).acquire()
         if lock.stale:
             print(f"[lock] took over {lock.path}: its holder ({describe(lock.stale)}) is no longer running",
@@ -101,6 +103,7 @@ class Trainer:
         set_seed(cfg.training.seed)
         self.par = context_for(cfg, self.dist)  # tensor-parallel groups; data-parallel rank/size
         self.tokenizer, self.vocab_size = resolve_vocab(cfg)
+        check_data_tokenizer(cfg)  # another tokenizer's data: refused before the engine is built
         self.run_dir = cfg.logging.run_dir
         self.pipe = uses_pipeline(cfg)  # NeoX: pipe-parallel-size >= 1 -> DeepSpeed's pipeline engine
         self.engine, model, self.par = self._build_engine(deepspeed)
