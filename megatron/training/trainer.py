@@ -17,7 +17,6 @@ import torch
 
 from megatron.checkpoint.tags import read_latest, tag_for
 from megatron.data.loader import batch_loader, loss_mask_for
-from megatron.device import collective_device
 from megatron.device import describe as describe_device
 from megatron.errors import is_out_of_memory, out_of_memory
 from megatron.model import GPTModel, count_parameters
@@ -386,6 +385,8 @@ class Trainer:
 
     def _all_reduce_mean(self, x: torch.Tensor) -> torch.Tensor:
         if self.dist.world_size > 1:
+            from megatron.device import collective_device
+
             x = x.to(collective_device())
             torch.distributed.all_reduce(x)
             x = x / self.dist.world_size
