@@ -16,8 +16,6 @@ import argparse
 import sys
 import time
 
-import torch
-
 from megatron.cli_args import int_at_least
 from megatron.errors import UserError, run_cli
 
@@ -42,7 +40,7 @@ def parse_args(argv=None):
     add_device_flag(p)
     p.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key of the checkpoint, e.g. -o vocab-file=data/tok.json")
-    from megatron.checkpoint.safe_load import add_load_flags
+    from megatron.checkpoint.trust import add_load_flags
 
     add_load_flags(p)
     args = p.parse_args(argv)
@@ -52,8 +50,10 @@ def parse_args(argv=None):
     return args
 
 
-def filter_logits(logits: torch.Tensor, temperature=1.0, top_k=0, top_p=1.0) -> torch.Tensor:
+def filter_logits(logits, temperature=1.0, top_k=0, top_p=1.0):
     """(B, V) float logits -> temperature-scaled logits with everything outside top-k / top-p at -inf."""
+    import torch
+
     logits = logits / temperature
     if top_k and top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
@@ -66,31 +66,33 @@ def filter_logits(logits: torch.Tensor, temperature=1.0, top_k=0, top_p=1.0) -> 
     return logits
 
 
-@torch.no_grad()
 def generate_tokens(model, prompt: list[int], max_new_tokens: int, greedy=True, temperature=1.0, top_k=0,
                     top_p=1.0, generator=None, eod: int | None = None, vocab_limit: int | None = None,
                     on_token=None):
     """Continue `prompt` (token ids) with the kv cache; returns the new ids. `on_token(id)` is
     called with each one as it comes (generate.py streams its text)."""
+    import torch  # here, not at the top: a mistyped flag is answered before torch loads
+
     device = next(model.parameters()).device
     cache = model.new_cache()
     step = torch.tensor([prompt], device=device)
     out = []
-    for _ in range(max_new_tokens):
-        logits = model(step, cache=cache)[:, -1].float()  # (1, V)
-        if vocab_limit is not None:  # padded vocab rows are not tokens
-            logits[:, vocab_limit:] = float("-inf")
-        if greedy:
-            nxt = logits.argmax(-1)
-        else:
-            probs = filter_logits(logits, temperature, top_k, top_p).softmax(-1)
-            nxt = torch.multinomial(probs, 1, generator=generator)[:, 0]
-        out.append(int(nxt))
-        if on_token is not None:
-            on_token(out[-1])
-        if eod is not None and out[-1] == eod:
-            break
-        step = nxt[:, None]
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            logits = model(step, cache=cache)[:, -1].float()  # (1, V)
+            if vocab_limit is not None:  # padded vocab rows are not tokens
+                logits[:, vocab_limit:] = float("-inf")
+            if greedy:
+                nxt = logits.argmax(-1)
+            else:
+                probs = filter_logits(logits, temperature, top_k, top_p).softmax(-1)
+                nxt = torch.multinomial(probs, 1, generator=generator)[:, 0]
+            out.append(int(nxt))
+            if on_token is not None:
+                on_token(out[-1])
+            if eod is not None and out[-1] == eod:
+                break
+            step = nxt[:, None]
     return out
 
 
@@ -114,14 +116,16 @@ def interactive_prompts():
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from megatron.checkpoint.safe_load import apply_trust_flag
+    from megatron.checkpoint.trust import apply_trust_flag
 
     apply_trust_flag(args)
     texts = prompts(args)
+    from megatron.checkpoint.tags import resolve_tag, tag_or_latest
+
+    resolve_tag(args.checkpoint, tag_or_latest(args.iteration))  # a missing checkpoint: answered before torch loads
     from megatron.device import device_from_flag
 
     args.device = device_from_flag(args.device, "generate.py")
-    from megatron.checkpoint.tags import tag_or_latest
     from megatron.evaluation.load import load_checkpoint_model
     from megatron.generation import TokenStream, check_new_tokens_fit
     from megatron.launcher import parse_overrides
@@ -129,6 +133,8 @@ def main(argv=None) -> int:
 
     model, cfg, _ = load_checkpoint_model(args.checkpoint, tag_or_latest(args.iteration),
                                           parse_overrides(args.override) or None, args.device, args.allow_nonfinite)
+    import torch
+
     d = cfg.data
     tok = build_tokenizer(d.tokenizer_type, d.vocab_file, d.merge_file)
     gen = torch.Generator(device=args.device).manual_seed(args.seed)

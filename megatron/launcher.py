@@ -36,7 +36,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="set one config key after the files (YAML value), e.g. -o pos-emb=rotary")
     p.add_argument("--dry-run", action="store_true",
                    help="validate, check the input files, print the settings and parameter count and exit")
-    from megatron.checkpoint.safe_load import add_trust_flag
+    from megatron.checkpoint.trust import add_trust_flag
     from megatron.evaluation.harness.cli import add_eval_flags
 
     add_trust_flag(p)  # passed on to the training processes (see runner_args)
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     from megatron.config.paths import outside_run_dir
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    from megatron.checkpoint.safe_load import apply_trust_flag
+    from megatron.checkpoint.trust import apply_trust_flag
 
     apply_trust_flag(args)
     cfg = load_config(config_paths(args), overrides=parse_overrides(args.override))
@@ -209,7 +209,7 @@ def runner_args(cfg, user_script: str, resolved: str) -> list[str]:
     if p.master_addr:
         out += ["--master_addr", p.master_addr]
     out += ["--master_port", str(p.master_port), "--launcher", p.launcher]
-    from megatron.checkpoint.safe_load import trusted_from_env
+    from megatron.checkpoint.trust import trusted_from_env
 
     # On other nodes the runner exports only a few variables, so KERPLE_DEBUG and the trust
     # switch travel as flags.

@@ -24,7 +24,7 @@ def main(argv=None) -> int:
     p.add_argument("--iteration", type=int_at_least(0), default=None, help="convert global_step<N> instead of latest")
     p.add_argument("--config", nargs="+", default=None,
                    help="the NeoX YAML files (default: the checkpoint's global_step<N>/configs/*.yml)")
-    from megatron.checkpoint.safe_load import add_load_flags
+    from megatron.checkpoint.trust import add_load_flags
     from megatron.config.precision import DTYPE_NAMES, torch_dtype
 
     p.add_argument("--dtype", choices=DTYPE_NAMES, default="fp32")

@@ -32,12 +32,14 @@ def main(argv=None) -> int:
     add_device_flag(p, " (the checkpoint is loaded there; the files written are the same)")
     p.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key of the checkpoint, e.g. -o vocab-file=data/tok.json")
-    from megatron.checkpoint.safe_load import add_load_flags, apply_trust_flag
+    from megatron.checkpoint.trust import add_load_flags, apply_trust_flag
 
     add_load_flags(p)
     args = p.parse_args(argv)
     apply_trust_flag(args)
-    from megatron.checkpoint.tags import tag_or_latest
+    from megatron.checkpoint.tags import resolve_tag, tag_or_latest
+
+    resolve_tag(args.checkpoint, tag_or_latest(args.iteration))  # a missing checkpoint: answered before torch loads
     from megatron.device import device_from_flag
     from megatron.evaluation.load import load_checkpoint_model
     from megatron.interop.hf_export import export_hf

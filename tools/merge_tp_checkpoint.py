@@ -25,13 +25,15 @@ def main(argv=None) -> int:
     p.add_argument("--input", required=True, help="checkpoint directory holding `latest` and global_step<N>/")
     p.add_argument("--output", required=True, help="directory for the TP=1 checkpoint")
     p.add_argument("--iteration", type=int_at_least(0), default=None, help="merge global_step<N> instead of latest")
-    from megatron.checkpoint.safe_load import add_load_flags, apply_trust_flag
+    from megatron.checkpoint.trust import add_load_flags, apply_trust_flag
 
     add_load_flags(p)
     args = p.parse_args(argv)
     apply_trust_flag(args)
+    from megatron.checkpoint.tags import resolve_tag, tag_or_latest
+
+    resolve_tag(args.input, tag_or_latest(args.iteration))  # a missing checkpoint: answered before torch loads
     from megatron.checkpoint.reader import read_tp1_state
-    from megatron.checkpoint.tags import tag_or_latest
     from megatron.checkpoint.writer import write_tp1_checkpoint
 
     ck = read_tp1_state(args.input, tag_or_latest(args.iteration), allow_nonfinite=args.allow_nonfinite)

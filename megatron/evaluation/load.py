@@ -74,7 +74,7 @@ def _moved_on(ckpt_dir: str, tag: str) -> bool:
 
 
 def _load_tag(ckpt_dir: str, tag: str, overrides: dict | None, device, allow_nonfinite: bool):
-    from megatron.checkpoint.safe_load import trusted_from_env
+    from megatron.checkpoint.trust import trusted_from_env
 
     ck = read_tp1_state(ckpt_dir, tag, overrides=overrides, trust=trusted_from_env(), allow_nonfinite=allow_nonfinite)
     if ck.cfg is None:

@@ -177,7 +177,7 @@ class Checkpointer:
     def _engine_load(self, engine, tag: str):
         """engine.load_checkpoint with every file read by the safe reader (megatron/checkpoint/deepspeed_engine.py)."""
         from megatron.checkpoint.deepspeed_engine import install_safe_loading, safe_zero_to_fp32
-        from megatron.checkpoint.safe_load import TRUST_HINT, trusted_from_env
+        from megatron.checkpoint.trust import TRUST_HINT, trusted_from_env
 
         c = self.ccfg
         trust = trusted_from_env()
@@ -227,7 +227,7 @@ class Checkpointer:
         """A NeoX / KERPLE checkpoint: module weights only (its optimizer state is DeepSpeed's
         from another codebase), as a fine-tune start at iteration 0."""
         from megatron.checkpoint.reader import read_tp1_state
-        from megatron.checkpoint.safe_load import trusted_from_env
+        from megatron.checkpoint.trust import trusted_from_env
 
         c = self.ccfg
         if self.cfg.parallel.model_parallel_size > 1 or self.cfg.parallel.pipe_parallel_size >= 1:
