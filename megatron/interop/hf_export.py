@@ -132,20 +132,24 @@ def _check_supported(model_cfg) -> None:
 
 def save_tokenizer(cfg, out_dir: str) -> str | None:
     """Write HF tokenizer files when the training tokenizer has an HF equivalent; else None."""
+    from megatron.tokenizer.hf import EOD_TOKEN
+
     d = cfg.data
+    # eod as eos/bos, as config.json says: tools that read the tokenizer alone (the harness's `hf`
+    # model: its end-of-text and empty-context prefix token) need them named. And as pad: a batch of
+    # prompts needs one (tokenizer(prompts, padding=True) refuses without it), on the left so every
+    # row's generation starts right after its own prompt (the remote code honours attention_mask).
+    # Given to the constructor: attributes set later are not saved.
+    special = dict(eos_token=EOD_TOKEN, bos_token=EOD_TOKEN, pad_token=EOD_TOKEN, padding_side="left")
     try:
         if d.tokenizer_type == "HFTokenizer" and d.vocab_file:
             from transformers import PreTrainedTokenizerFast
 
-            from megatron.tokenizer.hf import EOD_TOKEN
-
-            # eod as eos/bos, as config.json says: tools that read the tokenizer alone (the harness's
-            # `hf` model: its end-of-text and empty-context prefix token) need them named
-            tok = PreTrainedTokenizerFast(tokenizer_file=d.vocab_file, eos_token=EOD_TOKEN, bos_token=EOD_TOKEN)
+            tok = PreTrainedTokenizerFast(tokenizer_file=d.vocab_file, **special)
         elif d.tokenizer_type == "GPT2BPETokenizer" and d.vocab_file and d.merge_file:
             from transformers import GPT2TokenizerFast
 
-            tok = GPT2TokenizerFast(vocab_file=d.vocab_file, merges_file=d.merge_file)
+            tok = GPT2TokenizerFast(vocab_file=d.vocab_file, merges_file=d.merge_file, **special)
         else:
             return None
     except OSError as e:
