@@ -10,6 +10,7 @@ import math
 import os
 import random
 import signal
+import sys
 import time
 
 import numpy as np
@@ -61,10 +62,20 @@ def resolve_vocab(cfg):
     return tok, size
 
 
-def check_precision_supported(cfg, device: torch.device) -> None:
-    if cfg.precision.dtype == "fp16" and device.type != "cuda":
-        raise ValueError("fp16 training needs a GPU: DeepSpeed's CPU accelerator has no fp16 support; "
-                         "on CPU use bf16 (`fp16: {enabled: true, type: bfloat16}` or `precision: bfloat16`) or fp32")
+# The one answer for CPUs (the README's too): bf16 is emulated there unless the CPU has AVX512-BF16.
+CPU_PRECISION = ("on CPU train in fp32 (`precision: fp32`, or drop the fp16/bf16 sections): bf16 matmuls run "
+                 "10-100x slower than fp32 on CPUs without AVX512-BF16; bf16 and fp16 are for GPUs")
+
+
+def check_precision_supported(cfg, device: torch.device) -> str | None:
+    """Refuses fp16 off CUDA; returns a warning for bf16 on CPU (it works, ~35x slower here), else None."""
+    if device.type == "cuda":
+        return None
+    if cfg.precision.dtype == "fp16":
+        raise ValueError(f"fp16 training needs a GPU: DeepSpeed's CPU accelerator has no fp16 support; {CPU_PRECISION}")
+    if cfg.precision.dtype == "bf16":
+        return f"[precision] warning: bf16 on CPU runs 10-100x slower than fp32; {CPU_PRECISION}"
+    return None
 
 
 class Trainer:
@@ -73,7 +84,9 @@ class Trainer:
 
         self.cfg = cfg
         self.dist = init_distributed(cfg.parallel.device, cfg.parallel.distributed_backend)
-        check_precision_supported(cfg, self.dist.device)
+        precision_warning = check_precision_supported(cfg, self.dist.device)
+        if precision_warning and self.dist.is_rank0:
+            print(precision_warning, file=sys.stderr, flush=True)
         self.lock = self._lock_run_dir()
         try:
             self._setup(deepspeed)
@@ -112,6 +125,7 @@ class Trainer:
         self.checkpointer = Checkpointer(cfg, self.vocab_size, self.dist.is_rank0)
         client = self.checkpointer.load(self.engine)
         self.iteration = client["iteration"] if client else 0
+        self._validated = (None, None)  # (iteration, metrics) of the last interval's validation
         self._restore_tp_rng(client)
         self.datasets = build_datasets(cfg, self.batch, self.tokenizer.vocab_size if self.tokenizer else self.vocab_size)
         self.loss_watch = health.LossWatch(cfg.training.max_nonfinite_loss_steps)
@@ -311,8 +325,9 @@ class Trainer:
             if path:
                 self.log.console(f"[checkpoint] saved {path}")
         if t.eval_interval and self.iteration % t.eval_interval == 0 and self.datasets[1] is not None:
-            self.evaluate("validation", self.datasets[1], f"iteration {self.iteration}",
-                          round_index=self.iteration // t.eval_interval)
+            metrics = self.evaluate("validation", self.datasets[1], f"iteration {self.iteration}",
+                                    round_index=self.iteration // t.eval_interval)
+            self._validated = (self.iteration, metrics)
 
     def final_evaluation(self) -> dict:
         """NeoX's end of training: save if this step was not saved yet, then validation and test."""
@@ -320,7 +335,10 @@ class Trainer:
         if self.cfg.checkpoint.save and self.iteration > 0 and not self._saved_at(self.iteration):
             self._save()
         eval_round = self.iteration // max(self.cfg.training.eval_interval, 1)
-        if self.datasets[1] is not None:
+        done_at, metrics = self._validated
+        if done_at == self.iteration:  # the last interval's evaluation: the same batches, already printed
+            out["validation"] = metrics
+        elif self.datasets[1] is not None:
             out["validation"] = self.evaluate("validation", self.datasets[1],
                                               "the end of training for val data", eval_round)
         if self.datasets[2] is not None:

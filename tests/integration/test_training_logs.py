@@ -53,3 +53,15 @@ def test_mfu_on_cuda(tmp_path, token_dataset, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "device cuda:0" in out and "process group nccl" in out and "[throughput] MFU against" in out
     assert all(0 < row["mfu"] < 1 for row in rows)
+
+
+def test_the_final_validation_is_printed_once(tmp_path, token_dataset, capsys):
+    """train-iters a multiple of eval-interval: the last interval's validation is the end-of-training
+    one (NeoX evaluated the same batches twice and printed both); metrics.jsonl holds it once too."""
+    train(tmp_path, token_dataset, train_iters=4, eval_interval=2, eval_iters=1)
+    out = capsys.readouterr().out
+    assert out.count("validation results at") == 2, out  # iterations 2 and 4, the latter also the final one
+    assert "validation results at iteration 4" in out and "the end of training for test data" in out
+    with open(tmp_path / "run" / "metrics.jsonl") as f:
+        rows = [row for row in map(json.loads, f) if row["kind"] == "validation"]
+    assert [row["iteration"] for row in rows] == [2, 4]
