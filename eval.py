@@ -18,8 +18,8 @@ from megatron.errors import run_cli
 
 
 def main() -> int:
-    from megatron.checkpoint.safe_load import add_load_flags, apply_trust_flag
-    from megatron.evaluation.harness.cli import add_eval_flags, limit_value, results_path
+    from megatron.checkpoint.trust import add_load_flags, apply_trust_flag
+    from megatron.evaluation.harness.cli import add_eval_flags, limit_value, progress_bars, results_path
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("conf_file", nargs="*", help="YAML config files merged in order")
@@ -51,10 +51,12 @@ def main() -> int:
     from megatron.evaluation.harness.run import evaluate_tasks
     from megatron.evaluation.report import default_output_dir
 
-    evaluate_tasks(load, args.eval_tasks, default_output_dir(load), tag=tag_or_latest(cfg.checkpoint.iteration),
-                   max_length=args.max_length, batch_size=args.batch_size, limit=limit_value(args.limit),
-                   num_fewshot=args.num_fewshot, device=args.device, allow_nonfinite=args.allow_nonfinite,
-                   results_path=results_path(args.eval_results_prefix))
+    with progress_bars(not args.quiet):
+        evaluate_tasks(load, args.eval_tasks, default_output_dir(load), tag=tag_or_latest(cfg.checkpoint.iteration),
+                       max_length=args.max_length, batch_size=args.batch_size, limit=limit_value(args.limit),
+                       num_fewshot=args.num_fewshot, device=args.device, allow_nonfinite=args.allow_nonfinite,
+                       results_path=results_path(args.eval_results_prefix), include_paths=args.include_paths,
+                       bootstrap_iters=args.bootstrap_iters)
     return 0
 
 

@@ -78,11 +78,10 @@ def parse_args(argv=None):
     from megatron.device import add_device_flag
 
     add_device_flag(p)
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
     from megatron.evaluation.harness.cli import add_eval_flags, limit_value
 
-    add_eval_flags(p, batch_size=False)  # --tasks: downstream tasks instead of the perplexity sweep
-    from megatron.checkpoint.safe_load import add_load_flags
+    add_eval_flags(p, batch_size=False)  # --tasks: downstream tasks instead of the perplexity sweep; --quiet
+    from megatron.checkpoint.trust import add_load_flags
 
     add_load_flags(p)
     args = p.parse_args(argv)
@@ -91,9 +90,10 @@ def parse_args(argv=None):
     if args.eval_tasks and sweep_only:
         p.error(f"{', '.join(sweep_only)} belong to the perplexity sweep, not to --tasks: run them separately")
     if not args.eval_tasks and any(v is not None for v in (args.max_length, args.limit, args.num_fewshot,
-                                                           args.eval_results_prefix)):
-        p.error("--max-length, --limit, --num-fewshot and --eval_results_prefix apply to --tasks "
-                "(the perplexity sweep takes --lengths)")
+                                                           args.eval_results_prefix, args.include_paths,
+                                                           args.bootstrap_iters)):
+        p.error("--max-length, --limit, --num-fewshot, --include-path, --bootstrap-iters and --eval_results_prefix "
+                "apply to --tasks (the perplexity sweep takes --lengths)")
     if args.eval_results_prefix and len(args.checkpoint) > 1:
         p.error("--eval_results_prefix names one results file: give one --checkpoint (or use --out)")
     args.limit = limit_value(args.limit)
@@ -239,7 +239,8 @@ def evaluate_tasks(args, ckpt: str) -> None:
     run_tasks(ckpt, args.eval_tasks, output_dir(args, ckpt), tag=tag_or_latest(args.iteration),
               results_path=results_path(args.eval_results_prefix),
               overrides=checkpoint_overrides(args), max_length=args.max_length, batch_size=args.batch_size,
-              limit=args.limit, num_fewshot=args.num_fewshot, device=args.device, allow_nonfinite=args.allow_nonfinite)
+              limit=args.limit, num_fewshot=args.num_fewshot, device=args.device, allow_nonfinite=args.allow_nonfinite,
+              include_paths=args.include_paths, bootstrap_iters=args.bootstrap_iters)
 
 
 def evaluate_checkpoint(args, ckpt: str) -> None:
@@ -247,7 +248,7 @@ def evaluate_checkpoint(args, ckpt: str) -> None:
     from megatron.evaluation.blockwise import check_block
     from megatron.evaluation.lengths import default_lengths
     from megatron.evaluation.load import load_checkpoint_model
-    from megatron.evaluation.report import build_record, markdown_table, write_outputs
+    from megatron.evaluation.report import attention_label, build_record, markdown_table, write_outputs
 
     overrides = checkpoint_overrides(args)
     model, cfg, client = load_checkpoint_model(ckpt, tag_or_latest(args.iteration), overrides, args.device, args.allow_nonfinite)
@@ -279,6 +280,9 @@ def evaluate_checkpoint(args, ckpt: str) -> None:
         "train_speed": train_speed(cfg),
     }
 
+    print(f"evaluating {ckpt} (iteration {meta['iteration']}, pos-emb {meta['pos_emb']}): "
+          f"{attention_label(meta)}, lengths {', '.join(map(str, lengths))}", flush=True)
+
     def save_partial(done: list) -> None:
         os.makedirs(out_dir, exist_ok=True)
         rec = build_record(dict(meta, lengths=[r.length for r in done], incomplete=True,
@@ -296,7 +300,7 @@ def evaluate_checkpoint(args, ckpt: str) -> None:
 
 
 def main(argv=None) -> int:
-    from megatron.checkpoint.safe_load import apply_trust_flag
+    from megatron.checkpoint.trust import apply_trust_flag
 
     args = parse_args(argv)
     apply_trust_flag(args)
@@ -312,13 +316,19 @@ def main(argv=None) -> int:
         check_max_length_value(args.max_length)  # before any checkpoint is loaded
     for ckpt in args.checkpoint:  # every output directory, before hours of evaluation
         check_output_dir(output_dir(args, ckpt))
+    if len(args.checkpoint) == 1:  # a missing checkpoint is answered before torch loads (several: skipped)
+        from megatron.checkpoint.tags import resolve_tag, tag_or_latest
+
+        resolve_tag(args.checkpoint[0], tag_or_latest(args.iteration))
     from megatron.device import device_from_flag
+    from megatron.evaluation.harness.cli import progress_bars
 
     args.device = device_from_flag(args.device, "evaluate.py")
     failed = []
     for ckpt in args.checkpoint:
         try:
-            (evaluate_tasks if args.eval_tasks else evaluate_checkpoint)(args, ckpt)
+            with progress_bars(not args.quiet):  # --quiet: the harness's and datasets' bars too
+                (evaluate_tasks if args.eval_tasks else evaluate_checkpoint)(args, ckpt)
         except ValueError as e:  # UserError, or the data/interop code's plain ValueErrors
             if len(args.checkpoint) == 1 or isinstance(e, OutOfMemory):
                 raise

@@ -72,3 +72,40 @@ def test_tasks_register_through_the_harness_yaml(tmp_path):
     (task,) = tasks.values()
     docs = list(task.test_docs())
     assert len(docs) == 300 and task.doc_to_choice(docs[0]) == docs[0]["choices"]
+
+
+def write_user_task(root) -> str:
+    """A user's own task directory, as lm-eval takes it: one YAML and its local jsonl data."""
+    os.makedirs(root, exist_ok=True)
+    data = os.path.join(root, "docs.jsonl")
+    with open(data, "w") as f:
+        for i in range(5):
+            f.write(json.dumps({"q": f"question {i}", "a": f"answer {i}"}) + "\n")
+    conf = {"task": "my_own_task", "dataset_path": "json", "dataset_kwargs": {"data_files": {"test": data}},
+            "output_type": "loglikelihood", "test_split": "test", "doc_to_text": "{{q}}",
+            "doc_to_target": "{{' ' + a}}", "metric_list": [{"metric": "acc"}], "metadata": {"version": 1.0}}
+    with open(os.path.join(root, "my_own_task.yaml"), "w") as f:
+        yaml.safe_dump(conf, f)
+    return str(root)
+
+
+def test_user_task_directories_register_with_include_path(tmp_path):
+    """--include-path DIR: the user's own task YAML is found (without indexing the harness's 15k
+    files) and its local data loads, with no network."""
+    pytest.importorskip("lm_eval")
+    from megatron.evaluation.harness.run import check_tasks, task_manager
+
+    user = write_user_task(tmp_path / "mine")
+    manager = task_manager(["my_own_task", lt.GROUP], str(tmp_path / "local"), include_paths=[user])
+    assert sorted(check_tasks(["my_own_task", lt.GROUP], manager)) == sorted(["my_own_task", lt.GROUP])
+    (task,) = manager.load(["my_own_task"])["tasks"].values()
+    assert [d["a"] for d in task.test_docs()] == [f"answer {i}" for i in range(5)]
+
+
+def test_a_missing_include_path_is_one_clear_error(tmp_path):
+    pytest.importorskip("lm_eval")
+    from megatron.errors import UserError
+    from megatron.evaluation.harness.run import task_manager
+
+    with pytest.raises(UserError, match="--include-path .*nowhere.* is not a directory"):
+        task_manager(["my_own_task"], str(tmp_path / "local"), include_paths=[str(tmp_path / "nowhere")])

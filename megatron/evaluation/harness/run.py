@@ -6,11 +6,12 @@ Used by eval.py (`python deepy.py eval.py CONFIG.yml --eval_tasks ...`) and eval
 """
 from __future__ import annotations
 
-import difflib
+import inspect
 import json
 import os
 import time
 
+from megatron.config.errors import close_matches
 from megatron.errors import UserError
 from megatron.evaluation.harness.local_tasks import GROUP, LOCAL_TASKS, write_task_dir
 
@@ -38,26 +39,54 @@ def resolve_max_length(value: int | None, model, cfg) -> int:
     return length
 
 
-def task_manager(names: list[str], task_dir: str):
-    """The harness's TaskManager with the local tasks' YAML in `task_dir`. The harness's own ~15k
-    task files are indexed (~5-10 s) only when a name is not a local one."""
+def check_include_paths(paths) -> list[str]:
+    """--include-path: directories of the user's own task YAML (lm-eval's --include_path). A YAML
+    file goes to --tasks instead, as in lm-eval; checked before anything loads."""
+    out = []
+    for path in paths or ():
+        if os.path.isfile(path) and path.endswith((".yaml", ".yml")):
+            raise UserError(f"--include-path {path!r} is a YAML file: pass its directory to --include-path, "
+                            f"or the file itself to --tasks (as lm-eval takes it)")
+        if not os.path.isdir(path):
+            raise UserError(f"--include-path {path!r} is not a directory: pass a directory holding your "
+                            "lm-eval task YAML files")
+        out.append(os.path.abspath(path))
+    return out
+
+
+def is_yaml_task(name: str) -> bool:
+    """A task given as the path of its YAML file (lm-eval's `--tasks path/to/task.yaml`)."""
+    return name.endswith((".yaml", ".yml")) and os.path.isfile(name)
+
+
+def task_manager(names: list[str], task_dir: str, include_paths=()):
+    """The harness's TaskManager over the local tasks' YAML (written to `task_dir`) and the user's
+    --include-path directories. The harness's own ~15k task files are indexed (~5-10 s) only when
+    a name is found in neither."""
     from lm_eval.tasks import TaskManager
 
-    local_only = all(n in LOCAL_TASKS or n == GROUP for n in names)
-    return TaskManager(include_path=write_task_dir(task_dir), include_defaults=not local_only)
+    user = check_include_paths(include_paths)
+    paths = [write_task_dir(task_dir), *user]  # later paths win in lm-eval: the user's own tasks
+    manager = TaskManager(include_path=paths, include_defaults=False)
+    if all(is_yaml_task(n) or manager.match_tasks([n]) for n in names):
+        return manager
+    return TaskManager(include_path=paths, include_defaults=True)
 
 
 def check_tasks(names: list[str], manager) -> list[str]:
-    """The names, each a task, group or tag the harness knows (glob patterns allowed, as lm_eval's CLI)."""
-    unknown = [n for n in names if not manager.match_tasks([n])]
+    """The names, each a task, group or tag the harness knows (glob patterns allowed, as lm_eval's
+    CLI) or a task YAML file's path."""
+    unknown = [n for n in names if not (is_yaml_task(n) or manager.match_tasks([n]))]
     if unknown:
         hints = []
         for n in unknown:
-            close = difflib.get_close_matches(n, manager.all_tasks, n=3)
+            close = close_matches(n, manager.all_tasks)
             hints.append(f"{n!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
         raise UserError(f"unknown task{'s' if len(unknown) > 1 else ''} {', '.join(hints)}; the offline local "
-                        f"tasks are {', '.join(LOCAL_TASKS)} (group {GROUP}); `lm_eval ls tasks` lists the harness's")
-    return manager.match_tasks(names)
+                        f"tasks are {', '.join(LOCAL_TASKS)} (group {GROUP}); your own task YAML: "
+                        "--include-path DIR (or --tasks FILE.yaml); `lm_eval ls tasks` lists the harness's")
+    yaml_files = [os.path.abspath(n) for n in names if is_yaml_task(n)]
+    return manager.match_tasks([n for n in names if not is_yaml_task(n)]) + yaml_files
 
 
 def metrics_of(results: dict) -> dict[str, float]:
@@ -104,13 +133,16 @@ def write_results(record: dict, path: str) -> str:
 
 def evaluate_tasks(ckpt: str, tasks: list[str], out_dir: str, *, tag=None, overrides=None, max_length=None,
                    batch_size: int = 1, limit=None, num_fewshot=None, device="auto", allow_nonfinite=False,
-                   results_path: str | None = None, log: bool = True) -> dict:
+                   results_path: str | None = None, log: bool = True, include_paths=(),
+                   bootstrap_iters: int | None = None) -> dict:
     """Everything one checkpoint needs; returns the results record (also written to results_path,
     default <out_dir>/harness.json). Inputs are checked before the model loads where they can be."""
     check_max_length_value(max_length)
     if batch_size < 1:
         raise UserError(f"--batch-size {batch_size} must be at least 1")
-    manager = task_manager(tasks, os.path.join(out_dir, TASK_DIR_NAME))
+    if bootstrap_iters is not None and bootstrap_iters < 0:
+        raise UserError(f"--bootstrap-iters {bootstrap_iters} must be 0 (no stderr) or more")
+    manager = task_manager(tasks, os.path.join(out_dir, TASK_DIR_NAME), include_paths)
     names = check_tasks(tasks, manager)
     from megatron.evaluation.load import load_checkpoint_model
     from megatron.tokenizer import build_tokenizer
@@ -127,13 +159,16 @@ def evaluate_tasks(ckpt: str, tasks: list[str], out_dir: str, *, tag=None, overr
 
     start = time.perf_counter()
     lm = KerpleLM(model, tokenizer, length, batch_size, seed=cfg.training.seed)
+    if bootstrap_iters is None:  # the harness's own default: its stderr, not a cheaper estimate
+        bootstrap_iters = inspect.signature(simple_evaluate).parameters["bootstrap_iters"].default
     results = simple_evaluate(lm, tasks=names, num_fewshot=num_fewshot, limit=limit, task_manager=manager,
-                              log_samples=False, bootstrap_iters=1000, random_seed=cfg.training.seed)
+                              log_samples=False, bootstrap_iters=bootstrap_iters, random_seed=cfg.training.seed)
     iteration = client.get("iteration")
     record = {
         "schema": SCHEMA, "checkpoint": os.path.abspath(ckpt), "iteration": iteration,
         "pos_emb": cfg.model.pos_emb, "train_length": cfg.model.seq_length, "max_length": length,
         "batch_size": batch_size, "limit": limit, "num_fewshot": num_fewshot, "device": str(device),
+        "bootstrap_iters": bootstrap_iters, "include_paths": check_include_paths(include_paths),
         "tasks": names, "lm_eval_version": lm_eval.__version__ if hasattr(lm_eval, "__version__") else None,
         "seconds": round(time.perf_counter() - start, 2), "metrics": metrics_of(results),
         **{k: results[k] for k in ("results", "groups", "versions", "n-shot", "higher_is_better", "n-samples")
