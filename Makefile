@@ -53,7 +53,7 @@ quickstart-rotary: setup
 # harness.json goes beside its eval.json.
 eval-tasks: setup
 	@test -f runs/quickstart/checkpoints/latest || { echo "eval-tasks: no checkpoint in runs/quickstart/checkpoints: run 'make quickstart' first" >&2; exit 2; }
-	$(PY) evaluate.py --checkpoint runs/quickstart/checkpoints --tasks kerple_local --out runs/quickstart
+	$(PY) evaluate.py --checkpoint runs/quickstart/checkpoints --tasks kerple_local --out runs/quickstart --quiet
 
 docs: setup
 	$(PY) tools/gen_config_docs.py

@@ -141,6 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     from megatron.checkpoint.trust import apply_trust_flag
 
     apply_trust_flag(args)
+    if not os.path.isfile(args.user_script):  # before the configs: `deepy.py trian.py ...` is the first thing to fix
+        from megatron.config.sources import did_you_mean_file
+
+        raise UserError(f"script {args.user_script!r} not found (expected e.g. train.py or eval.py)"
+                        + did_you_mean_file(args.user_script, (".py",)))
     cfg = load_config(config_paths(args), overrides=parse_overrides(args.override))
     missing = input_problems(cfg)
     note = outside_run_dir(cfg)
@@ -153,8 +158,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if missing:
         raise ConfigError(missing)
-    if not os.path.isfile(args.user_script):
-        raise UserError(f"script {args.user_script!r} not found (expected e.g. train.py)")
     from megatron.evaluation.harness.cli import eval_argv
 
     if is_eval(args.user_script):

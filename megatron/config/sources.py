@@ -64,12 +64,12 @@ def _decode(path: str, raw: bytes) -> tuple[str | None, Problem | None]:
                              f"0x{raw[e.start]:02x}; save the file as UTF-8")
 
 
-def did_you_mean_file(path: str) -> str:
-    """'; did you mean DIR/quickstart.yml?' for `quickstart.yaml` or `quikstart.yml`: the YAML files
-    beside the missing one with a close name (the extension left out of the comparison)."""
+def did_you_mean_file(path: str, suffixes: tuple[str, ...] = (".yml", ".yaml")) -> str:
+    """'; did you mean DIR/quickstart.yml?' for `quickstart.yaml` or `quikstart.yml`: the files with
+    these suffixes beside the missing one with a close name (the extension left out of the comparison)."""
     folder = os.path.dirname(path)
     try:
-        names = [n for n in os.listdir(folder or ".") if n.endswith((".yml", ".yaml"))]
+        names = [n for n in os.listdir(folder or ".") if n.endswith(suffixes)]
     except OSError:
         return ""
     stems = {os.path.splitext(n)[0]: n for n in sorted(names)}

@@ -36,6 +36,9 @@ CASES = [
     ("train.py", ["configs/quickstart.yaml"], "config file not found"),
     ("deepy.py", ["train.py", "configs/quickstart.yaml"], "config file not found"),
     ("deepy.py", ["--no-such-flag", "train.py", "configs/quickstart.yml"], "unrecognized arguments"),
+    ("deepy.py", ["trian.py", "configs/quickstart.yml"], "script 'trian.py' not found (expected e.g. train.py or "
+                                                         "eval.py); did you mean train.py?"),
+    ("deepy.py", ["train.py", "configs/quickstart.yaml"], "did you mean configs/quickstart.yml?"),
     ("tools/export_hf.py", ["--checkpoint", "MISSING", "--out", "OUT"], "does not exist"),
     ("tools/merge_tp_checkpoint.py", ["--input", "MISSING", "--output", "OUT"], "does not exist"),
     ("tools/convert_neox_checkpoint.py", ["--input", "MISSING", "--output", "OUT", "--no-such-flag"],
