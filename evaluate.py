@@ -11,10 +11,10 @@ extrapolation evaluation).
     python evaluate.py --checkpoint CKPT -o rotary-scaling=yarn -o rotary-scaling-factor=16  # RoPE scaling
     python evaluate.py --checkpoint CKPT --tasks kerple_local --max-length 512   # downstream tasks
 
---tasks runs lm-evaluation-harness tasks (the offline local ones: kerple_local; the standard ones
-where their datasets can be reached) instead of the perplexity sweep, at contexts of up to
---max-length tokens (default: the training length; longer extrapolates), and writes harness.json
-into the same output directory (see megatron/evaluation/harness/).
+--tasks runs lm-evaluation-harness tasks (the offline local ones: kerple_local; your own task YAML
+with --include-path DIR; the standard ones where their datasets can be reached) instead of the
+perplexity sweep, at contexts of up to --max-length tokens (default: the training length; longer
+extrapolates), and writes harness.json into the same output directory (see megatron/evaluation/harness/).
 
 Windows: by default the first --max-windows (320, the paper's count) in NeoX's shuffled sample order
 of the split, seeded by --data-seed; --window-order contiguous takes the first ones in stream order.

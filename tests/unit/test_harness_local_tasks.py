@@ -62,7 +62,7 @@ def test_committed_data_files_are_small_and_well_formed():
 
 def test_tasks_register_through_the_harness_yaml(tmp_path):
     pytest.importorskip("lm_eval")
-    from megatron.evaluation.harness.run import check_tasks, task_manager
+    from megatron.evaluation.harness.task_checks import check_tasks, task_manager
 
     manager = task_manager([lt.GROUP], str(tmp_path))
     conf = yaml.safe_load(open(tmp_path / f"{lt.LASTWORD}.yaml"))
@@ -93,7 +93,7 @@ def test_user_task_directories_register_with_include_path(tmp_path):
     """--include-path DIR: the user's own task YAML is found (without indexing the harness's 15k
     files) and its local data loads, with no network."""
     pytest.importorskip("lm_eval")
-    from megatron.evaluation.harness.run import check_tasks, task_manager
+    from megatron.evaluation.harness.task_checks import check_tasks, task_manager
 
     user = write_user_task(tmp_path / "mine")
     manager = task_manager(["my_own_task", lt.GROUP], str(tmp_path / "local"), include_paths=[user])
@@ -105,7 +105,40 @@ def test_user_task_directories_register_with_include_path(tmp_path):
 def test_a_missing_include_path_is_one_clear_error(tmp_path):
     pytest.importorskip("lm_eval")
     from megatron.errors import UserError
-    from megatron.evaluation.harness.run import task_manager
+    from megatron.evaluation.harness.task_checks import task_manager
 
     with pytest.raises(UserError, match="--include-path .*nowhere.* is not a directory"):
         task_manager(["my_own_task"], str(tmp_path / "local"), include_paths=[str(tmp_path / "nowhere")])
+
+
+def write_bad_task(root, name, **conf) -> str:
+    os.makedirs(root, exist_ok=True)
+    base = {"task": name, "dataset_path": "json", "output_type": "loglikelihood", "test_split": "test",
+            "doc_to_text": "{{q}}", "doc_to_target": "{{' ' + a}}", "metric_list": [{"metric": "acc"}]}
+    with open(os.path.join(root, f"{name}.yaml"), "w") as f:
+        yaml.safe_dump({**base, **conf}, f)
+    return str(root)
+
+
+def test_a_users_broken_task_is_one_error_before_the_model_loads(tmp_path):
+    """A data file that is not there, a template naming a field the data lacks, a YAML lm-eval
+    cannot read (it skips such files silently): each is one UserError naming the task or file."""
+    pytest.importorskip("lm_eval")
+    from megatron.errors import UserError
+    from megatron.evaluation.harness.task_checks import check_task_docs, check_tasks, task_manager
+
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"q": "x", "a": "y"}) + "\n")
+    user = write_bad_task(tmp_path / "mine", "no_data", dataset_kwargs={"data_files": {"test": str(tmp_path / "gone.jsonl")}})
+    write_bad_task(tmp_path / "mine", "bad_field", doc_to_text="{{question}}",
+                   dataset_kwargs={"data_files": {"test": str(data)}})
+    (tmp_path / "mine" / "broken.yaml").write_text("task: broken\n  x: [\n")
+    manager = task_manager(["no_data", "bad_field"], str(tmp_path / "local"), include_paths=[user])
+    with pytest.raises(UserError, match=r"task 'no_data' cannot be loaded \(FileNotFoundError: .*gone.jsonl"):
+        check_task_docs(manager, ["no_data"])
+    with pytest.raises(UserError, match=r"task 'bad_field': its first document does not render "
+                                        r"\(UndefinedError: 'question' is undefined"):
+        check_task_docs(manager, ["bad_field"])
+    with pytest.raises(UserError, match="unknown task 'broken'; lm-eval cannot read these task files in "
+                                        "--include-path: .*broken.yaml"):
+        check_tasks(["broken"], manager, [user])

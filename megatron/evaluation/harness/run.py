@@ -11,9 +11,8 @@ import json
 import os
 import time
 
-from megatron.config.errors import close_matches
 from megatron.errors import UserError
-from megatron.evaluation.harness.local_tasks import GROUP, LOCAL_TASKS, write_task_dir
+from megatron.evaluation.harness.task_checks import check_include_paths, check_task_docs, check_tasks, task_manager
 
 SCHEMA = "kerple-harness/1"
 RESULTS_NAME = "harness.json"
@@ -37,56 +36,6 @@ def resolve_max_length(value: int | None, model, cfg) -> int:
         raise UserError(f"--max-length {length}: pos-emb {cfg.model.pos_emb} represents at most {limit} positions "
                         f"(max-position-embeddings); pass --max-length {limit} or less")
     return length
-
-
-def check_include_paths(paths) -> list[str]:
-    """--include-path: directories of the user's own task YAML (lm-eval's --include_path). A YAML
-    file goes to --tasks instead, as in lm-eval; checked before anything loads."""
-    out = []
-    for path in paths or ():
-        if os.path.isfile(path) and path.endswith((".yaml", ".yml")):
-            raise UserError(f"--include-path {path!r} is a YAML file: pass its directory to --include-path, "
-                            f"or the file itself to --tasks (as lm-eval takes it)")
-        if not os.path.isdir(path):
-            raise UserError(f"--include-path {path!r} is not a directory: pass a directory holding your "
-                            "lm-eval task YAML files")
-        out.append(os.path.abspath(path))
-    return out
-
-
-def is_yaml_task(name: str) -> bool:
-    """A task given as the path of its YAML file (lm-eval's `--tasks path/to/task.yaml`)."""
-    return name.endswith((".yaml", ".yml")) and os.path.isfile(name)
-
-
-def task_manager(names: list[str], task_dir: str, include_paths=()):
-    """The harness's TaskManager over the local tasks' YAML (written to `task_dir`) and the user's
-    --include-path directories. The harness's own ~15k task files are indexed (~5-10 s) only when
-    a name is found in neither."""
-    from lm_eval.tasks import TaskManager
-
-    user = check_include_paths(include_paths)
-    paths = [write_task_dir(task_dir), *user]  # later paths win in lm-eval: the user's own tasks
-    manager = TaskManager(include_path=paths, include_defaults=False)
-    if all(is_yaml_task(n) or manager.match_tasks([n]) for n in names):
-        return manager
-    return TaskManager(include_path=paths, include_defaults=True)
-
-
-def check_tasks(names: list[str], manager) -> list[str]:
-    """The names, each a task, group or tag the harness knows (glob patterns allowed, as lm_eval's
-    CLI) or a task YAML file's path."""
-    unknown = [n for n in names if not (is_yaml_task(n) or manager.match_tasks([n]))]
-    if unknown:
-        hints = []
-        for n in unknown:
-            close = close_matches(n, manager.all_tasks)
-            hints.append(f"{n!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
-        raise UserError(f"unknown task{'s' if len(unknown) > 1 else ''} {', '.join(hints)}; the offline local "
-                        f"tasks are {', '.join(LOCAL_TASKS)} (group {GROUP}); your own task YAML: "
-                        "--include-path DIR (or --tasks FILE.yaml); `lm_eval ls tasks` lists the harness's")
-    yaml_files = [os.path.abspath(n) for n in names if is_yaml_task(n)]
-    return manager.match_tasks([n for n in names if not is_yaml_task(n)]) + yaml_files
 
 
 def metrics_of(results: dict) -> dict[str, float]:
@@ -143,7 +92,8 @@ def evaluate_tasks(ckpt: str, tasks: list[str], out_dir: str, *, tag=None, overr
     if bootstrap_iters is not None and bootstrap_iters < 0:
         raise UserError(f"--bootstrap-iters {bootstrap_iters} must be 0 (no stderr) or more")
     manager = task_manager(tasks, os.path.join(out_dir, TASK_DIR_NAME), include_paths)
-    names = check_tasks(tasks, manager)
+    names = check_tasks(tasks, manager, include_paths)
+    check_task_docs(manager, names)
     from megatron.evaluation.load import load_checkpoint_model
     from megatron.tokenizer import build_tokenizer
 
