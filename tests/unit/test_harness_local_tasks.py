@@ -93,13 +93,18 @@ def test_user_task_directories_register_with_include_path(tmp_path):
     """--include-path DIR: the user's own task YAML is found (without indexing the harness's 15k
     files) and its local data loads, with no network."""
     pytest.importorskip("lm_eval")
-    from megatron.evaluation.harness.task_checks import check_tasks, task_manager
+    from megatron.evaluation.harness.task_checks import check_task_docs, check_tasks, task_manager
 
     user = write_user_task(tmp_path / "mine")
     manager = task_manager(["my_own_task", lt.GROUP], str(tmp_path / "local"), include_paths=[user])
     assert sorted(check_tasks(["my_own_task", lt.GROUP], manager)) == sorted(["my_own_task", lt.GROUP])
     (task,) = manager.load(["my_own_task"])["tasks"].values()
     assert [d["a"] for d in task.test_docs()] == [f"answer {i}" for i in range(5)]
+    # a single task file named in --tasks, as lm-eval's CLI takes it: checked and loaded by its path
+    path = os.path.join(user, "my_own_task.yaml")
+    manager = task_manager([path], str(tmp_path / "local"))
+    assert check_tasks([path], manager) == [path]
+    check_task_docs(manager, [path])
 
 
 def test_a_missing_include_path_is_one_clear_error(tmp_path):
