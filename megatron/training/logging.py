@@ -112,12 +112,15 @@ class MetricsLogger:
             parts.append(f"eta: {format_eta((self.total_iters - iteration) * step_ms / 1000)}")
         self.console(" | ".join(parts) + " |")
 
-    def log_eval(self, iteration: int, chart: str, metrics: dict[str, float], prefix: str) -> None:
+    def log_eval(self, iteration: int, chart: str, metrics: dict[str, float], prefix: str,
+                 console: bool = True) -> None:
+        """console False: the caller prints these figures itself (the harness's results table)."""
         if not self.enabled:
             return
         self._row({"iteration": iteration, "kind": chart, **metrics})
-        line = f" {chart} results at {prefix} | " + " | ".join(f"{k} value: {v:.6E}" for k, v in metrics.items()) + " |"
-        self.console("-" * len(line) + "\n" + line + "\n" + "-" * len(line))
+        if console:
+            line = f" {chart} results at {prefix} | " + " | ".join(f"{k} value: {v:.6E}" for k, v in metrics.items()) + " |"
+            self.console("-" * len(line) + "\n" + line + "\n" + "-" * len(line))
         for k, v in metrics.items():
             if self.tb:
                 self.tb.add_scalar(f"{chart}/{k}", v, iteration)

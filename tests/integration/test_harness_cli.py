@@ -66,6 +66,7 @@ def test_evaluate_py_tasks_writes_results_beside_the_perplexity_ones(trained):
     rows = [json.loads(line) for line in open(os.path.join(os.path.dirname(ck), "metrics.jsonl"))]
     harness = [r for r in rows if r.get("kind") == "harness"]
     assert harness and harness[-1]["kerple_docstring_choice/acc"] == m["kerple_docstring_choice/acc"]
+    assert "harness results at" not in proc.stdout  # the scores are printed once: the harness's table
 
 
 def test_deepy_eval_py_reads_load_from_the_config(trained, tmp_path):

@@ -66,7 +66,7 @@ def log_scores(cfg, iteration: int | None, metrics: dict[str, float]) -> None:
         return
     logger = MetricsLogger(cfg, lg.run_dir)
     try:
-        logger.log_eval(iteration or 0, "harness", metrics, f"iteration {iteration}")
+        logger.log_eval(iteration or 0, "harness", metrics, f"iteration {iteration}", console=False)  # the table says it
     finally:
         logger.close()
 
