@@ -35,6 +35,15 @@ TINY_MODEL = {
 }
 
 
+def checkpoint_layout(path, step: int = 4) -> str:
+    """An empty checkpoint directory (`latest` naming global_step<step>/) for tests that stand in
+    for the loader: the CLIs check the layout before torch loads (tests/integration/test_cli_fast_answers.py)."""
+    os.makedirs(os.path.join(path, f"global_step{step}"), exist_ok=True)
+    with open(os.path.join(path, "latest"), "w") as f:
+        f.write(f"global_step{step}")
+    return str(path)
+
+
 def write_yaml(path, data: dict) -> str:
     """Atomically: the ranks of a multi-process test each write the same file, and one must never
     read another's half-written copy."""

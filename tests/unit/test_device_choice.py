@@ -10,7 +10,7 @@ import torch
 
 from megatron.config import ConfigError
 from megatron.device import DeviceError, process_group_backend, resolve_device
-from tests.conftest import ROOT
+from tests.conftest import ROOT, checkpoint_layout
 
 
 @pytest.fixture
@@ -157,8 +157,7 @@ def test_entry_points_default_to_auto(module):
 def test_entry_point_device_errors_are_one_message(argv, tmp_path):
     if torch.cuda.is_available() and argv[-1] == "cuda":
         pytest.skip("this machine has a GPU")
-    (tmp_path / "ckpt" / "global_step1").mkdir(parents=True)  # a checkpoint's layout: a missing one is
-    (tmp_path / "ckpt" / "latest").write_text("global_step1")  # reported first, before torch loads
+    checkpoint_layout(tmp_path / "ckpt")  # a missing checkpoint would be reported first, before torch loads
     argv = [a.replace("CKPT", str(tmp_path / "ckpt")).replace("OUT", str(tmp_path / "hf")) for a in argv]
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ROOT, "HOME": str(tmp_path)}  # no DS_ACCELERATOR
     proc = subprocess.run([sys.executable, *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
