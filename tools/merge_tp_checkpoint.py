@@ -19,6 +19,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from megatron.cli_args import int_at_least  # noqa: E402
 from megatron.errors import run_cli  # noqa: E402
 
 
@@ -28,17 +29,21 @@ def main(argv=None) -> int:
     p.add_argument("--output", required=True, help="directory for the TP=1 checkpoint")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing --output directory (all of it; without this flag it is refused)")
-    p.add_argument("--iteration", type=int, default=None, help="merge global_step<N> instead of latest")
-    from megatron.checkpoint.safe_load import add_load_flags, apply_trust_flag
+    p.add_argument("--iteration", type=int_at_least(0), default=None, help="merge global_step<N> instead of latest")
+    from megatron.checkpoint.trust import add_load_flags, apply_trust_flag
 
     add_load_flags(p)
     args = p.parse_args(argv)
     apply_trust_flag(args)
-    from megatron.checkpoint.reader import read_tp1_state
-    from megatron.checkpoint.tags import tag_or_latest
-    from megatron.checkpoint.writer import check_output, write_tp1_checkpoint
+    from megatron.checkpoint.tags import resolve_tag, tag_or_latest
 
-    check_output(args.output, args.overwrite, args.input)  # before the (long) read
+    resolve_tag(args.input, tag_or_latest(args.iteration))  # a missing checkpoint: answered before torch loads
+    from megatron.checkpoint.output import check_output
+
+    check_output(args.output, args.overwrite, args.input)  # and an existing output
+    from megatron.checkpoint.reader import read_tp1_state
+    from megatron.checkpoint.writer import write_tp1_checkpoint
+
     ck = read_tp1_state(args.input, tag_or_latest(args.iteration), allow_nonfinite=args.allow_nonfinite)
     out = write_tp1_checkpoint(ck, args.output, args.overwrite)
     print(f"[checkpoint] wrote TP=1 checkpoint {out}")

@@ -17,11 +17,12 @@ import shutil
 
 import torch
 
-from megatron.atomic_io import atomic_directory, refuse_existing_output
+from megatron.atomic_io import atomic_directory
 from megatron.checkpoint.client import model_args
-from megatron.checkpoint.errors import CheckpointError, CheckpointSaveError
+from megatron.checkpoint.errors import CheckpointSaveError
 from megatron.checkpoint.layout import CONFIGS_DIR, MODEL_FILE, RESOLVED_CONFIG, is_neox
-from megatron.checkpoint.tags import describe_steps, read_latest, steps_in, write_latest
+from megatron.checkpoint.output import check_output
+from megatron.checkpoint.tags import write_latest
 
 # torch.save's C++ writer reports a failed write (ENOSPC included) as a RuntimeError with these words
 _WRITE_FAILURE = ("iostream error", "PytorchStreamWriter", "inline_container", "file write failed", "unexpected pos")
@@ -77,25 +78,6 @@ def holds_optimizer_state(tag_dir: str, trust: bool = False) -> bool:
         return True
     path = os.path.join(tag_dir, MODEL_FILE)
     return os.path.isfile(path) and read_checkpoint_file(path, trust, allow_nonfinite=True).get("optimizer") is not None
-
-
-def check_output(output_dir: str, overwrite: bool, input_dir: str | None = None) -> None:
-    """Before any reading: --output must not hold the checkpoint being read, and an existing one
-    (another run's checkpoints: replacing a step would drop its optimizer state and move `latest`
-    backwards) is replaced only with --overwrite."""
-    if input_dir is not None:
-        out, src = os.path.realpath(output_dir), os.path.realpath(input_dir)
-        if src == out or src.startswith(out + os.sep):
-            raise CheckpointError(f"--output {output_dir} holds the checkpoint being read ({input_dir}); "
-                                  "the checkpoint it reads is never overwritten: choose another --output")
-    steps = steps_in(output_dir) if os.path.isdir(output_dir) else []
-    try:
-        latest = read_latest(output_dir) if steps else None
-    except CheckpointError:  # a damaged `latest`: the steps are still worth naming
-        latest = None
-    what = (f"checkpoints {describe_steps(steps)}" + (f" (`latest` names {latest})" if latest else "")
-            + ": the whole directory would be replaced by the one written now") if steps else ""
-    refuse_existing_output(output_dir, overwrite, "--output", what)
 
 
 def write_tp1_checkpoint(ck, output_dir: str, overwrite: bool = False) -> str:

@@ -35,6 +35,10 @@ class CheckpointConfig:
         "naming the steps found: a fresh run (load unset, or load elsewhere) into a directory with another run's "
         "checkpoints, or one whose `latest` is missing (deleted, or not synced). A run that resumes from `save` "
         "is not affected, so the key can stay in a config that is re-run.")
+    allow_seq_length_change: bool = key(
+        False, "Resume a checkpoint whose run used another seq-length. Refused by default: samples are "
+        "cut at seq-length, so the resumed run would read a different sample order than the saved data "
+        "position assumes (some text twice, some never). With true it resumes, saying so.")
     allow_nonfinite_weights: bool = key(
         False, "Load a checkpoint even when its weights or optimizer state hold NaN/inf. By default such a "
         "checkpoint (saved by a run that had diverged) is refused, naming the file and the first offending "

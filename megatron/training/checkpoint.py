@@ -31,6 +31,7 @@ import torch
 from megatron.atomic_io import fsync_path, remove_quietly
 from megatron.checkpoint import writer
 from megatron.checkpoint.client import CHECKED_ARGS, model_args
+from megatron.checkpoint.compat import differences, refuse_shape_change, saved_model, strict_load_error
 from megatron.checkpoint.errors import CheckpointError, CheckpointSaveError
 from megatron.checkpoint.layout import detect_layout, is_neox
 from megatron.checkpoint.tags import (
@@ -172,6 +173,7 @@ class Checkpointer:
             raise CheckpointError(f"checkpoint {os.path.join(c.load, tag)} does not exist (iteration: {c.iteration})")
         if is_neox(detect_layout(os.path.join(c.load, tag))):
             return self._load_foreign(engine, tag)
+        self._check_saved_model(os.path.join(c.load, tag))  # before DeepSpeed's strict load
         path, client = self._engine_load(engine, tag)
         if path is None:
             raise CheckpointError(f"DeepSpeed could not load {os.path.join(c.load, tag)}")
@@ -236,7 +238,7 @@ class Checkpointer:
     def _engine_load(self, engine, tag: str):
         """engine.load_checkpoint with every file read by the safe reader (megatron/checkpoint/deepspeed_engine.py)."""
         from megatron.checkpoint.deepspeed_engine import install_safe_loading, safe_zero_to_fp32
-        from megatron.checkpoint.safe_load import TRUST_HINT, trusted_from_env
+        from megatron.checkpoint.trust import TRUST_HINT, trusted_from_env
 
         c = self.ccfg
         trust = trusted_from_env()
@@ -264,12 +266,39 @@ class Checkpointer:
             if load_optim and not zero and not writer.holds_optimizer_state(tag_dir, trust):
                 raise self._weights_only_error(tag_dir) from e
             raise
+        except RuntimeError as e:  # a model key outside the checked ones changed
+            err = strict_load_error(e, tag_dir)
+            if err is None:
+                raise
+            raise err from e
+
+    def _check_saved_model(self, tag_dir: str) -> None:
+        """The checkpoint's saved model against this config's, from its resolved_config.yml: one
+        message for every changed shape key, and for a changed seq-length (the sample order)."""
+        saved = saved_model(tag_dir)
+        if saved is None:  # not written by this stack's Checkpointer: _check_args after the load
+            return
+        m = self.cfg.model
+        restart = ("Set them back to resume this run, or start a new run (another run-dir / save, without "
+                   "load:); `finetune: true` starts from its weights only when just seq-length changed")
+        refuse_shape_change(tag_dir, {k: getattr(saved, k) for k in CHECKED_ARGS}, self.args, restart)
+        if saved.seq_length == m.seq_length or self.ccfg.finetune:
+            return
+        change = differences({"seq_length": saved.seq_length}, {"seq_length": m.seq_length}, ["seq_length"])[0]
+        if not self.ccfg.allow_seq_length_change:
+            raise CheckpointError(
+                f"checkpoint {tag_dir} was trained with another sequence length ({change}): samples are cut at "
+                "seq-length, so resuming would continue from the saved data position in a different sample order "
+                "(some text seen twice, some never). Set seq-length back, set `allow-seq-length-change: true` to "
+                "resume anyway, or `finetune: true` to start from its weights at iteration 0")
+        print(f"[checkpoint] resuming with another sequence length ({change}; allow-seq-length-change: true): "
+              "the sample order from here on differs from the saved run's", flush=True)
 
     def _load_foreign(self, engine, tag: str) -> dict:
         """A NeoX / KERPLE checkpoint: module weights only (its optimizer state is DeepSpeed's
         from another codebase), as a fine-tune start at iteration 0."""
         from megatron.checkpoint.reader import read_tp1_state
-        from megatron.checkpoint.safe_load import trusted_from_env
+        from megatron.checkpoint.trust import trusted_from_env
 
         c = self.ccfg
         if self.cfg.parallel.model_parallel_size > 1 or self.cfg.parallel.pipe_parallel_size >= 1:
@@ -290,10 +319,7 @@ class Checkpointer:
         return {"iteration": 0}
 
     def _check_args(self, saved: dict, where: str) -> None:
-        bad = [f"{k}: checkpoint {saved[k]!r} != config {self.args[k]!r}"
-               for k in CHECKED_ARGS + ("padded_vocab_size",) if k in saved and saved[k] != self.args[k]]
-        if bad:
-            raise CheckpointError(f"checkpoint {where} does not match the config: " + "; ".join(bad))
+        refuse_shape_change(where, saved, self.args, "Set them back to the checkpoint's values, or start a new run")
 
 
 def _same_dir(a: str | None, b: str | None) -> bool:
@@ -318,8 +344,9 @@ def _all_ranks_ok(ok: bool) -> bool:
     """True when `ok` on every rank (a barrier that also carries one bit: did anyone fail?)."""
     if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
         return ok
-    device = "cuda" if torch.distributed.get_backend() == "nccl" else "cpu"
-    flag = torch.tensor([1 if ok else 0], device=device)
+    from megatron.device import collective_device
+
+    flag = torch.tensor([1 if ok else 0], device=collective_device())
     torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MIN)
     return bool(flag.item())
 

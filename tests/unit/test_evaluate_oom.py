@@ -14,6 +14,7 @@ from megatron.evaluation import lengths as lengths_mod
 from megatron.evaluation import load as load_mod
 from megatron.evaluation.lengths import LengthResult
 from megatron.model import GPTModel
+from tests.conftest import checkpoint_layout
 
 
 @pytest.fixture
@@ -21,6 +22,7 @@ def patched(tmp_path, tiny_config, token_dataset, monkeypatch):
     cfg = tiny_config(data_path=token_dataset)
     model = GPTModel(cfg.model, 128).eval()
     monkeypatch.setattr(load_mod, "load_checkpoint_model", lambda *a, **k: (model, cfg, {"iteration": 4}))
+    checkpoint_layout(tmp_path / "ck")
     calls = []
 
     def fake_evaluate_length(model, prefix, split, split_name, length, seed, max_windows, max_tokens,
