@@ -51,10 +51,18 @@ def no_flex(monkeypatch):
     monkeypatch.setattr(attn, "ALWAYS_BACKENDS", ("reference",))
 
 
-def table_lines(text: str) -> list[list[str]]:
-    """The markdown table's rows (header first) as lists of stripped cells."""
-    rows = [ln for ln in text.splitlines() if ln.startswith("|")]
-    return [[c.strip() for c in ln.strip("|").split(" | ")] for ln in rows if not ln.startswith("|---")]
+def table_lines(text: str, first: str | None = None) -> list[list[str]]:
+    """A markdown table's rows (header first) as lists of stripped cells: the table whose header
+    starts with the cell `first`, or the first table of the text."""
+    tables, current = [], []
+    for ln in text.splitlines() + [""]:
+        if ln.startswith("|"):
+            if not ln.startswith("|---"):
+                current.append([c.strip() for c in ln.strip("|").split(" | ")])
+        elif current:
+            tables.append(current)
+            current = []
+    return next(t for t in tables if first is None or t[0][0] == first)
 
 
 def test_attention_table_rows_columns_and_ratios():
@@ -156,6 +164,24 @@ def test_train_step_table_and_overhead_against_none():
     assert [ln[0] for ln in lines[1:]] == ["kerple_log", "rotary", "none"]
     assert lines[-1][6] == "+0.0%"
     assert "1 layers, hidden 32, 2 heads, vocab 128" in text and "CPU figures" in text
+
+
+def test_train_step_table4_ratios():
+    """The paper's Table 4 ratios: ours from the same run's sec/step, the paper's from its column,
+    a pair shown only when both schemes ran; goals judged against our ratio."""
+    args = train.parse_args(TRAIN_TINY + ["--schemes", "kerple_log", "alibi", "none"])
+    results, text = train.run(args)
+    sec = {r.scheme: r.sec_per_step for r in results}
+    rows = {r[0]: r for r in train.ratio_rows(results)}
+    assert set(rows) == {"kerple_log vs alibi", "kerple_log vs none"}
+    assert rows["kerple_log vs alibi"][1] == f"{(sec['kerple_log'] / sec['alibi'] - 1) * 100:+.1f}%"
+    assert rows["kerple_log vs alibi"][2] == "+1.7%"  # 0.307 / 0.302
+    assert rows["kerple_log vs none"][2] == "- (no such row)"
+    met = sec["kerple_log"] / sec["none"] - 1 <= 0.05
+    assert rows["kerple_log vs none"][3] == f"<= +5%: {'met' if met else 'not met'}"
+    assert "paper Table 4 (A100, unfused)" in text and "| kerple_log vs alibi |" in text
+    fake = [train.Result("kerple_log", sec_per_step=0.2), train.Result("sinusoidal", sec_per_step=0.1)]
+    assert train.ratio_rows(fake) == [["kerple_log vs sinusoidal", "+100.0%", "+3.0%", "-"]]
 
 
 def test_train_step_refused_backend_shows_reason():
