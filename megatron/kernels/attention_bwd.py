@@ -13,7 +13,9 @@ With S = S_raw * w + bias (S_raw = q.k * scale) and dS = P * (dP - delta), delta
   d(bias param) = sum dS * d bias/d param,  d(weight param) = sum dS * S_raw * d w/d param
 Slots: log bias 0 = r1, 1 = r2, 2 = r3; power bias 1 = r2, 2 = r3; weight 3 = w_a, 4 = w_p;
 lookup bias with a learned table (LUT_GRAD): slot t = the T5 bucket t (gradient of table[t, h]
-before the table's scale); a fixed tabulated lookup (Sandwich) has no parameter gradient."""
+before the table's scale); a fixed tabulated lookup (Sandwich) has no parameter gradient.
+The table path (a log/power bias tabulated per distance, kernels/bias_table.py; N_JAC > 0): slot k
+= sum dS * JAC[k, h, d], the bias table's derivative by its k-th parameter, read like the table."""
 import triton
 import triton.language as tl
 
@@ -25,7 +27,7 @@ def _probabilities(q, k, q_pos, cols, lse, row_ok, col_ok, r1, r2, r3, w_a, w_p,
                    K0, WINDOW, sm_scale, start_b,
                    BIAS: tl.constexpr, HAS_R2: tl.constexpr, HAS_R3: tl.constexpr,
                    HAS_WEIGHT: tl.constexpr, HAS_WA: tl.constexpr, HAS_WP: tl.constexpr,
-                   HAS_WINDOW: tl.constexpr, MAXD: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+                   HAS_WINDOW: tl.constexpr, MAXD, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
                    HAS_STARTS: tl.constexpr):
     """Recompute (P, S_raw, w, d, d_index) for a (query block, key block) tile as the forward did."""
     s_raw = mm(q, tl.trans(k), PRECISION, UPCAST) * sm_scale  # (BM, BN) fp32
@@ -51,15 +53,15 @@ def _probabilities(q, k, q_pos, cols, lse, row_ok, col_ok, r1, r2, r3, w_a, w_p,
 @triton.jit
 def attention_bwd_dkdv_kernel(
     Q, K, V, DO, LSE, DELTA, DK, DV, PART,
-    R1, R2, R3, WA, WP, LUT, BUCKET, STARTS,
+    R1, R2, R3, WA, WP, LUT, JAC, BUCKET, STARTS,
     sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom,
     sdkb, sdkh, sdkn, sdvb, sdvh, sdvn,
     H, LQ, LK, Q0, K0, WINDOW, sm_scale, N_KEY_BLOCKS,
     D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BIAS: tl.constexpr, HAS_R2: tl.constexpr, HAS_R3: tl.constexpr,
     HAS_WEIGHT: tl.constexpr, HAS_WA: tl.constexpr, HAS_WP: tl.constexpr,
-    HAS_WINDOW: tl.constexpr, MAXD: tl.constexpr, NSLOT: tl.constexpr, LUT_GRAD: tl.constexpr,
-    PRECISION: tl.constexpr, UPCAST: tl.constexpr, HAS_STARTS: tl.constexpr,
+    HAS_WINDOW: tl.constexpr, MAXD, NSLOT: tl.constexpr, LUT_GRAD: tl.constexpr,
+    PRECISION: tl.constexpr, UPCAST: tl.constexpr, HAS_STARTS: tl.constexpr, N_JAC: tl.constexpr,
 ):
     start_n = tl.program_id(0)
     bh = tl.program_id(1)
@@ -127,6 +129,14 @@ def attention_bwd_dkdv_kernel(
                 if HAS_R2:
                     scale_r2 = r2
                 g_r3 += tl.sum(tl.sum(-ds * scale_r2 * x * log_d, 1), 0)
+        if N_JAC > 0:  # table path: JAC[k, h, d] = d table[h, d] / d param k (kernels/bias_table.py)
+            jac = JAC + h * (MAXD + 1) + tl.minimum(d_index, MAXD)
+            jac_stride = H * (MAXD + 1)
+            g_r1 += tl.sum(tl.sum(ds * tl.load(jac), 1), 0)
+            if N_JAC > 1:
+                g_r2 += tl.sum(tl.sum(ds * tl.load(jac + jac_stride), 1), 0)
+            if N_JAC > 2:
+                g_r3 += tl.sum(tl.sum(ds * tl.load(jac + 2 * jac_stride), 1), 0)
         if LUT_GRAD:  # table[bucket(d), h]: sum dS per bucket
             bucket = tl.load(BUCKET + tl.minimum(d_index, MAXD))
             # Buckets grow with d, so the tile only touches those between its smallest and largest
@@ -154,7 +164,7 @@ def attention_bwd_dkdv_kernel(
              cast(dk * sm_scale, DK.dtype.element_ty, UPCAST), mask=kv_mask)
     tl.store(DV + b * sdvb + h * sdvh + cols[:, None] * sdvn + offs_d[None, :],
              cast(dv, DV.dtype.element_ty, UPCAST), mask=kv_mask)
-    if BIAS != 3:
+    if not LUT_GRAD:
         g_table = tl.where(slots == 0, g_r1, g_table)
         g_table = tl.where(slots == 1, g_r2, g_table)
         g_table = tl.where(slots == 2, g_r3, g_table)
@@ -172,7 +182,7 @@ def attention_bwd_dq_kernel(
     D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BIAS: tl.constexpr, HAS_R2: tl.constexpr, HAS_R3: tl.constexpr,
     HAS_WEIGHT: tl.constexpr, HAS_WA: tl.constexpr, HAS_WP: tl.constexpr,
-    HAS_WINDOW: tl.constexpr, MAXD: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    HAS_WINDOW: tl.constexpr, MAXD, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     HAS_STARTS: tl.constexpr,
 ):
     start_m = tl.program_id(0)

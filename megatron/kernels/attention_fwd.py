@@ -30,7 +30,7 @@ def attention_fwd_kernel(
     D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BIAS: tl.constexpr, HAS_R2: tl.constexpr, HAS_R3: tl.constexpr,
     HAS_WEIGHT: tl.constexpr, HAS_WA: tl.constexpr, HAS_WP: tl.constexpr,
-    HAS_WINDOW: tl.constexpr, MAXD: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    HAS_WINDOW: tl.constexpr, MAXD, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     EXACT_PV: tl.constexpr, HAS_STARTS: tl.constexpr,
 ):
     start_m = tl.program_id(0)

@@ -33,7 +33,7 @@ def score_weight(d, w_a, w_p, HAS_WA: tl.constexpr, HAS_WP: tl.constexpr):
 
 @triton.jit
 def score_bias(d, d_index, r1, r2, r3, lut_row, BIAS: tl.constexpr, HAS_R2: tl.constexpr,
-               HAS_R3: tl.constexpr, MAXD: tl.constexpr):
+               HAS_R3: tl.constexpr, MAXD):
     """The additive bias block. lut_row points at this head's lookup values (lookup kind only);
     d_index is the integer distance block used to index it."""
     if BIAS == 3:
