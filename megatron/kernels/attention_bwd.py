@@ -19,7 +19,7 @@ The table path (a log/power bias tabulated per distance, kernels/bias_table.py; 
 import triton
 import triton.language as tl
 
-from megatron.kernels.distance_bias import cast, load_head_params, mm, pow_and_log, score_bias, score_weight
+from megatron.kernels.distance_bias import LN2, LOG2E, cast, load_head_params, mm, pow_and_log, score_bias, score_weight
 
 
 @triton.jit
@@ -29,8 +29,10 @@ def _probabilities(q, k, q_pos, cols, lse, row_ok, col_ok, r1, r2, r3, w_a, w_p,
                    HAS_WEIGHT: tl.constexpr, HAS_WA: tl.constexpr, HAS_WP: tl.constexpr,
                    HAS_WINDOW: tl.constexpr, MAXD, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
                    HAS_STARTS: tl.constexpr):
-    """Recompute (P, S_raw, w, d, d_index) for a (query block, key block) tile as the forward did."""
-    s_raw = mm(q, tl.trans(k), PRECISION, UPCAST) * sm_scale  # (BM, BN) fp32
+    """Recompute (P, S_raw, w, d, d_index) for a (query block, key block) tile as the forward did,
+    in log2 units like the forward (exp2; attention_fwd.py says why): S_raw is returned in log2
+    units too (times log2 e); only the weight's gradient needs it, and converts it back."""
+    s_raw = mm(q, tl.trans(k), PRECISION, UPCAST) * (sm_scale * LOG2E)  # (BM, BN) fp32
     d_index = q_pos[:, None] - (K0 + cols)[None, :]
     allowed = (d_index >= 0) & col_ok[None, :] & row_ok[:, None]
     if HAS_WINDOW:
@@ -45,8 +47,8 @@ def _probabilities(q, k, q_pos, cols, lse, row_ok, col_ok, r1, r2, r3, w_a, w_p,
         w = score_weight(d, w_a, w_p, HAS_WA, HAS_WP)
         s = s * w
     if BIAS != 0:
-        s = s + score_bias(d, d_index, r1, r2, r3, lut_row, BIAS, HAS_R2, HAS_R3, MAXD)
-    p = tl.where(allowed, tl.exp(s - lse[:, None]), 0.0)
+        s = s + score_bias(d, d_index, r1, r2, r3, lut_row, BIAS, HAS_R2, HAS_R3, MAXD) * LOG2E
+    p = tl.where(allowed, tl.exp2(s - (lse * LOG2E)[:, None]), 0.0)
     return p, s_raw, w, d, d_index
 
 
@@ -150,7 +152,7 @@ def attention_bwd_dkdv_kernel(
                 g_table += tl.where(slots == t, g_t, 0.0)
         if HAS_WEIGHT:  # w = exp(-w_a y), y = d**w_p; dL/dw = dS * S_raw
             y, log_d = pow_and_log(d, w_p, HAS_WP)
-            dw = ds * s_raw * w
+            dw = ds * (s_raw * LN2) * w  # S_raw back to natural units
             g_wa += tl.sum(tl.sum(-dw * y, 1), 0)
             if HAS_WP:
                 scale_wa = 1.0

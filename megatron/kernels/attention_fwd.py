@@ -12,14 +12,15 @@ exp(-1e30 - m) = 0). Every real row has its diagonal, so every stored row saw an
 Padded batches (HAS_STARTS): key K0 + j of batch row b is hidden when it precedes STARTS[b], except
 from the query at its own position (megatron/attention/mask.py, the one rule).
 EXACT_PV (half-precision inputs whose positional parameters need gradients) multiplies P by V in
-two halves so O is P @ V to ~2^-17 (the backward's delta relies on it)."""
+two halves so O is P @ V to ~2^-17 (the backward's delta relies on it).
+The online softmax runs in log2 units (exp2, log2 e folded into the scale); LSE is stored in
+natural units, as the backward kernels read it."""
 import triton
 import triton.language as tl
 
-from megatron.kernels.distance_bias import cast, load_head_params, mm, score_bias, score_weight
+from megatron.kernels.distance_bias import LN2, LOG2E, cast, load_head_params, mm, score_bias, score_weight
 
 NEG = tl.constexpr(-1.0e30)  # a constexpr global: compiled Triton refuses plain globals
-
 
 @triton.jit
 def attention_fwd_kernel(
@@ -49,6 +50,10 @@ def attention_fwd_kernel(
     lut_row = LUT + h * (MAXD + 1)
 
     q_pos = Q0 + offs_m
+    # Scores are kept in log2 units (S * log2 e) so the softmax uses exp2, which is what the GPU
+    # computes natively: tl.exp would multiply by log2 e once per score again. The weight is a
+    # factor (unit-free); the bias is scaled in the same multiply-add that adds it.
+    qk_scale = sm_scale * LOG2E
     start_b = 0
     if HAS_STARTS:
         start_b = tl.load(STARTS + b)
@@ -68,7 +73,7 @@ def attention_fwd_kernel(
         kv_mask = col_ok[:, None] & d_ok[None, :]
         k = tl.load(K + b * skb + h * skh + cols[:, None] * skn + offs_d[None, :], mask=kv_mask, other=0.0)
         v = tl.load(V + b * svb + h * svh + cols[:, None] * svn + offs_d[None, :], mask=kv_mask, other=0.0)
-        s = mm(q, tl.trans(k), PRECISION, UPCAST) * sm_scale  # (BM, BN) fp32
+        s = mm(q, tl.trans(k), PRECISION, UPCAST) * qk_scale  # (BM, BN) fp32, log2 units
 
         d_index = q_pos[:, None] - (K0 + cols)[None, :]
         allowed = (d_index >= 0) & col_ok[None, :]
@@ -80,13 +85,13 @@ def attention_fwd_kernel(
         d = d_index.to(tl.float32)
         if HAS_WEIGHT:
             s = s * score_weight(d, w_a, w_p, HAS_WA, HAS_WP)
-        if BIAS != 0:
-            s = s + score_bias(d, d_index, r1, r2, r3, lut_row, BIAS, HAS_R2, HAS_R3, MAXD)
+        if BIAS != 0:  # one fused multiply-add into log2 units
+            s = s + score_bias(d, d_index, r1, r2, r3, lut_row, BIAS, HAS_R2, HAS_R3, MAXD) * LOG2E
         s = tl.where(allowed, s, NEG)
 
         m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.exp(m_i - m_new)
-        p = tl.exp(s - m_new[:, None])
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
         p_hi = cast(p, v.dtype, UPCAST)
         pv = mm(p_hi, v, PRECISION, UPCAST)
@@ -98,4 +103,4 @@ def attention_fwd_kernel(
     out = acc / l_i[:, None]
     tl.store(OUT + b * sob + h * soh + offs_m[:, None] * som + offs_d[None, :], out.to(OUT.dtype.element_ty),
              mask=row_ok[:, None] & d_ok[None, :])
-    tl.store(LSE + bh * LQ + offs_m, m_i + tl.log(l_i), mask=row_ok)
+    tl.store(LSE + bh * LQ + offs_m, (m_i + tl.log2(l_i)) * LN2, mask=row_ok)  # natural log, for the backward

@@ -8,6 +8,9 @@ import triton
 import triton.language as tl
 
 BIAS_CODES = {"none": 0, "log": 1, "power": 2, "lookup": 3}
+# The kernels' softmax works in log2 units (exp2): scores and biases are scaled by LOG2E.
+LOG2E = tl.constexpr(1.4426950408889634)
+LN2 = tl.constexpr(0.6931471805599453)
 
 
 @triton.jit
