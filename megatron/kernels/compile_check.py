@@ -115,13 +115,15 @@ def compile_variant(kernel: str, scheme: str, dtype: str, head_dim: int, window:
 # One variant per kernel with the riskiest features (3 parameters, weight, lookup, window, head
 # dim 128, every dtype) and both GPU generations: what the test suite compiles.
 # (kernel, scheme, dtype, head dim, window, arch, padded rows): each kernel's padded-rows branch
-# (HAS_STARTS) compiles at least once.
+# (HAS_STARTS) and its unpadded key bands (kernels/bands.py) compile at least once.
 QUICK = [
     ("fwd", "kerple_log", "bf16", 64, False, 90, True),
     ("bwd_dkdv", "kerple_power_ap_ap", "fp16", 128, True, 90, True),
     ("bwd_dq", "rpe", "fp32", 64, True, 90, True),
     ("bwd_dkdv", "kerple_log_3para", "bf16", 64, False, 80, False),
     ("bwd_dkdv", "kerple_log_3para_table", "bf16", 64, True, 90, False),
+    ("fwd", "kerple_log_3para_table", "bf16", 64, True, 90, False),  # the three key bands, windowed
+    ("bwd_dq", "kerple_log_3para_table", "fp16", 64, True, 80, False),
 ]
 
 

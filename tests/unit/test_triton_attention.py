@@ -109,6 +109,46 @@ def test_both_bias_paths_match_reference(monkeypatch, path, name, lq, lk, window
     compare(name, 2, 2, lq, lk, 8, torch.float32, window=window, offset=offset)
 
 
+@pytest.mark.parametrize("name", ["kerple_log", "alibi"])
+def test_three_key_bands_window(name):
+    """80 x 80 keys, window 40, 16-wide blocks: the last query block has a masked band at the
+    window's edge, an unmasked band in the middle and the diagonal band (attention_fwd.py)."""
+    compare(name, 1, 2, 80, 80, 8, torch.float32, window=40)
+
+
+def test_forward_bands_random_shapes():
+    """The forward's band split (which key blocks skip the mask) against the reference over random
+    lengths, windows and kv-cache offsets, forward only (cheap): a tile wrongly taken as fully
+    allowed lets masked keys into the softmax."""
+    from megatron.kernels.attention import triton_attention
+
+    g = torch.Generator().manual_seed(0)
+    scheme = scheme_for("kerple_log", 2, 8)
+    for _ in range(12):
+        lk = int(torch.randint(1, 90, (1,), generator=g))
+        lq = int(torch.randint(1, lk + 1, (1,), generator=g))
+        window = None if torch.rand(1, generator=g) < 0.3 else int(torch.randint(1, 60, (1,), generator=g))
+        offset = int(torch.randint(0, 50, (1,), generator=g))
+        q, k, v, _, q_pos, k_pos = inputs(1, 2, lq, lk, 8, torch.float32, offset, seed=lq * 100 + lk)
+        with torch.no_grad():
+            got = triton_attention(q, k, v, scheme.fused_kernel(), int(q_pos[0]), int(k_pos[0]), window)
+            want = resolve_backend("reference", scheme, DEVICE, torch.float32, False).forward(
+                q, k, v, scheme, q_pos, k_pos, window=window, softmax_in_fp32=True)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=f"lq={lq} lk={lk} window={window}")
+
+
+def test_backward_bands_random_shapes():
+    """Both backward kernels' band splits (kernels/bands.py), gradients included, over random
+    lengths, windows and kv-cache offsets (lengths not multiples of the 16-wide blocks)."""
+    g = torch.Generator().manual_seed(1)
+    for _ in range(6):
+        lk = int(torch.randint(17, 75, (1,), generator=g))
+        lq = int(torch.randint(1, lk + 1, (1,), generator=g))
+        window = None if torch.rand(1, generator=g) < 0.3 else int(torch.randint(1, 50, (1,), generator=g))
+        offset = int(torch.randint(0, 30, (1,), generator=g))
+        compare("kerple_log", 1, 2, lq, lk, 8, torch.float32, window=window, offset=offset, seed=lq + lk)
+
+
 @pytest.mark.parametrize("path", ["table", "inline"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_both_bias_paths_half_precision(monkeypatch, path, dtype):
