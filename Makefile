@@ -5,11 +5,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-export DS_ACCELERATOR ?= cpu
 export TORCH_EXTENSIONS_DIR ?= $(CURDIR)/$(VENV)/torch_extensions
 export WANDB_MODE ?= offline
 
-.PHONY: setup test quickstart quickstart-rotary eval-tasks docs lint clean
+.PHONY: setup test test-gpu quickstart quickstart-rotary eval-tasks docs lint clean
 
 setup: $(STAMP)
 
@@ -25,6 +24,14 @@ test: setup
 	$(VENV)/bin/ruff check .
 	$(PY) tools/gen_config_docs.py --check
 	$(PY) -m pytest -q --durations=15 tests
+
+# The CUDA-relevant part of the suite on a GPU machine (tests marked `gpu`: compiled Triton kernels at
+# real sizes, flex and flash on CUDA, MFU, and tests/gpu/: the paper config through deepy.py in bf16,
+# SIGKILL and exact resume, evaluate/generate/HF export on CUDA). `make test` runs everything else
+# there too, with the CPU pinned where a test is about CPU behaviour.
+test-gpu: setup
+	@$(PY) -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'make test-gpu: torch sees no GPU on this machine; run make test')"
+	$(PY) -m pytest -q --durations=15 -m gpu tests
 
 # Real data (the Python standard library on this machine), a small KERPLE-log model, then the
 # extrapolation table at 1x..16x the train length. Re-running resumes from the saved checkpoint.

@@ -25,7 +25,9 @@ def main() -> int:
     p.add_argument("conf_file", nargs="*", help="YAML config files merged in order")
     p.add_argument("--resolved-config", help="a resolved config written by deepy.py")
     p.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--device", default="cpu")
+    from megatron.device import add_device_flag
+
+    add_device_flag(p)
     p.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)  # set by launchers
     add_eval_flags(p, required=True)
     add_load_flags(p)
@@ -42,6 +44,9 @@ def main() -> int:
     if not os.path.isdir(load):
         raise UserError(f"load {load!r} is not a directory: no checkpoint to evaluate; train first "
                         "(python deepy.py train.py CONFIG.yml) or point `load` at a checkpoint directory")
+    from megatron.device import device_from_flag
+
+    args.device = device_from_flag(args.device, "eval.py")
     from megatron.checkpoint.tags import tag_or_latest
     from megatron.evaluation.harness.run import evaluate_tasks
     from megatron.evaluation.report import default_output_dir

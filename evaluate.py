@@ -35,6 +35,7 @@ import tempfile
 import time
 
 from megatron.atomic_io import atomic_output
+from megatron.cli_args import int_at_least
 from megatron.errors import OutOfMemory, UserError, is_out_of_memory, out_of_memory, run_cli
 from megatron.evaluation.windows import WINDOW_ORDERS
 
@@ -44,36 +45,39 @@ PARTIAL = "eval.partial.json"  # not eval.json: globs and run_matrix's "done" ch
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", required=True, nargs="+", help="directories holding `latest` and global_step<N>/")
-    p.add_argument("--iteration", type=int, default=None, help="evaluate global_step<N> instead of latest")
+    p.add_argument("--iteration", type=int_at_least(0), default=None, help="evaluate global_step<N> instead of latest")
     p.add_argument("--lengths", default=None, help="comma-separated lengths (default: 1x..--max-factor x train length)")
-    p.add_argument("--max-factor", type=int, default=32, help="largest multiple of the train length (default 32)")
+    p.add_argument("--max-factor", type=int_at_least(1), default=32, help="largest multiple of the train length (default 32)")
     p.add_argument("--split", choices=("test", "valid"), default="test")
-    p.add_argument("--max-windows", type=int, default=None,
+    p.add_argument("--max-windows", type=int_at_least(1), default=None,
                    help="windows per length (default: the paper's 320 unless --max-tokens is given)")
-    p.add_argument("--max-tokens", type=int, default=None,
+    p.add_argument("--max-tokens", type=int_at_least(1), default=None,
                    help="token budget per length (max-tokens // L windows); with --window-order contiguous every "
                         "length then covers the same leading tokens of the split")
     p.add_argument("--window-order", choices=WINDOW_ORDERS, default="shuffled",
                    help="which windows of the split: 'shuffled' = the first ones in NeoX's seeded sample order, as "
                         "the paper drew its 320 per length (default); 'contiguous' = the first ones in stream order "
                         "(the same leading tokens at every length)")
-    p.add_argument("--batch-size", type=int, default=1)
-    p.add_argument("--window", type=int, default=None, help="sliding-window attention W at eval time")
-    p.add_argument("--stride", type=int, default=None,
+    p.add_argument("--batch-size", type=int_at_least(1), default=1)
+    p.add_argument("--window", type=int_at_least(1), default=None, help="sliding-window attention W at eval time")
+    p.add_argument("--stride", type=int_at_least(1), default=None,
                    help="strided evaluation: windows of each length advance by this many tokens, scoring only "
                         "the new ones (budget: --max-tokens, default 65536)")
-    p.add_argument("--blockwise-causal", type=int, nargs="?", const=0, default=None, metavar="BLOCK",
+    p.add_argument("--blockwise-causal", type=int_at_least(0, "(0 or no value: train length / 2)"), nargs="?", const=0,
+                   default=None, metavar="BLOCK",
                    help="blockwise causal attention (xPos paper): blocks of BLOCK tokens (default: train length / 2), "
                         "each query sees its own block and the previous one")
     p.add_argument("--attention-backend", default=None, help="override the attention backend")
     p.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key of the checkpoint, e.g. -o data-path=data/x/x_text_document")
-    p.add_argument("--data-seed", type=int, default=None,
+    p.add_argument("--data-seed", type=int_at_least(0), default=None,
                    help="seed of the split's document order (default: the checkpoint's training seed, as the paper); "
                         "fix it to compare runs of different seeds on the same tokens under a --max-tokens budget")
     p.add_argument("--dataset", default=None, help="dataset name recorded in eval.json (default: from data-path)")
     p.add_argument("--out", default=None, help="output directory (with several checkpoints: one subdirectory each)")
-    p.add_argument("--device", default="cpu")
+    from megatron.device import add_device_flag
+
+    add_device_flag(p)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     from megatron.evaluation.harness.cli import add_eval_flags, limit_value
 
@@ -255,6 +259,9 @@ def evaluate_checkpoint(args, ckpt: str) -> None:
         raise UserError(f"pos-emb {cfg.model.pos_emb} cannot represent lengths {[x for x in lengths if x > limit]} "
                         f"(max {limit}); drop them from --lengths")
     prefix, split = data_source(cfg, args.split)
+    from megatron.data.identity import check_tokenizer
+
+    check_tokenizer(prefix, cfg.data)  # data written by another tokenizer: refused before any length
     start = time.perf_counter()
     out_dir = output_dir(args, ckpt)
     partial = os.path.join(out_dir, PARTIAL)
@@ -305,6 +312,9 @@ def main(argv=None) -> int:
         check_max_length_value(args.max_length)  # before any checkpoint is loaded
     for ckpt in args.checkpoint:  # every output directory, before hours of evaluation
         check_output_dir(output_dir(args, ckpt))
+    from megatron.device import device_from_flag
+
+    args.device = device_from_flag(args.device, "evaluate.py")
     failed = []
     for ckpt in args.checkpoint:
         try:

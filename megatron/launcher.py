@@ -15,11 +15,12 @@ from __future__ import annotations
 import argparse
 import os
 import runpy
+import subprocess
 import sys
 
 import yaml
 
-from megatron.errors import DEBUG_FLAG, debug_enabled
+from megatron.errors import DEBUG_FLAG, UserError, debug_enabled
 
 # Tokenizer vocab sizes for a dry run when the vocab files are not on this machine.
 KNOWN_VOCAB = {"GPT2BPETokenizer": 50257, "CharLevelTokenizer": 512, "HFGPT2Tokenizer": 50257}
@@ -135,7 +136,6 @@ def main(argv: list[str] | None = None) -> int:
     from megatron.config.inputs import input_problems
     from megatron.config.originals import RESOLVED_NAME, write_originals
     from megatron.config.paths import outside_run_dir
-    from megatron.errors import UserError
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
     from megatron.checkpoint.safe_load import apply_trust_flag
@@ -163,7 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     if given:
         raise UserError(f"{' '.join(a for a in given if a.startswith('--'))}: only {EVAL_SCRIPT} takes these "
                         f"flags, not {args.user_script}")
-    os.makedirs(cfg.logging.run_dir, exist_ok=True)
+    from megatron.training.disk import check_run_room
+
+    check_run_room(cfg)  # a full disk named now, not by the first write that fails
     resolved = os.path.join(cfg.logging.run_dir, RESOLVED_NAME)
     write_originals(cfg.config_files, cfg.logging.run_dir)  # found beside resolved_config.yml on load
     cfg.save(resolved)
@@ -176,12 +178,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def processes_per_node(cfg) -> int:
-    """num_gpus, else every visible GPU (NeoX), else one process on a CPU-only machine."""
+    """num_gpus, else every visible GPU (NeoX), else one process (a CPU run: no GPU, or device: cpu)."""
     import torch
+
+    from megatron.device import resolve_device
 
     if cfg.parallel.num_gpus:
         return cfg.parallel.num_gpus
-    return torch.cuda.device_count() if torch.cuda.is_available() else 1
+    return torch.cuda.device_count() if resolve_device(cfg.parallel.device, "device:").type == "cuda" else 1
 
 
 def runner_args(cfg, user_script: str, resolved: str) -> list[str]:
@@ -219,17 +223,26 @@ def launch_with_deepspeed(cfg, user_script: str, resolved: str) -> int:
 
     The workers read the resolved config file, so on several nodes `run-dir` must be on a shared
     filesystem (as NeoX's `use_shared_fs`)."""
+    from megatron.device import resolve_device, worker_environment
     from megatron.training.distributed import set_cpu_defaults
 
-    set_cpu_defaults()  # workers inherit DS_ACCELERATOR=cpu and the op cache on CPU machines
+    set_cpu_defaults()  # workers inherit the op cache
+    worker_environment(resolve_device(cfg.parallel.device, "device:"))  # and DeepSpeed's accelerator
     from deepspeed.launcher import runner
 
     argv = runner_args(cfg, user_script, resolved)
+    if cfg.parallel.hostfile:
+        from megatron.hosts import check_hosts
+
+        check_hosts(cfg.parallel.hostfile, cfg.parallel.include, cfg.parallel.exclude)  # every host, before launching
     print("deepy.py: deepspeed " + " ".join(argv), flush=True)
     try:
         rc = runner.main(argv)
     except SystemExit as e:  # the runner exits with the workers' status
         rc = e.code
+    except (RuntimeError, ValueError, subprocess.CalledProcessError) as e:  # its checks, as tracebacks
+        raise UserError(f"DeepSpeed's runner could not launch: {' '.join(str(e).split())[:400]}; check `hostfile:`, "
+                        "`include:`/`exclude:`, `num-gpus:` and `master-addr:`") from e
     return int(rc or 0)
 
 

@@ -13,6 +13,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from megatron.cli_args import int_at_least  # noqa: E402
 from megatron.errors import run_cli  # noqa: E402
 
 
@@ -20,7 +21,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--input", required=True, help="NeoX checkpoint directory holding `latest` and global_step<N>/")
     p.add_argument("--output", required=True, help="where to write the converted checkpoint")
-    p.add_argument("--iteration", type=int, default=None, help="convert global_step<N> instead of latest")
+    p.add_argument("--iteration", type=int_at_least(0), default=None, help="convert global_step<N> instead of latest")
     p.add_argument("--config", nargs="+", default=None,
                    help="the NeoX YAML files (default: the checkpoint's global_step<N>/configs/*.yml)")
     from megatron.checkpoint.safe_load import add_load_flags

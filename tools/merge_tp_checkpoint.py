@@ -16,6 +16,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from megatron.cli_args import int_at_least  # noqa: E402
 from megatron.errors import run_cli  # noqa: E402
 
 
@@ -23,7 +24,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--input", required=True, help="checkpoint directory holding `latest` and global_step<N>/")
     p.add_argument("--output", required=True, help="directory for the TP=1 checkpoint")
-    p.add_argument("--iteration", type=int, default=None, help="merge global_step<N> instead of latest")
+    p.add_argument("--iteration", type=int_at_least(0), default=None, help="merge global_step<N> instead of latest")
     from megatron.checkpoint.safe_load import add_load_flags, apply_trust_flag
 
     add_load_flags(p)

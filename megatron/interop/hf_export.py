@@ -22,6 +22,8 @@ import json
 import os
 import shutil
 
+import torch
+
 from megatron.config.precision import torch_dtype
 from megatron.errors import UserError
 
@@ -180,11 +182,12 @@ def export_hf(model, cfg, out_dir: str, dtype: str = "fp32", tokenizer: bool = T
     for name, path in SHARED_FILES.items():
         shutil.copy(os.path.normpath(path), os.path.join(out_dir, name))
     write_positional_files(cfg.model.pos_emb, out_dir)
-    state = {k: v.detach().to(torch_dtype(dtype)).contiguous().clone() for k, v in model.state_dict().items()
+    # On the CPU whatever device the model was loaded on: the files are the same either way.
+    state = {k: v.detach().to("cpu", torch_dtype(dtype)).contiguous().clone() for k, v in model.state_dict().items()
              if not k.endswith("_extra_state")}
     for k in ("position.inv_freq", "position.slopes"):  # derived buffers stay exact in fp32
         if k in state:
-            state[k] = model.state_dict()[k].float().contiguous().clone()
+            state[k] = model.state_dict()[k].to("cpu", torch.float32).contiguous().clone()
     weights = os.path.join(out_dir, "model.safetensors")
     save_file(state, weights, metadata={"format": "pt"})
     os.chmod(weights, 0o666 & ~_umask())  # safetensors creates it 0600; every other file follows the umask

@@ -31,6 +31,7 @@ import torch
 from megatron.atomic_io import fsync_path
 from megatron.checkpoint import writer
 from megatron.checkpoint.client import CHECKED_ARGS, model_args
+from megatron.checkpoint.compat import differences, refuse_shape_change, saved_model, strict_load_error
 from megatron.checkpoint.errors import CheckpointError, CheckpointSaveError
 from megatron.checkpoint.layout import detect_layout, is_neox
 from megatron.checkpoint.tags import LATEST, clean_stale_tmp, read_latest, resolve_tag, step_of, tag_for, write_latest
@@ -161,6 +162,7 @@ class Checkpointer:
             raise CheckpointError(f"checkpoint {os.path.join(c.load, tag)} does not exist (iteration: {c.iteration})")
         if is_neox(detect_layout(os.path.join(c.load, tag))):
             return self._load_foreign(engine, tag)
+        self._check_saved_model(os.path.join(c.load, tag))  # before DeepSpeed's strict load
         path, client = self._engine_load(engine, tag)
         if path is None:
             raise CheckpointError(f"DeepSpeed could not load {os.path.join(c.load, tag)}")
@@ -185,13 +187,41 @@ class Checkpointer:
         tag_dir = os.path.join(c.load, tag)
         install_safe_loading(engine, trust, c.allow_nonfinite_weights, tag_dir)
         load_optim = not (c.no_load_optim or c.finetune)
-        with safe_zero_to_fp32(trust, c.allow_nonfinite_weights, tag_dir):
-            return engine.load_checkpoint(
-                c.load, tag=tag,
-                load_optimizer_states=load_optim,
-                load_lr_scheduler_states=load_optim,
-                load_module_strict=True,
-            )
+        try:
+            with safe_zero_to_fp32(trust, c.allow_nonfinite_weights, tag_dir):
+                return engine.load_checkpoint(
+                    c.load, tag=tag,
+                    load_optimizer_states=load_optim,
+                    load_lr_scheduler_states=load_optim,
+                    load_module_strict=True,
+                )
+        except RuntimeError as e:  # a model key outside the checked ones changed
+            err = strict_load_error(e, tag_dir)
+            if err is None:
+                raise
+            raise err from e
+
+    def _check_saved_model(self, tag_dir: str) -> None:
+        """The checkpoint's saved model against this config's, from its resolved_config.yml: one
+        message for every changed shape key, and for a changed seq-length (the sample order)."""
+        saved = saved_model(tag_dir)
+        if saved is None:  # not written by this stack's Checkpointer: _check_args after the load
+            return
+        m = self.cfg.model
+        restart = ("Set them back to resume this run, or start a new run (another run-dir / save, without "
+                   "load:); `finetune: true` starts from its weights only when just seq-length changed")
+        refuse_shape_change(tag_dir, {k: getattr(saved, k) for k in CHECKED_ARGS}, self.args, restart)
+        if saved.seq_length == m.seq_length or self.ccfg.finetune:
+            return
+        change = differences({"seq_length": saved.seq_length}, {"seq_length": m.seq_length}, ["seq_length"])[0]
+        if not self.ccfg.allow_seq_length_change:
+            raise CheckpointError(
+                f"checkpoint {tag_dir} was trained with another sequence length ({change}): samples are cut at "
+                "seq-length, so resuming would continue from the saved data position in a different sample order "
+                "(some text seen twice, some never). Set seq-length back, set `allow-seq-length-change: true` to "
+                "resume anyway, or `finetune: true` to start from its weights at iteration 0")
+        print(f"[checkpoint] resuming with another sequence length ({change}; allow-seq-length-change: true): "
+              "the sample order from here on differs from the saved run's", flush=True)
 
     def _load_foreign(self, engine, tag: str) -> dict:
         """A NeoX / KERPLE checkpoint: module weights only (its optimizer state is DeepSpeed's
@@ -218,10 +248,7 @@ class Checkpointer:
         return {"iteration": 0}
 
     def _check_args(self, saved: dict, where: str) -> None:
-        bad = [f"{k}: checkpoint {saved[k]!r} != config {self.args[k]!r}"
-               for k in CHECKED_ARGS + ("padded_vocab_size",) if k in saved and saved[k] != self.args[k]]
-        if bad:
-            raise CheckpointError(f"checkpoint {where} does not match the config: " + "; ".join(bad))
+        refuse_shape_change(where, saved, self.args, "Set them back to the checkpoint's values, or start a new run")
 
 
 def _barrier() -> None:
@@ -242,8 +269,9 @@ def _all_ranks_ok(ok: bool) -> bool:
     """True when `ok` on every rank (a barrier that also carries one bit: did anyone fail?)."""
     if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
         return ok
-    device = "cuda" if torch.distributed.get_backend() == "nccl" else "cpu"
-    flag = torch.tensor([1 if ok else 0], device=device)
+    from megatron.device import collective_device
+
+    flag = torch.tensor([1 if ok else 0], device=collective_device())
     torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MIN)
     return bool(flag.item())
 

@@ -58,6 +58,9 @@ class PreemptionHandler:
         flag = torch.tensor([1 if self.received is not None else 0], dtype=torch.int32)
         if torch.distributed.is_available() and torch.distributed.is_initialized() \
                 and torch.distributed.get_world_size() > 1:
+            from megatron.device import collective_device
+
+            flag = flag.to(collective_device())
             torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
         return bool(flag.item())
 

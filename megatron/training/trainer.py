@@ -17,13 +17,15 @@ import torch
 
 from megatron.checkpoint.tags import read_latest, tag_for
 from megatron.data.loader import batch_loader, loss_mask_for
+from megatron.device import describe as describe_device
 from megatron.errors import is_out_of_memory, out_of_memory
 from megatron.model import GPTModel, count_parameters
 from megatron.parallel import context_for
 from megatron.tokenizer import build_tokenizer, padded_vocab_size
 from megatron.training import health, norms, throughput
 from megatron.training.checkpoint import Checkpointer
-from megatron.training.data_setup import build_datasets
+from megatron.training.data_setup import build_datasets, check_data_tokenizer
+from megatron.training.disk import check_run_room
 from megatron.training.distributed import init_distributed
 from megatron.training.logging import MetricsLogger
 from megatron.training.optim import build_optimizer
@@ -59,8 +61,8 @@ def resolve_vocab(cfg):
     return tok, size
 
 
-def check_precision_supported(cfg) -> None:
-    if cfg.precision.dtype == "fp16" and not torch.cuda.is_available():
+def check_precision_supported(cfg, device: torch.device) -> None:
+    if cfg.precision.dtype == "fp16" and device.type != "cuda":
         raise ValueError("fp16 training needs a GPU: DeepSpeed's CPU accelerator has no fp16 support; "
                          "on CPU use bf16 (`fp16: {enabled: true, type: bfloat16}` or `precision: bfloat16`) or fp32")
 
@@ -70,8 +72,8 @@ class Trainer:
         import deepspeed
 
         self.cfg = cfg
-        check_precision_supported(cfg)
-        self.dist = init_distributed()
+        self.dist = init_distributed(cfg.parallel.device, cfg.parallel.distributed_backend)
+        check_precision_supported(cfg, self.dist.device)
         self.lock = self._lock_run_dir()
         try:
             self._setup(deepspeed)
@@ -83,6 +85,7 @@ class Trainer:
         """One run per run directory, held by rank 0 until train() ends or the process dies."""
         if not self.dist.is_rank0:
             return None
+        check_run_room(self.cfg)  # a full disk: one message naming the directory (disk.py)
         lock = RunLock(self.cfg.logging.run_dir).acquire()
         if lock.stale:
             print(f"[lock] took over {lock.path}: its holder ({describe(lock.stale)}) is no longer running",
@@ -99,6 +102,7 @@ class Trainer:
         set_seed(cfg.training.seed)
         self.par = context_for(cfg, self.dist)  # tensor-parallel groups; data-parallel rank/size
         self.tokenizer, self.vocab_size = resolve_vocab(cfg)
+        check_data_tokenizer(cfg)  # another tokenizer's data: refused before the engine is built
         self.run_dir = cfg.logging.run_dir
         self.pipe = uses_pipeline(cfg)  # NeoX: pipe-parallel-size >= 1 -> DeepSpeed's pipeline engine
         self.engine, model, self.par = self._build_engine(deepspeed)
@@ -114,6 +118,7 @@ class Trainer:
         self.log = MetricsLogger(cfg, self.run_dir, self.dist.is_rank0, cfg.training.train_iters, self.iteration)
         self._grads: dict[str, float] = {}  # filled by _gradient_norms before each optimizer step
         self.throughput = self._throughput()
+        self.log.console(f"device {describe_device(self.dist.device)} | process group {torch.distributed.get_backend()}")
         self.log.console(f"model: {count_parameters(model):,} parameters | pos-emb {cfg.model.pos_emb} | "
                          f"attention backend {model.backend(self.dist.device, self._dtype()).name} | "
                          f"batch {self.batch} = micro {self.micro} x gas {self.gas} x dp {self.par.dp_size}"
@@ -380,6 +385,9 @@ class Trainer:
 
     def _all_reduce_mean(self, x: torch.Tensor) -> torch.Tensor:
         if self.dist.world_size > 1:
+            from megatron.device import collective_device
+
+            x = x.to(collective_device())
             torch.distributed.all_reduce(x)
             x = x / self.dist.world_size
         return x

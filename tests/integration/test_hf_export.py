@@ -172,3 +172,21 @@ def test_exported_files_follow_the_umask_and_autotokenizer_loads(tmp_path, tiny_
     hf_tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"), trust_remote_code=True)
     ours = build_tokenizer("HFTokenizer", str(tmp_path / "tokenizer.json"), None)
     assert hf_tok("def main(): pass")["input_ids"] == ours.tokenize("def main(): pass")
+
+
+def test_xpos_export_is_finite_past_one_calls_range(tmp_path, tiny_config):
+    """Issue 23: the exported xPos runs calls past max_query_span in query blocks, as ours does
+    (scale base 2: 70 query positions per block in fp32, so 300 tokens overflowed in one call)."""
+    from megatron.interop.hf_export import export_hf
+
+    torch.manual_seed(0)
+    cfg = tiny_config(pos_emb="xpos", xpos_scale_base=2.0)
+    model = GPTModel(cfg.model, 128).eval()
+    export_hf(model, cfg, str(tmp_path / "hf"))
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf"), trust_remote_code=True,
+                                                           dtype=torch.float32).eval()
+    tokens = torch.randint(1, 100, (1, 300))
+    with torch.no_grad():
+        ours, theirs = model(tokens), hf(tokens).logits
+    assert bool(theirs.isfinite().all())
+    torch.testing.assert_close(theirs, ours, rtol=0, atol=1e-4)

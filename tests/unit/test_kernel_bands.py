@@ -12,6 +12,7 @@ import triton.language as tl  # noqa: E402
 
 from megatron.kernels.bands import band_bounds, key_walk, query_walk  # noqa: E402
 
+pytestmark = pytest.mark.gpu  # compiled on a GPU (make test-gpu), Triton's interpreter on CPU
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 

@@ -174,3 +174,17 @@ def test_dead_worker_is_an_error_not_a_hang(tmp_path):
     with pytest.raises(UserError, match=r"a tokenizer worker process died .*in\.jsonl:1 on.*fewer --workers"):
         preprocess([src], DyingTokenizer(), str(tmp_path / "o"), workers=2)
     assert list(tmp_path.glob("o_*")) == []
+
+
+@pytest.mark.parametrize("flag,value", [("--num-docs", "-1"), ("--num-docs", "0"), ("--workers", "0")])
+def test_negative_counts_name_the_flag(tmp_path, flag, value):
+    """Issue 23: --num-docs -1 ended in islice's traceback-free but flagless ValueError."""
+    src = write_jsonl(tmp_path / "in.jsonl", DOCS)
+    cmd = [sys.executable, str(ROOT / "tools" / "preprocess_data.py"), "--input", src, "--tokenizer-type",
+           "CharLevelTokenizer", "--output-prefix", str(tmp_path / "o"), flag, value]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"argument {flag}: must be an integer >= 1, got '{value}'" in proc.stderr
+    assert not list(tmp_path.glob("o_*"))
+    with pytest.raises(DataError, match=r"num_docs \(--num-docs\) must be >= 1, got -1"):
+        preprocess([src], build_tokenizer("CharLevelTokenizer"), str(tmp_path / "o"), num_docs=-1)

@@ -13,7 +13,8 @@ from megatron.attention import resolve_backend
 from megatron.positional.base import PositionalSpec
 from megatron.positional.registry import build_scheme
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+pytestmark = [pytest.mark.gpu,  # compiled on a GPU (make test-gpu), Triton's interpreter on CPU
+              pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")]
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 FUSED = ["kerple_log", "kerple_log_3para", "kerple_power_ap_", "kerple_power_ap_ap", "alibi", "rpe", "sandwich"]
 

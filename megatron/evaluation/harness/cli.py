@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import time
 
+from megatron.cli_args import int_at_least
+
 TITLE = "downstream tasks (eval.py; lm-evaluation-harness)"
 
 
@@ -21,9 +23,9 @@ def add_eval_flags(parser: argparse.ArgumentParser, required: bool = False,
     g.add_argument("--max-length", type=int, default=None,
                    help="longest context in tokens (default: the training seq-length; longer extrapolates)")
     if batch_size:
-        g.add_argument("--batch-size", type=int, default=1, help="sequences per forward (of equal length)")
+        g.add_argument("--batch-size", type=int_at_least(1), default=1, help="sequences per forward (of equal length)")
     g.add_argument("--limit", type=float, default=None, help="at most this many documents per task (or a fraction < 1)")
-    g.add_argument("--num-fewshot", type=int, default=None, help="few-shot examples per prompt (default: the task's)")
+    g.add_argument("--num-fewshot", type=int_at_least(0), default=None, help="few-shot examples per prompt (default: the task's)")
     return g
 
 

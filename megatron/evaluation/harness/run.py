@@ -103,7 +103,7 @@ def write_results(record: dict, path: str) -> str:
 
 
 def evaluate_tasks(ckpt: str, tasks: list[str], out_dir: str, *, tag=None, overrides=None, max_length=None,
-                   batch_size: int = 1, limit=None, num_fewshot=None, device="cpu", allow_nonfinite=False,
+                   batch_size: int = 1, limit=None, num_fewshot=None, device="auto", allow_nonfinite=False,
                    results_path: str | None = None, log: bool = True) -> dict:
     """Everything one checkpoint needs; returns the results record (also written to results_path,
     default <out_dir>/harness.json). Inputs are checked before the model loads where they can be."""
