@@ -173,7 +173,7 @@ def test_failed_save_says_disk_full_and_keeps_latest(trained, tmp_path, monkeypa
     monkeypatch.setattr(writer, "free_bytes", lambda path: 3 << 20)
     stale = os.path.join(save, "latest.tmp999999999")  # left by a killed writer (no such pid)
     with pytest.raises(CheckpointSaveError) as err:
-        os.makedirs(save)
+        os.makedirs(save, exist_ok=True)  # the trainer made it already (its disk-space check)
         open(stale, "w").close()
         trainer.train()
     msg = str(err.value)

@@ -10,6 +10,7 @@ import evaluate
 from megatron import errors
 from megatron.evaluation import load as load_mod
 from megatron.model import GPTModel
+from tests.conftest import checkpoint_layout
 
 
 @pytest.fixture
@@ -35,7 +36,7 @@ def poisoned(tiny_config, token_dataset, monkeypatch):
                                         (["--stride", "8", "--max-tokens", "64"], "strided window 2 (targets")])
 def test_nonfinite_loss_is_refused_naming_length_and_window(tmp_path, poisoned, monkeypatch, capsys, mode, where):
     out = tmp_path / "eval"
-    monkeypatch.setattr(sys, "argv", ["evaluate.py", "--checkpoint", str(tmp_path / "ck"), "--lengths", "16",
+    monkeypatch.setattr(sys, "argv", ["evaluate.py", "--checkpoint", checkpoint_layout(tmp_path / "ck"), "--lengths", "16",
                                       "--max-windows", "4", "--out", str(out), "--quiet", *mode])
     with pytest.raises(SystemExit) as e:
         errors.run_cli(evaluate.main, "evaluate.py", expected=(ValueError,))
