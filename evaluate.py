@@ -291,8 +291,6 @@ def main(argv=None) -> int:
         parse_lengths(args.lengths)  # a bad --lengths fails before any checkpoint is loaded
     if args.blockwise_causal is not None and (args.stride or args.window):
         raise UserError("--blockwise-causal is its own attention pattern: drop --stride / --window")
-    if args.blockwise_causal is not None and args.blockwise_causal < 0:
-        raise UserError(f"--blockwise-causal {args.blockwise_causal} must be a positive block size")
     if args.eval_tasks:
         from megatron.evaluation.harness.run import check_max_length_value
 

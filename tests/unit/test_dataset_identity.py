@@ -14,7 +14,7 @@ from megatron.data.preprocess import preprocess
 from megatron.errors import DataError
 from megatron.tokenizer import build_tokenizer
 from megatron.tokenizer.train_bpe import train_bytelevel_bpe
-from tests.conftest import train_config_dict, write_token_dataset, write_yaml
+from tests.conftest import checkpoint_layout, train_config_dict, write_token_dataset, write_yaml
 
 DOCS = [f"def func_{i}(x, y):\n    return x * {i} + y  # hello world {i % 7}\n" for i in range(120)]
 
@@ -147,8 +147,8 @@ def test_data_of_another_tokenizer_is_refused_at_evaluation(tmp_path, other_toke
     model = GPTModel(cfg.model, 512).eval()
     monkeypatch.setattr(load_mod, "load_checkpoint_model", lambda *a, **k: (model, cfg, {"iteration": 4}))
     monkeypatch.delenv(errors.DEBUG_ENV, raising=False)
-    monkeypatch.setattr(sys, "argv", ["evaluate.py", "--checkpoint", str(tmp_path / "ck"), "--lengths", "16",
-                                      "--max-windows", "2", "--out", str(tmp_path / "eval"), "--quiet"])
+    monkeypatch.setattr(sys, "argv", ["evaluate.py", "--checkpoint", checkpoint_layout(tmp_path / "ck"), "--lengths",
+                                      "16", "--max-windows", "2", "--out", str(tmp_path / "eval"), "--quiet"])
     with pytest.raises(SystemExit) as e:
         errors.run_cli(evaluate.main, "evaluate.py", expected=(ValueError,))
     err = capsys.readouterr().err
