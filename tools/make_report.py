@@ -57,30 +57,26 @@ def kernel_plot(patterns, max_distance: int, out_dir: str, log=print) -> str | N
     return path
 
 
-def _train_length(record_dir: str) -> int | None:
-    import json
-
-    with open(os.path.join(record_dir, "eval.json")) as f:
-        return json.load(f).get("train_length")
-
-
 def records_report(records_dir: str, out_dir: str, log=print) -> None:
-    """Kernel plots, drift table and trajectory plots from run records."""
+    """Kernel plots, drift table and trajectory plots (per dataset and train length), the flat-kernel
+    assessment, the train/test check and the train-length trend, from run records."""
     import json
 
-    from megatron.evaluation.convergence import drift_markdown, drift_rows, head_series, load_records
+    from megatron.evaluation.aggregate import group_slug, group_title
+    from megatron.evaluation.convergence import (drift_markdown, drift_rows, head_series, load_records,
+                                                 over_target)
     from megatron.evaluation.plots import plot_kernels, plot_trajectories
 
     records = load_records(records_dir)
     if not records:
         raise ValueError(f"--records {records_dir}: no complete run record (record.json) in it; "
                          "write them with tools/run_matrix.py --records")
-    first = {}  # (dataset, scheme) -> the record with the lowest seed
+    first = {}  # (dataset, train length, scheme) -> the record with the lowest seed
     for rec in sorted(records, key=lambda r: str(r["seed"])):
-        first.setdefault((rec["dataset"], rec["scheme"]), rec)
-    for dataset in sorted({d for d, _ in first}):
-        kernels, trajectories = {}, {}
-        chosen = [(scheme, rec) for (d, scheme), rec in sorted(first.items()) if d == dataset]
+        first.setdefault((rec["dataset"], rec["train_length"] or 0, rec["label"]), rec)
+    for dataset, train in sorted({(d, L) for d, L, _ in first}):
+        kernels, trajectories, over = {}, {}, {}
+        chosen = [(scheme, rec) for (d, L, scheme), rec in sorted(first.items()) if (d, L) == (dataset, train)]
         for scheme, rec in chosen:
             path = os.path.join(rec["dir"], "kernel.json")
             if os.path.isfile(path):
@@ -89,14 +85,18 @@ def records_report(records_dir: str, out_dir: str, log=print) -> None:
                 label = f"{scheme} (seed {rec['seed']})"
                 for i, kern in (k.get("by_query") or {str(k["max_distance"]): k["kernel"]}).items():
                     kernels[label if "by_query" not in k else f"{label}, query i = {i}"] = kern
+            moved = over_target(rec)
             for name, heads in head_series(rec["trajectory"]).items():
-                trajectories[f"{scheme} {name} (seed {rec['seed']})"] = (rec["trajectory"]["iteration"], heads)
-        safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in dataset)
+                label = f"{scheme} {name} (seed {rec['seed']})"
+                trajectories[label] = (rec["trajectory"]["iteration"], heads)
+                over[label] = moved.get(name, {})
+        title, slug = group_title(dataset, train or None), group_slug(dataset, train or None)
         if kernels:
-            path = plot_kernels(kernels, os.path.join(out_dir, f"kernels_{safe}.png"), _train_length(chosen[0][1]["dir"]))
+            path = plot_kernels(kernels, os.path.join(out_dir, f"kernels_{slug}.png"), train or None, title)
             log(f"wrote {path}")
         if trajectories:
-            log(f"wrote {plot_trajectories(trajectories, os.path.join(out_dir, f'trajectories_{safe}.png'))}")
+            path = plot_trajectories(trajectories, os.path.join(out_dir, f"trajectories_{slug}.png"), title, over)
+            log(f"wrote {path}")
     rows = drift_rows(records)
     path = os.path.join(out_dir, "drift.md")
     with open(path, "w") as f:

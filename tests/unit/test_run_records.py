@@ -92,6 +92,7 @@ def test_write_record_then_report_from_records_alone(tmp_path, token_dataset):
     assert traj["iteration"] == [2, 4, 6] and len(traj["bias_a_h3"]) == 3 and "lm_loss" in traj
     meta = json.loads((klog / "record.json").read_text())
     assert meta["steps"] == 6 and meta["scheme"] == "kerple_log" and meta["seed"] == 1
+    assert meta["train_length"] == 16 and "label" not in meta  # the train length comes from the evaluation
     kernel = json.loads((klog / "kernel.json").read_text())
     expected = learned_kernels(str(tmp_path / "run_kerple_log_1" / "checkpoints"), 32)["kernel"]
     np.testing.assert_allclose(kernel["kernel"], expected, rtol=1e-4, atol=1e-6)
@@ -99,11 +100,11 @@ def test_write_record_then_report_from_records_alone(tmp_path, token_dataset):
     report = tmp_path / "report"
     assert make_report.main(["--records", str(records), "--out", str(report)]) == 0
     table = (report / "table3.md").read_text()
-    assert "## tiny" in table and "kerple_log (window 16)" in table and "rotary" in table
-    for png in ("kernels_tiny.png", "trajectories_tiny.png", "ppl_vs_length_tiny.png"):
+    assert "## tiny, train length 16" in table and "kerple_log (window 16)" in table and "rotary" in table
+    for png in ("kernels_tiny_L16.png", "trajectories_tiny_L16.png", "ppl_vs_length_tiny_L16.png"):
         assert (report / png).read_bytes()[:4] == b"\x89PNG"
     drift = (report / "drift.md").read_text()
-    assert "| tiny | kerple_log | bias_p |" in drift and "| 8 | " in drift  # 4 heads x 2 seeds
+    assert "| tiny | 16 | kerple_log | bias_p |" in drift and "| 8 | " in drift  # 4 heads x 2 seeds
     assert "alibi" not in drift  # nothing learned per head
 
 
@@ -138,3 +139,25 @@ def test_trajectory_needs_training_rows(tmp_path):
     path.write_text(json.dumps({"iteration": 5, "kind": "validation", "lm_loss": 1.0}) + "\n")
     with pytest.raises(ValueError, match="no training rows"):
         trajectory_from_metrics(str(path))
+
+
+def test_a_labelled_run_is_its_own_report_row_beside_the_unlabelled_one(tmp_path, token_dataset):
+    """T5 with scaled buckets (a matrix label) and v2's T5 of the same seed and train length are two
+    rows; the label is in record.json and both evaluation copies."""
+    from dataclasses import replace
+
+    from megatron.evaluation.results import load_results
+
+    run = train_run(tmp_path, token_dataset, "rpe", seed=1)
+    full = fake_eval(os.path.join(run.run_dir, "eval"), "rpe", 1)
+    window = fake_eval(os.path.join(run.run_dir, "eval_window"), "rpe", 1, window=16)
+    records = tmp_path / "records"
+    write_record(str(records / "rpe_tiny_1"), run, full, None, metrics_path(run.run_dir), 32, 1.0)
+    write_record(str(records / "rpe_tiny_L16_1"), replace(run, label="rpe (max distance L)"), full, window,
+                 metrics_path(run.run_dir), 32, 1.0)
+    labelled = records / "rpe_tiny_L16_1"
+    assert json.loads((labelled / "record.json").read_text())["label"] == "rpe (max distance L)"
+    assert json.loads((labelled / "eval_window.json").read_text())["label"] == "rpe (max distance L)"
+    runs = load_results([str(records / "*" / "eval*.json")])
+    assert sorted(r.scheme for r in runs) == ["rpe", "rpe (max distance L)", "rpe (max distance L) (window 16)"]
+    assert {r.train_length for r in runs} == {16}
