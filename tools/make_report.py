@@ -63,8 +63,7 @@ def records_report(records_dir: str, out_dir: str, log=print) -> None:
     import json
 
     from megatron.evaluation.aggregate import group_slug, group_title
-    from megatron.evaluation.convergence import (drift_markdown, drift_rows, head_series, load_records,
-                                                 over_target)
+    from megatron.evaluation.convergence import drift_markdown, drift_rows, head_series, load_records, over_target
     from megatron.evaluation.plots import plot_kernels, plot_trajectories
 
     records = load_records(records_dir)
