@@ -10,9 +10,12 @@ bias depends on the query position too, FIRE, one subplot per query position). C
 of schemes without a score bias (rotary, ...) are skipped with a message.
 
 With --records DIR (what tools/run_matrix.py --records writes, checkpoints not needed): the
-results are DIR's evaluations, kernels_<dataset>.png comes from the records' kernels (lowest seed
-of each scheme), and the convergence evidence is added: drift.md (each head's relative change of
-its positional parameters over the last 20% of training) and trajectories_<dataset>.png.
+results are DIR's evaluations, kernels_<group>.png comes from the records' kernels (lowest seed
+of each scheme; a group is a dataset at one train length), and from the records also:
+drift.md (each head's relative change of its positional parameters over the last 20% of
+training) and trajectories_<group>.png; flat_kernels.md (every KERPLE head's f(L), f(8L),
+f(32L)); train_test.md (final training vs 1x test perplexity); trend.md and
+trend_<dataset>.png (the windowed-minus-full and power-minus-log gaps against the train length).
 """
 from __future__ import annotations
 
@@ -102,6 +105,35 @@ def records_report(records_dir: str, out_dir: str, log=print) -> None:
         f.write("# Do the learned positional parameters still move? (last 20% of training)\n\n")
         f.write(drift_markdown(rows) if rows else "No record has per-head positional parameters.\n")
     log(f"wrote {path}")
+    from megatron.evaluation.flat_kernels import flat_markdown, head_values
+    from megatron.evaluation.train_test import pairs, train_test_markdown
+
+    _write(os.path.join(out_dir, "flat_kernels.md"), "# Do KERPLE heads learn flat kernels? (the paper's §5.4)\n\n"
+           + flat_markdown(head_values(records)), log)
+    _write(os.path.join(out_dir, "train_test.md"), "# Final training perplexity vs test perplexity at 1x\n\n"
+           + train_test_markdown(pairs(records)), log)
+
+
+def _write(path: str, text: str, log) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+    log(f"wrote {path}")
+
+
+def trend_report(results, args, log=print) -> None:
+    """trend.md and trend_<dataset>.png from the evaluations (megatron/evaluation/trend.py)."""
+    from megatron.evaluation.aggregate import _safe, table3_cells
+    from megatron.evaluation.plots import plot_trend
+    from megatron.evaluation.results import load_results
+    from megatron.evaluation.trend import gap_points, trend_markdown
+
+    runs = load_results(results, args.meta_from_path)
+    gaps = gap_points(runs)
+    _write(os.path.join(args.out, "trend.md"), "# The gaps against the train length (issue 24)\n\n"
+           + trend_markdown(gaps, table3_cells(runs, args.reference, args.alpha)), log)
+    for d in sorted({d for d, _, _ in gaps}):
+        panels = {(gap, k): g["points"] for (dd, gap, k), g in gaps.items() if dd == d and k > 1}
+        log(f"wrote {plot_trend(panels, os.path.join(args.out, f'trend_{_safe(d)}.png'), d)}")
 
 
 def main(argv=None) -> int:
@@ -123,6 +155,7 @@ def main(argv=None) -> int:
     build_report(args.results, args)
     if args.records:
         records_report(args.records, args.out)
+        trend_report(args.results, args)
     if args.checkpoints:
         from megatron.evaluation.results import load_results
 

@@ -311,3 +311,38 @@ def plot_trajectories(panels: dict, path: str, title: str | None = None, over: d
         if len(heads) <= 12:
             ax.legend(fontsize=6, ncol=2)
     return _save(fig, path)
+
+
+def plot_trend(gaps: dict, path: str, title: str) -> str:
+    """gaps: {(gap name, factor): {L: {seed: gap %}}}: one panel per gap name, the gap against the
+    train length (log2), one line per factor (mean over seeds, ±1 std band, each seed a dot)."""
+    names = sorted({g for g, _ in gaps})
+    if not names:
+        raise ValueError("plot_trend: no gaps to plot")
+    fig, axes = _panel_grid(len(names), 3, (4.4, 3.4))
+    palette = plt.get_cmap("tab10").colors
+    factors = sorted({k for _, k in gaps})
+    for ax, name in zip(axes, names):
+        for i, k in enumerate(factors):
+            points = gaps.get((name, k), {})
+            if not points:
+                continue
+            Ls = sorted(points)
+            vals = [np.array(list(points[L].values())) for L in Ls]
+            mean = np.array([v.mean() for v in vals])
+            std = np.array([v.std(ddof=1) if v.size > 1 else 0.0 for v in vals])
+            color = palette[i % len(palette)]
+            ax.plot(Ls, mean, marker="o", ms=3, color=color, label=f"at {k}x L")
+            ax.fill_between(Ls, mean - std, mean + std, color=color, alpha=0.2)
+            for L, v in zip(Ls, vals):
+                ax.scatter([L] * v.size, v, s=8, color=color, alpha=0.6)
+        ax.axhline(0.0, color="0.3", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(PLAIN)
+        ax.set_xticks(sorted({L for (g, _), pts in gaps.items() if g == name for L in pts}))
+        ax.set_xlabel("train length L")
+        ax.set_ylabel("gap, % of kerple_log's perplexity")
+        ax.set_title(f"{title}: {name}", fontsize=9)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    return _save(fig, path)
