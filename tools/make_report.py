@@ -13,7 +13,8 @@ With --records DIR (what tools/run_matrix.py --records writes, checkpoints not n
 results are DIR's evaluations, kernels_<group>.png comes from the records' kernels (lowest seed
 of each scheme; a group is a dataset at one train length), and from the records also:
 drift.md (each head's relative change of its positional parameters over the last 20% of
-training) and trajectories_<group>.png; flat_kernels.md (every KERPLE head's f(L), f(8L),
+training) and trajectories_<group>.png (the lowest seed of each scheme and every run with a head
+over the drift target, that head drawn thick); flat_kernels.md (every KERPLE head's f(L), f(8L),
 f(32L)); train_test.md (final training vs 1x test perplexity); trend.md and
 trend_<dataset>.png (the windowed-minus-full and power-minus-log gaps against the train length).
 """
@@ -66,7 +67,14 @@ def records_report(records_dir: str, out_dir: str, log=print) -> None:
     import json
 
     from megatron.evaluation.aggregate import group_slug, group_title
-    from megatron.evaluation.convergence import drift_markdown, drift_rows, head_series, load_records, over_target
+    from megatron.evaluation.convergence import (
+        drift_markdown,
+        drift_rows,
+        head_series,
+        load_records,
+        over_target,
+        records_to_draw,
+    )
     from megatron.evaluation.plots import plot_kernels, plot_trajectories
 
     records = load_records(records_dir)
@@ -87,7 +95,9 @@ def records_report(records_dir: str, out_dir: str, log=print) -> None:
                 label = f"{scheme} (seed {rec['seed']})"
                 for i, kern in (k.get("by_query") or {str(k["max_distance"]): k["kernel"]}).items():
                     kernels[label if "by_query" not in k else f"{label}, query i = {i}"] = kern
-            moved = over_target(rec)
+        group = [r for r in records if (r["dataset"], r["train_length"] or 0) == (dataset, train)]
+        for rec in records_to_draw(group):
+            scheme, moved = rec["label"], over_target(rec)
             for name, heads in head_series(rec["trajectory"]).items():
                 label = f"{scheme} {name} (seed {rec['seed']})"
                 trajectories[label] = (rec["trajectory"]["iteration"], heads)

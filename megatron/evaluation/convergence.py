@@ -68,6 +68,17 @@ def over_target(record: dict, tail: float = 0.2) -> dict[str, dict[int, float]]:
     return out
 
 
+def records_to_draw(records: list[dict]) -> list[dict]:
+    """The records of one group whose trajectories the report draws: the lowest seed of each scheme
+    (label), then every other record with a head over DRIFT_TARGET (the exceptions drift.md counts)."""
+    ordered = sorted(records, key=lambda r: (r["label"], str(r["seed"])))
+    first = {}
+    for rec in ordered:
+        first.setdefault(rec["label"], rec)
+    lowest = list(first.values())
+    return lowest + [r for r in ordered if r not in lowest and any(over_target(r).values())]
+
+
 def drift_rows(records: list[dict], tail: float = 0.2) -> list[dict]:
     """One row per (dataset, train length, scheme, parameter) over all seeds and heads of the records
     that learn per-head parameters: median and max relative change over the tail, and the count."""

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from megatron.config import load_config
-from megatron.evaluation.convergence import drift_rows, head_series, relative_tail_change
+from megatron.evaluation.convergence import drift_rows, head_series, over_target, records_to_draw, relative_tail_change
 from megatron.evaluation.kernels import learned_kernels
 from megatron.evaluation.run_record import record_complete, trajectory_from_metrics, write_record
 from megatron.experiments import Run
@@ -70,6 +70,18 @@ def test_head_series_and_drift_rows():
     assert by["bias_p"]["max"] == pytest.approx(0.5) and by["bias_p"]["median"] == pytest.approx(0.25)
     assert by["bias_p"]["heads"] == 2 and by["bias_a"]["max"] == 0.0
     assert by["bias_p"]["over_target"] == 1 and by["bias_a"]["over_target"] == 0  # 50% > 5%, 0% not
+
+
+def test_the_trajectory_plot_draws_the_lowest_seed_and_every_drift_exception():
+    still = {"iteration": [10, 20, 30, 40, 50], "bias_p_h0": [1, 1, 1, 1, 1]}
+    moving = {"iteration": [10, 20, 30, 40, 50], "bias_p_h0": [1, 1, 1, 1, 2]}  # 50% over the last 20%
+    recs = [{"label": "kerple_log", "seed": s, "trajectory": t}
+            for s, t in ((3, moving), (1, still), (2, still), (4, moving))]
+    recs.append({"label": "alibi", "seed": 1, "trajectory": {"iteration": [10]}})
+    drawn = records_to_draw(recs)
+    assert [(r["label"], r["seed"]) for r in drawn] == [("alibi", 1), ("kerple_log", 1), ("kerple_log", 3),
+                                                         ("kerple_log", 4)]
+    assert over_target(recs[0]) == {"bias_p": {0: 0.5}}
 
 
 def test_write_record_then_report_from_records_alone(tmp_path, token_dataset):
