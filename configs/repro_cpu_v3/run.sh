@@ -15,3 +15,9 @@ for m in l64_power_seeds_4_5 l64_rpe_scaled; do
   $PY tools/run_matrix.py configs/repro_cpu_v3/$m/matrix.json --records docs/results/runs \
       --eval-args "--max-tokens 131072 --batch-size 4 --data-seed 1234"
 done
+# 3. The web explanation, tested (issue 24): web's kerple_log and kerple_power_ap_ retrained as in v2
+#    (train length 64) and scored on the test split's documents of >= 2,048 tokens only (dataset name
+#    web_long: its own group in the report), full and windowed@64, equal windows per length.
+$PY tools/run_matrix.py configs/repro_cpu_v3/web_long_docs/matrix.json --records docs/results/runs \
+    --eval-args "--max-windows 320 --batch-size 1 --data-seed 1234 --min-doc-tokens 2048" \
+    --windowed L --windowed-only kerple_log
