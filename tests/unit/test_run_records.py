@@ -176,3 +176,16 @@ def test_a_labelled_run_is_its_own_report_row_beside_the_unlabelled_one(tmp_path
     runs = load_results([str(records / "*" / "eval*.json")])
     assert sorted(r.scheme for r in runs) == ["rpe", "rpe (max distance L)", "rpe (max distance L) (window 16)"]
     assert {r.train_length for r in runs} == {16}
+
+
+def test_run_matrix_window_of_L_is_each_runs_train_length(tmp_path):
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    from run_matrix import window_size
+
+    from megatron.errors import UserError
+
+    full = fake_eval(str(tmp_path / "eval"), "kerple_log", 1)  # train_length 16
+    path = os.path.join(full, "eval.json")
+    assert window_size("L", path) == 16 and window_size("64", path) == 64 and window_size(None, path) is None
+    with pytest.raises(UserError, match="give a window size or L"):
+        window_size("x", path)
