@@ -135,15 +135,17 @@ def trend_report(results, args, log=print) -> None:
     from megatron.evaluation.aggregate import _safe, table3_cells
     from megatron.evaluation.plots import plot_trend
     from megatron.evaluation.results import load_results
-    from megatron.evaluation.trend import gap_points, trend_markdown
+    from megatron.evaluation.trend import gap_points, planned_runs, trend_markdown
 
     runs = load_results(results, args.meta_from_path)
-    gaps = gap_points(runs)
+    matrices = sorted({m for pat in args.planned for m in glob.glob(pat)})
+    gaps = gap_points(runs, planned_runs(matrices))
     _write(os.path.join(args.out, "trend.md"), "# The gaps against the train length (issue 24)\n\n"
            + trend_markdown(gaps, table3_cells(runs, args.reference, args.alpha)), log)
     for d in sorted({d for d, _, _ in gaps}):
         panels = {(gap, k): g["points"] for (dd, gap, k), g in gaps.items() if dd == d and k > 1}
-        log(f"wrote {plot_trend(panels, os.path.join(args.out, f'trend_{_safe(d)}.png'), d)}")
+        lengths = {L for (dd, _, _), g in gaps.items() if dd == d for L in g["missing"]}
+        log(f"wrote {plot_trend(panels, os.path.join(args.out, f'trend_{_safe(d)}.png'), d, lengths)}")
 
 
 def main(argv=None) -> int:
@@ -152,6 +154,9 @@ def main(argv=None) -> int:
     p.add_argument("--records", default=None, metavar="DIR",
                    help="run records written by tools/run_matrix.py --records (results, kernels, convergence)")
     p.add_argument("--checkpoints", action="append", default=[], help="checkpoint directory glob (repeatable)")
+    p.add_argument("--planned", action="append", default=[], metavar="MATRIX_GLOB",
+                   help="with --records: matrix.json files (globs) of the planned runs; trend.md names the "
+                        "planned ones without a record (e.g. 'configs/repro_cpu_v3/*/matrix.json')")
     p.add_argument("--max-distance", type=int, default=None,
                    help="largest d of the kernel plot (default: the longest evaluated length)")
     add_common_args(p)

@@ -313,10 +313,11 @@ def plot_trajectories(panels: dict, path: str, title: str | None = None, over: d
     return _save(fig, path)
 
 
-def plot_trend(gaps: dict, path: str, title: str) -> str:
-    """gaps: {(gap name, factor): {L: {seed: gap %}}}: one panel per gap name, the gap against the
-    train length (log2), one line per factor (mean over seeds, ±1 std band, each seed a dot)."""
-    names = sorted({g for g, _ in gaps})
+def plot_trend(gaps: dict, path: str, title: str, train_lengths=None) -> str:
+    """gaps: {(gap name, factor): {L: {seed: gap %}}}: one panel per gap name (in the dict's order),
+    the gap against the train length (log2 axis spanning train_lengths, the planned ones included),
+    one line per factor (mean over seeds, ±1 std band, each seed a dot)."""
+    names = list(dict.fromkeys(g for g, _ in gaps))
     if not names:
         raise ValueError("plot_trend: no gaps to plot")
     fig, axes = _panel_grid(len(names), 3, (4.4, 3.4))
@@ -339,7 +340,9 @@ def plot_trend(gaps: dict, path: str, title: str) -> str:
         ax.axhline(0.0, color="0.3", lw=0.8)
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(PLAIN)
-        ax.set_xticks(sorted({L for (g, _), pts in gaps.items() if g == name for L in pts}))
+        ticks = sorted(set(train_lengths or ()) | {L for (g, _), pts in gaps.items() if g == name for L in pts})
+        ax.set_xticks(ticks)
+        ax.set_xlim(ticks[0] / 1.25, ticks[-1] * 1.25)
         ax.set_xlabel("train length L")
         ax.set_ylabel("gap, % of kerple_log's perplexity")
         ax.set_title(f"{title}: {name}", fontsize=9)

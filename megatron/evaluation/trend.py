@@ -6,8 +6,10 @@ A gap is 100 * (ppl_A / ppl_B - 1) of two runs of the same dataset, train length
     windowed - full   kerple_log scored with window L (the paper's windowed@L)  vs  kerple_log
     power - log       kerple_power_ap_                                          vs  kerple_log
     alibi - log       alibi                                                     vs  kerple_log
-Per (dataset, gap, factor, L): mean ± sample std over the paired seeds, and the seeds that lack a
-partner at that L (seeds either scheme has at some train length of that dataset). Per (dataset,
+Per (dataset, gap, factor, L): mean ± sample std over the paired seeds, and the missing pairs: a
+seed one scheme has at that L and the other lacks, or a planned run (a matrix.json entry with a
+train length) that has no result yet. The windowed gap is not given at 1x (a window of L over L
+tokens is full attention). Per (dataset,
 gap, factor): the least-squares slope of the gap against log2 L over every (L, seed) point, with its
 p-value (scipy.stats.linregress): the change of the gap per doubling of the train length.
 """
@@ -28,15 +30,18 @@ def _scheme_a(gap: str, train_length: int) -> str:
     return GAPS[gap] or f"{REFERENCE} (window {train_length})"
 
 
-def gap_points(runs) -> dict[tuple, dict]:
+def gap_points(runs, planned: set | None = None) -> dict[tuple, dict]:
     """{(dataset, gap, factor): {"points": {L: {seed: gap %}}, "missing": {L: [(seed, lacking scheme)]}}}
-    for datasets whose reference was trained at two or more lengths."""
+    for datasets whose reference has two or more train lengths, recorded or planned. planned: {(dataset, L, scheme,
+    seed)} of the matrices' runs (a planned kerple_log run brings its windowed@L evaluation)."""
+    planned = set(planned or ())
+    planned |= {(d, L, f"{REFERENCE} (window {L})", seed) for d, L, s, seed in planned if s == REFERENCE}
     ppl = defaultdict(dict)  # (dataset, L, scheme) -> {seed: {length: ppl}}
     for r in runs:
         if r.train_length:
             ppl[(r.dataset, r.train_length, r.scheme)][r.seed] = r.ppl
-    lengths = defaultdict(set)
-    for d, L, s in ppl:
+    lengths = defaultdict(set)  # the reference's train lengths, recorded or planned
+    for d, L, s in [*ppl, *(key[:3] for key in planned)]:
         if s == REFERENCE:
             lengths[d].add(L)
     out = {}
@@ -44,8 +49,7 @@ def gap_points(runs) -> dict[tuple, dict]:
         if len(Ls) < 2:
             continue
         for gap in GAPS:
-            seeds_any = {seed for L in Ls for s in (REFERENCE, _scheme_a(gap, L)) for seed in ppl.get((d, L, s), {})}
-            for k in FACTORS:
+            for k in FACTORS[1:] if GAPS[gap] is None else FACTORS:
                 points, missing = {}, {}
                 for L in sorted(Ls):
                     a, b = ppl.get((d, L, _scheme_a(gap, L)), {}), ppl.get((d, L, REFERENCE), {})
@@ -53,9 +57,24 @@ def gap_points(runs) -> dict[tuple, dict]:
                            if k * L in a[seed] and k * L in b[seed]}
                     if pts:
                         points[L] = pts
-                    missing[L] = sorted(((seed, _scheme_a(gap, L) if seed not in a else REFERENCE)
-                                         for seed in seeds_any if seed not in pts), key=str)
+                    lacking = {(seed, s) for s, have in ((_scheme_a(gap, L), a), (REFERENCE, b))
+                               for seed in set(a) | set(b) if seed not in have}
+                    lacking |= {(seed, s) for dd, LL, s, seed in planned if (dd, LL) == (d, L)
+                                and s in (_scheme_a(gap, L), REFERENCE) and seed not in (a if s != REFERENCE else b)}
+                    missing[L] = sorted(lacking, key=str)
                 out[(d, gap, k)] = {"points": points, "missing": missing}
+    return out
+
+
+def planned_runs(matrices) -> set:
+    """{(dataset, train length, report name, seed)} of the matrix.json files' runs that name a train length."""
+    from megatron.experiments import read_matrix
+
+    out = set()
+    for path in matrices:
+        for r in read_matrix(path)[1]:
+            if r.train_length:
+                out.add((r.dataset, r.train_length, r.label or r.scheme, r.seed))
     return out
 
 
@@ -101,7 +120,7 @@ def trend_markdown(gaps: dict, cells: list[dict]) -> str:
             lines.append(f"| {gap} | {k}x | " + " | ".join(row) + f" | {s_text} |")
         lines += ["", "Missing pairs (seed: the run that is not in the records yet):"]
         for (dd, gap, k), g in gaps.items():
-            if dd == d and k == FACTORS[0]:
+            if dd == d and k == FACTORS[-1]:  # the same at every factor
                 for L, miss in g["missing"].items():
                     if miss:
                         lines.append(f"- {gap}, L = {L}: " + ", ".join(f"{seed} ({s})" for seed, s in miss))

@@ -41,10 +41,29 @@ def test_gaps_against_the_train_length_with_missing_pairs_named():
     power = gaps[("latex", "power - log", 32)]
     assert sorted(power["points"][256]) == [1, 2] and power["points"][64][1] == pytest.approx(-10.0)
     assert power["missing"][256] == [(3, "kerple_power_ap_")] and power["missing"][64] == []
+    assert ("latex", "windowed - full", 1) not in gaps  # a window of L over L tokens is full attention
     md = trend_markdown(gaps, table3_cells(trend_runs()))
     assert "| windowed - full | 8x | -10.0 ± 0.0 (n=3) | -5.0 ± 0.0 (n=3) | +0.0 ± 0.0 (n=3) | +5.0" in md
     assert "- power - log, L = 256: 3 (kerple_power_ap_)" in md
     assert "- L = 64, kerple_power_ap_: 64 (1x), 512 (8x), 2048 (32x)" in md  # ‡ at every length (p < 0.05)
+
+
+def test_planned_runs_without_a_record_are_named_missing(tmp_path):
+    from megatron.evaluation.trend import planned_runs
+    from megatron.experiments import write_matrix
+
+    runs = write_matrix(["kerple_log", "kerple_power_ap_"], {"latex": "d/latex"}, [1, 4], str(tmp_path / "m"), "r",
+                        [], train_lengths=[128], tokens_per_step=1024)
+    planned = planned_runs([str(tmp_path / "m" / "matrix.json")])
+    assert ("latex", 128, "kerple_log", 4) in planned and len(planned) == len(runs) == 4
+    gaps = gap_points(trend_runs(), planned)
+    assert gaps[("latex", "power - log", 8)]["missing"][128] == [(4, "kerple_log"), (4, "kerple_power_ap_")]
+    assert set(gaps[("latex", "windowed - full", 8)]["missing"][128]) == {(4, "kerple_log"),
+                                                                          (4, "kerple_log (window 128)")}
+    assert gaps[("latex", "windowed - full", 8)]["missing"][64] == []  # nothing planned there, all paired
+    only_64 = [r for r in trend_runs() if r.train_length == 64]  # a planned length alone makes a trend table
+    assert gap_points(only_64, planned)[("latex", "power - log", 8)]["missing"][128] == [
+        (1, "kerple_log"), (1, "kerple_power_ap_"), (4, "kerple_log"), (4, "kerple_power_ap_")]
 
 
 def test_no_trend_from_one_train_length():
