@@ -5,8 +5,8 @@
 - plot_positionwise: Fig. 5, per-position perplexity exp(loss) at one length, plus the windowed
   baseline (a run evaluated with --window) drawn dashed when given.
   With a windowed baseline both get a second panel: each scheme's perplexity divided by the
-  baseline's (seed-paired), on an axis that stops at RATIO_TOP so one failing scheme (sinusoidal)
-  does not flatten the others; the schemes above it are named in the panel.
+  baseline's (seed-paired), on an axis zoomed on the ratios below RATIO_TOP so one failing scheme
+  (sinusoidal) does not flatten the others; the schemes above it are named in the panel.
 - plot_kernels: Figs. 2-4, the learned bias f_h(d) of every head against distance d (log axis).
 - plot_trajectories: each head's learned positional parameters against the training step; the
   heads that moved more than the drift target over the last 20% are drawn thick and named.
@@ -105,13 +105,13 @@ def plot_ppl_vs_length(records, path: str, title: str | None = None) -> str:
 
 
 def _ratio_axis(ax, off_scale: list[str], xlabel: str, title: str) -> None:
-    """The ratio panel's axes: log2 x, log y from the lowest ratio to RATIO_TOP, 1 = the baseline."""
+    """The ratio panel's axes: log2 x, log y zoomed on the ratios up to RATIO_TOP, 1 = the baseline."""
     ax.axhline(1.0, **BASELINE_LINE, label="windowed baseline = 1")
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(PLAIN)
     readable_log_y(ax)
-    lo = min([y for line in ax.get_lines() for y in np.atleast_1d(line.get_ydata()) if 0 < y <= RATIO_TOP] or [1.0])
-    ax.set_ylim(min(lo, 1.0) * 0.97, RATIO_TOP)
+    shown = [y for line in ax.get_lines() for y in np.atleast_1d(line.get_ydata()) if 0 < y <= RATIO_TOP] or [1.0]
+    ax.set_ylim(min(min(shown), 1.0) * 0.99, min(max(max(shown), 1.0) * 1.02, RATIO_TOP))  # zoomed on the shown
     ax.set_xlabel(xlabel)
     ax.set_ylabel("perplexity / windowed baseline")
     ax.set_title(title, fontsize=9)

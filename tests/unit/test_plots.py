@@ -95,7 +95,7 @@ def test_ratio_panel_keeps_the_others_readable_when_one_scheme_fails():
         assert len(fig.axes) == 2
         ratio = fig.axes[1]
         lo, hi = ratio.get_ylim()
-        assert hi == plots.RATIO_TOP and lo < 1.0 < hi  # the readable schemes fill the axis, 1 = the baseline
+        assert lo < 1.0 < 48 / 42 < hi < 1.2 < plots.RATIO_TOP  # zoomed on the readable schemes, 1 = the baseline
         assert ratio.get_legend().get_title().get_text() == "above the axis: sinusoidal"
         alibi = next(line for line in ratio.get_lines() if line.get_label() == "alibi")
         assert 1.0 < max(alibi.get_ydata()) < 1.2  # 48 / 42 at the longest length
