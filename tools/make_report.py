@@ -164,7 +164,12 @@ def main(argv=None) -> int:
     if args.records:
         if not os.path.isdir(args.records):
             raise ValueError(f"--records {args.records} is not a directory; give the DIR of tools/run_matrix.py --records")
-        args.results += [os.path.join(glob.escape(args.records), "*", "eval*.json")]
+        # Only complete records (record.json is written last): a run being recorded right now is left out.
+        args.results += sorted(f for f in glob.glob(os.path.join(glob.escape(args.records), "*", "eval*.json"))
+                               if os.path.isfile(os.path.join(os.path.dirname(f), "record.json")))
+        if not args.results:
+            raise ValueError(f"--records {args.records}: no complete run record (record.json) in it; "
+                             "write them with tools/run_matrix.py --records")
     if not args.results:
         raise ValueError("give --results (eval.json globs or directories) or --records (run records)")
     build_report(args.results, args)

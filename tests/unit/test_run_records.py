@@ -109,9 +109,11 @@ def test_write_record_then_report_from_records_alone(tmp_path, token_dataset):
     expected = learned_kernels(str(tmp_path / "run_kerple_log_1" / "checkpoints"), 32)["kernel"]
     np.testing.assert_allclose(kernel["kernel"], expected, rtol=1e-4, atol=1e-6)
 
+    fake_eval(str(records / "alibi_tiny_7"), "alibi", 7)  # a run being recorded: no record.json yet
     report = tmp_path / "report"
     assert make_report.main(["--records", str(records), "--out", str(report)]) == 0
     table = (report / "table3.md").read_text()
+    assert "| alibi | 4.16 | 4.32 |" in table  # seed 1 alone: the unfinished record of seed 7 (3.16) is left out
     assert "## tiny, train length 16" in table and "kerple_log (window 16)" in table and "rotary" in table
     for png in ("kernels_tiny_L16.png", "trajectories_tiny_L16.png", "ppl_vs_length_tiny_L16.png"):
         assert (report / png).read_bytes()[:4] == b"\x89PNG"
