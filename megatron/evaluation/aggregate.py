@@ -142,9 +142,16 @@ def windows_note(runs: list[RunResult]) -> str:
     for order in sorted({r.window_order or "contiguous" for r in runs}):
         seeds = sorted({r.data_seed for r in runs if (r.window_order or "contiguous") == order}, key=str)
         lines.append(windows_line(order, ", ".join(map(str, seeds))))
-    short = sorted(((group_title(r.dataset, r.train_length), L, r.scheme, str(r.seed), n, asked)
-                    for r in runs for L, (n, asked) in r.short.items()))
-    lines += [f"Fewer windows than asked: {d}: {L} {s} seed {seed}: {n} of {asked}." for d, L, s, seed, n, asked in short]
+    short, having = defaultdict(list), defaultdict(int)  # (group, length, scored, asked) -> runs; (group, length) -> n
+    for r in runs:
+        group = group_title(r.dataset, r.train_length)
+        for L in r.ppl:
+            having[(group, L)] += 1
+        for L, (n, asked) in r.short.items():
+            short[(group, L, n, asked)].append(f"{r.scheme} seed {r.seed}")
+    for (group, L, n, asked), which in sorted(short.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        who = f"all {len(which)} results" if len(which) == having[(group, L)] else "; ".join(sorted(which))
+        lines.append(f"Fewer windows than asked: {group}, length {L}: {n} of {asked} ({who}).")
     return "\n" + "\n".join(lines) + "\n"
 
 

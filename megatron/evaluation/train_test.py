@@ -13,6 +13,7 @@ from collections import defaultdict
 import numpy as np
 
 TAIL_STEPS = 100
+MIN_RUNS = 5  # fewer runs: no row (r of 3 points is close to +-1 whatever they are)
 
 
 def final_train_ppl(trajectory: dict, tail: int = TAIL_STEPS) -> float:
@@ -46,13 +47,19 @@ def _r(rows) -> float:
 def train_test_markdown(groups: dict) -> str:
     lines = ["| dataset | train length | runs | r, all runs | r without the scheme that moves it most | r range "
              "leaving out one scheme |", "|---|---:|---:|---:|---|---:|"]
+    few = []
     for (d, L), rows in groups.items():
+        if len(rows) < MIN_RUNS:
+            few.append(f"{d} {L} ({len(rows)})")
+            continue
         r_all = _r(rows)
         without = {s: _r([x for x in rows if x[0] != s]) for s in sorted({x[0] for x in rows})}
         driver = max(without, key=lambda s: abs(without[s] - r_all) if not math.isnan(without[s]) else -1)
         lo, hi = min(without.values()), max(without.values())
         lines.append(f"| {d} | {L} | {len(rows)} | {r_all:.3f} | {driver}: {without[driver]:.3f} "
                      f"| {lo:.3f} - {hi:.3f} |")
+    if few:
+        lines += ["", f"Too few runs for a correlation (fewer than {MIN_RUNS}): " + ", ".join(few) + "."]
     return "\n".join(lines) + (f"\n\nPearson r between each run's final training perplexity (exp of the mean lm_loss over "
                                f"the logged steps of its last {TAIL_STEPS}: every 10th step) and its test "
                                "perplexity at 1x the train length.\n")

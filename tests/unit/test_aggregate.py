@@ -193,7 +193,7 @@ def test_table3_says_which_windows_and_flags_short_lengths(tmp_path):
     write_report(load_results([str(tmp_path / "r")]), str(out), log=lambda *_: None)
     text = (out / "table3.md").read_text()
     assert "Windows: shuffled (NeoX's shuffled sample order), data seed 1, 2." in text
-    assert "Fewer windows than asked: web, train length 512: 1024 kerple_log seed 1: 40 of 320." in text
+    assert "Fewer windows than asked: web, train length 512, length 1024: 40 of 320 (all 2 results)." in text
     assert "Windows scored per length: 512: 320, 1024: 40." in text
     assert "web 512 kerple_log" not in text
 

@@ -71,6 +71,7 @@ def test_no_trend_from_one_train_length():
     assert gap_points(runs) == {}
     assert "two or more train lengths" in trend_markdown({}, [])
     assert slope({64: {1: 1.0, 2: 2.0}}) is None
+    assert slope({64: {1: 1.0, 2: 2.0, 3: 1.5}, 128: {1: 9.0}}) is None  # one seed at 128: no slope yet
 
 
 def write_record(tmp_path, name, scheme, seed, L, kernel=None, losses=None, test_ppl=10.0):
