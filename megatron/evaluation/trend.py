@@ -119,6 +119,13 @@ def trend_markdown(gaps: dict, cells: list[dict]) -> str:
             s = slope(g["points"])
             s_text = "–" if s is None else f"{s[0]:+.1f} ± {s[1]:.1f} (p = {s[2]:.2g})"
             lines.append(f"| {gap} | {k}x | " + " | ".join(row) + f" | {s_text} |")
+        lines += ["", "Per seed (the same seed at every train length):", "",
+                  "| gap | at | seed | " + " | ".join(f"L = {L}" for L in Ls) + " |", "|---|---:|---:|" + "---:|" * len(Ls)]
+        for (dd, gap, k), g in gaps.items():
+            seeds = sorted({seed for pts in g["points"].values() for seed in pts}, key=str)
+            for seed in seeds if dd == d else []:
+                row = [f"{g['points'][L][seed]:+.1f}" if seed in g["points"].get(L, {}) else "–" for L in Ls]
+                lines.append(f"| {gap} | {k}x | {seed} | " + " | ".join(row) + " |")
         lines += ["", "Missing pairs (seed: the run that is not in the records yet):"]
         for (dd, gap, k), g in gaps.items():
             if dd == d and k == FACTORS[-1]:  # the same at every factor

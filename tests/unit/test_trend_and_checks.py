@@ -45,6 +45,7 @@ def test_gaps_against_the_train_length_with_missing_pairs_named():
     md = trend_markdown(gaps, table3_cells(trend_runs()))
     assert "| windowed - full | 8x | -10.0 ± 0.0 (n=3) | -5.0 ± 0.0 (n=3) | +0.0 ± 0.0 (n=3) | +5.0" in md
     assert "- power - log, L = 256: 3 (kerple_power_ap_)" in md
+    assert "| power - log | 32x | 3 | -10.0 | -10.0 | – |" in md  # per seed: seed 3 has no power run at 256
     assert "- L = 64, kerple_power_ap_: 64 (1x), 512 (8x), 2048 (32x)" in md  # ‡ at every length (p < 0.05)
 
 
