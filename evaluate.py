@@ -63,6 +63,8 @@ def parse_args(argv=None):
                    help="which windows of the split: 'shuffled' = the first ones in NeoX's seeded sample order, as "
                         "the paper drew its 320 per length (default); 'contiguous' = the first ones in stream order "
                         "(the same leading tokens at every length)")
+    p.add_argument("--min-doc-tokens", type=int_at_least(1), default=None, metavar="N",
+                   help="score only the split's documents of at least N tokens (e.g. a corpus's long documents)")
     p.add_argument("--batch-size", type=int_at_least(1), default=1)
     p.add_argument("--window", type=int_at_least(1), default=None, help="sliding-window attention W at eval time")
     p.add_argument("--stride", type=int_at_least(1), default=None,
@@ -92,6 +94,8 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     sweep_only = [f for f, v in (("--lengths", args.lengths), ("--stride", args.stride), ("--window", args.window))
                   if v is not None]
+    if args.stride and args.min_doc_tokens:
+        p.error("--min-doc-tokens applies to the non-overlapping sweep, not to --stride")
     if args.eval_tasks and sweep_only:
         p.error(f"{', '.join(sweep_only)} belong to the perplexity sweep, not to --tasks: run them separately")
     if not args.eval_tasks and any(v is not None for v in (args.max_length, args.limit, args.num_fewshot,
@@ -185,7 +189,7 @@ def run_lengths(args, model, cfg, lengths, prefix, split, partial: str, save_par
                 r = evaluate_length(model, prefix, split, args.split, L, seed, max_windows,
                                     args.max_tokens, args.batch_size, args.device, cfg.data.data_cache_dir,
                                     progress=not args.quiet, window_order=args.window_order,
-                                    blockwise_causal=block)
+                                    blockwise_causal=block, min_doc_tokens=args.min_doc_tokens)
         except Exception as e:
             if not is_out_of_memory(e):
                 raise
@@ -258,7 +262,8 @@ def evaluate_checkpoint(args, ckpt: str) -> None:
         "mode": "strided" if args.stride else "non-overlapping", "stride": args.stride,
         # strided evaluation reads the leading tokens of the stream, whatever --window-order says
         "window_order": "contiguous" if args.stride else args.window_order,
-        "blockwise_causal": block, "overrides": dict(overrides),  # e.g. rotary-scaling set for this evaluation
+        "blockwise_causal": block, "min_doc_tokens": args.min_doc_tokens,
+        "overrides": dict(overrides),  # e.g. rotary-scaling set for this evaluation
         "data_path": prefix, "device": str(args.device), "lengths": lengths,
         "train_speed": train_speed(cfg),
     }

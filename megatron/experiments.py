@@ -20,10 +20,38 @@ class Run:
     seed: int
     config: str  # the experiment YAML
     run_dir: str
+    train_length: int | None = None  # set when the matrix varies the train length
+    label: str | None = None  # the scheme's name in reports when it differs from the pos-emb name
+
 
     @property
     def checkpoints(self) -> str:
         return os.path.join(self.run_dir, "checkpoints")
+
+
+# The scheme settings that are tied to the train length L, scaled from the papers' values:
+# FIRE's threshold starts at L/4 (512 at train length 2048), xPos's scale base is L/2 (512 at 1024),
+# T5's rpe-max-distance is L. T5 keeps 32 buckets, 16 of them exact; NeoX's max distance 128 at
+# L = 512 gives every bucket training distances. Left at 128 with L = 64, buckets 27-31 (d >= 64)
+# never receive a gradient. With max distance L every bucket does: the 16 log-spaced ones cover
+# 16..L (from L >= 64 on they are at most one distance wide at d = 16, so none is skipped; L/2
+# would skip bucket 20 at L = 64) and the last one, which every longer distance shares at
+# evaluation, is trained on d = 59..63 at L = 64. The paper's ratio L/4 would equal the 16 exact
+# buckets and leave no log-spaced range at all.
+RPE_LABEL = "rpe (max distance L)"  # report name of T5 runs with the scaled buckets (v2's kept 128)
+
+
+def length_settings(train_length: int, tokens_per_step: int) -> dict:
+    """The config keys of a run at this train length: sequence length, micro batch such that every
+    step (hence every run of the same steps) sees tokens_per_step tokens, and the scaled scheme
+    settings above."""
+    if train_length < 64 or train_length % 4 or tokens_per_step % train_length:
+        raise ValueError(f"train length {train_length} must be a multiple of 4 and at least 64 (below it "
+                         f"T5's log-spaced buckets skip distances), and divide the tokens per step ({tokens_per_step})")
+    return {"seq-length": train_length, "max-position-embeddings": train_length,
+            "train_micro_batch_size_per_gpu": tokens_per_step // train_length,
+            "fire-init-threshold": train_length // 4, "xpos-scale-base": train_length // 2,
+            "rpe-max-distance": train_length}
 
 
 def parse_data(items: list[str], form: str = "NAME=DATA_PREFIX") -> dict[str, str]:
@@ -39,11 +67,18 @@ def parse_data(items: list[str], form: str = "NAME=DATA_PREFIX") -> dict[str, st
     return out
 
 
+ORDERS = {"seed": "seed-major: every scheme's first seed before any second one (the default)",
+          "dataset": "dataset-major: one domain finished (seed-major inside it) before the next"}
+
+
 def write_matrix(schemes, data: dict[str, str], seeds, out_dir: str, runs_root: str,
                  base_configs: list[str], extra: dict | None = None,
-                 vocab_files: dict[str, str] | None = None) -> list[Run]:
+                 vocab_files: dict[str, str] | None = None, train_lengths: list[int] | None = None,
+                 tokens_per_step: int | None = None, order: str = "seed") -> list[Run]:
     """Write <out_dir>/<scheme>_<dataset>_<seed>.yml for every combination and <out_dir>/matrix.json.
-    vocab_files: {dataset: tokenizer file} for datasets with their own tokenizer (sets vocab-file)."""
+    vocab_files: {dataset: tokenizer file} for datasets with their own tokenizer (sets vocab-file).
+    train_lengths: also vary the train length (names <scheme>_<dataset>_L<L>_<seed>; each run gets
+    length_settings(L, tokens_per_step)); within a seed the lengths run in the given order."""
     unknown_vocab = sorted(set(vocab_files or {}) - set(data))
     if unknown_vocab:
         raise ValueError(f"--vocab for datasets not in --data: {', '.join(unknown_vocab)}; "
@@ -53,23 +88,33 @@ def write_matrix(schemes, data: dict[str, str], seeds, out_dir: str, runs_root: 
     unknown = [s for s in schemes if s not in scheme_names()]
     if unknown:
         raise ValueError(f"unknown schemes {unknown}; choose from {', '.join(scheme_names())}")
+    if order not in ORDERS:
+        raise ValueError(f"order {order!r}: choose {' or '.join(ORDERS)}")
+    if train_lengths and not tokens_per_step:
+        raise ValueError("train lengths need tokens_per_step (the same training tokens at every length)")
+    settings = {L: length_settings(L, tokens_per_step) for L in train_lengths or []}
     os.makedirs(out_dir, exist_ok=True)
     runs = []
     # Seed-major order: a matrix run in parts covers every scheme before repeating seeds.
-    for seed in seeds:
-        for dataset, prefix in data.items():
+    combos = [(dataset, seed) for seed in seeds for dataset in data]
+    if order == "dataset":
+        combos = [(dataset, seed) for dataset in data for seed in seeds]
+    for dataset, seed in combos:
+        for length in train_lengths or [None]:
             for scheme in schemes:
-                name = f"{scheme}_{dataset}_{seed}"
+                name = f"{scheme}_{dataset}_{seed}" if length is None else f"{scheme}_{dataset}_L{length}_{seed}"
                 run_dir = os.path.join(runs_root, name)
-                exp = {"pos-emb": scheme, "seed": seed, "data-path": prefix, "run-dir": run_dir,
+                exp = {"pos-emb": scheme, "seed": seed, "data-path": data[dataset], "run-dir": run_dir,
                        "save": os.path.join(run_dir, "checkpoints"), "load": os.path.join(run_dir, "checkpoints"),
-                       "tensorboard-dir": os.path.join(run_dir, "tensorboard"), **(extra or {})}
+                       "tensorboard-dir": os.path.join(run_dir, "tensorboard"), **settings.get(length, {}),
+                       **(extra or {})}
                 if dataset in (vocab_files or {}):
                     exp["vocab-file"] = vocab_files[dataset]
                 path = os.path.join(out_dir, f"{name}.yml")
                 with open(path, "w") as f:  # JSON is YAML (as generate_ymls.py wrote it)
                     json.dump(exp, f, indent=1)
-                runs.append(Run(name, scheme, dataset, seed, path, run_dir))
+                label = RPE_LABEL if scheme == "rpe" and length is not None else None
+                runs.append(Run(name, scheme, dataset, seed, path, run_dir, length, label))
     with open(os.path.join(out_dir, "matrix.json"), "w") as f:
         json.dump({"base_configs": base_configs, "runs": [r.__dict__ for r in runs]}, f, indent=1)
     return runs
@@ -80,4 +125,4 @@ def read_matrix(path: str) -> tuple[list[str], list[Run]]:
         raise ValueError(f"matrix file {path} does not exist; create it with tools/make_experiments.py")
     with open(path) as f:
         blob = json.load(f)
-    return blob["base_configs"], [Run(**r) for r in blob["runs"]]
+    return blob["base_configs"], [Run(**r) for r in blob["runs"]]  # v2 matrices lack the optional fields

@@ -4,7 +4,8 @@ r"""Many eval.json files (schemes x seeds x datasets) -> Table 3 / Table 4 layou
     python tools/aggregate_results.py runs/ --out docs/results \
         --meta-from-path 'runs/(?P<dataset>[^/]+)/(?P<scheme>[^/]+)_s(?P<seed>\d+)/' --speed speed.json
 
-Writes table3.md, table3.csv, speed.md, ppl_vs_length_<dataset>.png and positionwise_<dataset>.png.
+Writes table3.md, table3.csv, speed.md, ppl_vs_length_<group>.png and positionwise_<group>.png (a group is a
+dataset at one train length: <dataset>_L<train length>).
 A † marks a scheme's cell where --reference (default kerple_log) is significantly better
 (paired two-sided t-test over seeds, alpha 0.05).
 """

@@ -9,6 +9,9 @@
                github=data/github/github_text_document arxiv=data/arxiv/arxiv_text_document \\
         --seeds 1235-1239
 
+    # the train-length trend (docs/results, reproduction v3): the same tokens per step at every length
+    python tools/make_experiments.py ... --train-lengths 128,256 --tokens-per-step 1024 --order dataset
+
 Then run it locally with tools/run_matrix.py, or on slurm with tools/slurm/matrix.sbatch.
 """
 import argparse
@@ -17,7 +20,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from megatron.errors import UserError, run_cli  # noqa: E402
-from megatron.experiments import parse_data, write_matrix  # noqa: E402
+from megatron.experiments import ORDERS, parse_data, write_matrix  # noqa: E402
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -40,12 +43,24 @@ def main() -> int:
                    help="a dataset's own tokenizer file (vocab-file of its runs), e.g. code=data/code/tokenizer.json")
     p.add_argument("--seeds", default="1235-1239", help="e.g. 1235-1239 or 1,2,3")
     p.add_argument("--runs-root", default="runs/matrix", help="where each run's directory goes")
+    p.add_argument("--train-lengths", default=None,
+                   help="comma-separated train lengths: each run sets seq-length and the length-scaled scheme "
+                        "settings (megatron/experiments.py length_settings); needs --tokens-per-step")
+    p.add_argument("--tokens-per-step", type=int, default=None,
+                   help="with --train-lengths: micro batch = this // L, so every length trains on the same tokens")
+    p.add_argument("--order", choices=sorted(ORDERS), default="seed",
+                   help="; ".join(f"{k}: {v}" for k, v in ORDERS.items()))
     args = p.parse_args()
+    try:
+        lengths = [int(x) for x in args.train_lengths.split(",")] if args.train_lengths else None
+    except ValueError:
+        raise UserError(f"--train-lengths {args.train_lengths!r}: give integers like 128,256") from None
     missing = [b for b in args.base if not os.path.isfile(b)]
     if missing:
         raise UserError(f"--base config files not found: {', '.join(missing)}")
     runs = write_matrix(args.schemes.split(","), parse_data(args.data), parse_seeds(args.seeds), args.out,
-                        args.runs_root, args.base, vocab_files=parse_data(args.vocab, "NAME=TOKENIZER_FILE"))
+                        args.runs_root, args.base, vocab_files=parse_data(args.vocab, "NAME=TOKENIZER_FILE"),
+                        train_lengths=lengths, tokens_per_step=args.tokens_per_step, order=args.order)
     print(f"wrote {len(runs)} experiment configs and {os.path.join(args.out, 'matrix.json')}")
     return 0
 

@@ -10,9 +10,13 @@ bias depends on the query position too, FIRE, one subplot per query position). C
 of schemes without a score bias (rotary, ...) are skipped with a message.
 
 With --records DIR (what tools/run_matrix.py --records writes, checkpoints not needed): the
-results are DIR's evaluations, kernels_<dataset>.png comes from the records' kernels (lowest seed
-of each scheme), and the convergence evidence is added: drift.md (each head's relative change of
-its positional parameters over the last 20% of training) and trajectories_<dataset>.png.
+results are DIR's evaluations, kernels_<group>.png comes from the records' kernels (lowest seed
+of each scheme; a group is a dataset at one train length), and from the records also:
+drift.md (each head's relative change of its positional parameters over the last 20% of
+training) and trajectories_<group>.png (the lowest seed of each scheme and every run with a head
+over the drift target, that head drawn thick); flat_kernels.md (every KERPLE head's f(L), f(8L),
+f(32L)); train_test.md (final training vs 1x test perplexity); trend.md and
+trend_<dataset>.png (the windowed-minus-full and power-minus-log gaps against the train length).
 """
 from __future__ import annotations
 
@@ -58,30 +62,32 @@ def kernel_plot(patterns, max_distance: int, out_dir: str, log=print) -> str | N
     return path
 
 
-def _train_length(record_dir: str) -> int | None:
-    import json
-
-    with open(os.path.join(record_dir, "eval.json")) as f:
-        return json.load(f).get("train_length")
-
-
 def records_report(records_dir: str, out_dir: str, log=print) -> None:
-    """Kernel plots, drift table and trajectory plots from run records."""
+    """Kernel plots, drift table and trajectory plots (per dataset and train length), the flat-kernel
+    assessment, the train/test check and the train-length trend, from run records."""
     import json
 
-    from megatron.evaluation.convergence import drift_markdown, drift_rows, head_series, load_records
+    from megatron.evaluation.aggregate import group_slug, group_title
+    from megatron.evaluation.convergence import (
+        drift_markdown,
+        drift_rows,
+        head_series,
+        load_records,
+        over_target,
+        records_to_draw,
+    )
     from megatron.evaluation.plots import plot_kernels, plot_trajectories
 
     records = load_records(records_dir)
     if not records:
         raise ValueError(f"--records {records_dir}: no complete run record (record.json) in it; "
                          "write them with tools/run_matrix.py --records")
-    first = {}  # (dataset, scheme) -> the record with the lowest seed
+    first = {}  # (dataset, train length, scheme) -> the record with the lowest seed
     for rec in sorted(records, key=lambda r: str(r["seed"])):
-        first.setdefault((rec["dataset"], rec["scheme"]), rec)
-    for dataset in sorted({d for d, _ in first}):
-        kernels, trajectories = {}, {}
-        chosen = [(scheme, rec) for (d, scheme), rec in sorted(first.items()) if d == dataset]
+        first.setdefault((rec["dataset"], rec["train_length"] or 0, rec["label"]), rec)
+    for dataset, train in sorted({(d, L) for d, L, _ in first}):
+        kernels, trajectories, over = {}, {}, {}
+        chosen = [(scheme, rec) for (d, L, scheme), rec in sorted(first.items()) if (d, L) == (dataset, train)]
         for scheme, rec in chosen:
             path = os.path.join(rec["dir"], "kernel.json")
             if os.path.isfile(path):
@@ -90,20 +96,57 @@ def records_report(records_dir: str, out_dir: str, log=print) -> None:
                 label = f"{scheme} (seed {rec['seed']})"
                 for i, kern in (k.get("by_query") or {str(k["max_distance"]): k["kernel"]}).items():
                     kernels[label if "by_query" not in k else f"{label}, query i = {i}"] = kern
+        group = [r for r in records if (r["dataset"], r["train_length"] or 0) == (dataset, train)]
+        for rec in records_to_draw(group):
+            scheme, moved = rec["label"], over_target(rec)
             for name, heads in head_series(rec["trajectory"]).items():
-                trajectories[f"{scheme} {name} (seed {rec['seed']})"] = (rec["trajectory"]["iteration"], heads)
-        safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in dataset)
+                label = f"{scheme} {name} (seed {rec['seed']})"
+                trajectories[label] = (rec["trajectory"]["iteration"], heads)
+                over[label] = moved.get(name, {})
+        title, slug = group_title(dataset, train or None), group_slug(dataset, train or None)
         if kernels:
-            path = plot_kernels(kernels, os.path.join(out_dir, f"kernels_{safe}.png"), _train_length(chosen[0][1]["dir"]))
+            path = plot_kernels(kernels, os.path.join(out_dir, f"kernels_{slug}.png"), train or None, title)
             log(f"wrote {path}")
         if trajectories:
-            log(f"wrote {plot_trajectories(trajectories, os.path.join(out_dir, f'trajectories_{safe}.png'))}")
+            path = plot_trajectories(trajectories, os.path.join(out_dir, f"trajectories_{slug}.png"), title, over)
+            log(f"wrote {path}")
     rows = drift_rows(records)
     path = os.path.join(out_dir, "drift.md")
     with atomic_output(path, fsync=False) as tmp, open(tmp, "w") as f:
         f.write("# Do the learned positional parameters still move? (last 20% of training)\n\n")
         f.write(drift_markdown(rows) if rows else "No record has per-head positional parameters.\n")
     log(f"wrote {path}")
+    from megatron.evaluation.flat_kernels import flat_markdown, head_values
+    from megatron.evaluation.train_test import pairs, train_test_markdown
+
+    _write(os.path.join(out_dir, "flat_kernels.md"), "# Do KERPLE heads learn flat kernels? (the paper's §5.4)\n\n"
+           + flat_markdown(head_values(records)), log)
+    _write(os.path.join(out_dir, "train_test.md"), "# Final training perplexity vs test perplexity at 1x\n\n"
+           + train_test_markdown(pairs(records)), log)
+
+
+def _write(path: str, text: str, log) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+    log(f"wrote {path}")
+
+
+def trend_report(results, args, log=print) -> None:
+    """trend.md and trend_<dataset>.png from the evaluations (megatron/evaluation/trend.py)."""
+    from megatron.evaluation.aggregate import _safe, table3_cells
+    from megatron.evaluation.plots import plot_trend
+    from megatron.evaluation.results import load_results
+    from megatron.evaluation.trend import gap_points, planned_runs, trend_markdown
+
+    runs = load_results(results, args.meta_from_path)
+    matrices = sorted({m for pat in args.planned for m in glob.glob(pat)})
+    gaps = gap_points(runs, planned_runs(matrices))
+    _write(os.path.join(args.out, "trend.md"), "# The gaps against the train length (issue 24)\n\n"
+           + trend_markdown(gaps, table3_cells(runs, args.reference, args.alpha)), log)
+    for d in sorted({d for d, _, _ in gaps}):
+        panels = {(gap, k): g["points"] for (dd, gap, k), g in gaps.items() if dd == d and k > 1}
+        lengths = {L for (dd, _, _), g in gaps.items() if dd == d for L in g["missing"]}
+        log(f"wrote {plot_trend(panels, os.path.join(args.out, f'trend_{_safe(d)}.png'), d, lengths)}")
 
 
 def main(argv=None) -> int:
@@ -112,6 +155,9 @@ def main(argv=None) -> int:
     p.add_argument("--records", default=None, metavar="DIR",
                    help="run records written by tools/run_matrix.py --records (results, kernels, convergence)")
     p.add_argument("--checkpoints", action="append", default=[], help="checkpoint directory glob (repeatable)")
+    p.add_argument("--planned", action="append", default=[], metavar="MATRIX_GLOB",
+                   help="with --records: matrix.json files (globs) of the planned runs; trend.md names the "
+                        "planned ones without a record (e.g. 'configs/repro_cpu_v3/*/matrix.json')")
     p.add_argument("--max-distance", type=int, default=None,
                    help="largest d of the kernel plot (default: the longest evaluated length)")
     add_common_args(p)
@@ -119,12 +165,18 @@ def main(argv=None) -> int:
     if args.records:
         if not os.path.isdir(args.records):
             raise ValueError(f"--records {args.records} is not a directory; give the DIR of tools/run_matrix.py --records")
-        args.results += [os.path.join(glob.escape(args.records), "*", "eval*.json")]
+        # Only complete records (record.json is written last): a run being recorded right now is left out.
+        args.results += sorted(f for f in glob.glob(os.path.join(glob.escape(args.records), "*", "eval*.json"))
+                               if os.path.isfile(os.path.join(os.path.dirname(f), "record.json")))
+        if not args.results:
+            raise ValueError(f"--records {args.records}: no complete run record (record.json) in it; "
+                             "write them with tools/run_matrix.py --records")
     if not args.results:
         raise ValueError("give --results (eval.json globs or directories) or --records (run records)")
     build_report(args.results, args)
     if args.records:
         records_report(args.records, args.out)
+        trend_report(args.results, args)
     if args.checkpoints:
         from megatron.evaluation.results import load_results
 

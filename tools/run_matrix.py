@@ -38,7 +38,20 @@ def run(cmd: list[str], log_path: str) -> None:
         raise UserError(f"command failed (exit {rc}): {' '.join(cmd)}; its output is in {log_path}")
 
 
-def run_one(base: list[str], r, eval_args: list[str], windowed: int | None, records: str | None = None) -> str:
+def window_size(windowed: str | None, full_eval: str) -> int | None:
+    """--windowed's W: a number, or "L" = the run's own train length (read from its full evaluation)."""
+    if not windowed:
+        return None
+    if windowed == "L":
+        with open(full_eval) as f:
+            return int(json.load(f)["train_length"])
+    try:
+        return int(windowed)
+    except ValueError:
+        raise UserError(f"--windowed {windowed!r}: give a window size or L (each run's train length)") from None
+
+
+def run_one(base: list[str], r, eval_args: list[str], windowed: str | None, records: str | None = None) -> str:
     """Train (resuming), evaluate, optionally evaluate windowed and write the run's record; each
     step skipped when done."""
     from megatron.evaluation.run_record import record_complete, write_record  # torch: after the CLI is parsed
@@ -60,7 +73,8 @@ def run_one(base: list[str], r, eval_args: list[str], windowed: int | None, reco
         run([sys.executable, "deepy.py", "train.py", *base, r.config], log)
         run(evaluate + eval_args + ["--out", full], log)
     if todo_window:
-        run(evaluate + eval_args + ["--window", str(windowed), "--out", window], log)
+        run(evaluate + eval_args + ["--window", str(window_size(windowed, os.path.join(full, "eval.json"))),
+                                    "--out", window], log)
     seconds = time.time() - start
     if record:
         with open(os.path.join(full, "eval.json")) as f:  # the kernel is recorded out to the longest length
@@ -73,7 +87,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("matrix", help="matrix.json written by tools/make_experiments.py")
     p.add_argument("--eval-args", default="", help="extra evaluate.py arguments, quoted")
-    p.add_argument("--windowed", type=int, default=None, help="also evaluate with attention window W")
+    p.add_argument("--windowed", default=None,
+                   help="also evaluate with attention window W (a number, or L: each run's own train length)")
     p.add_argument("--windowed-only", default=None,
                    help="with --windowed: only for runs whose scheme is this (e.g. kerple_log, the paper's Fig. 5)")
     p.add_argument("--index", type=int, default=None, help="run only this entry (0-based)")

@@ -306,7 +306,7 @@ def build_train_valid_test_datasets(data_prefix, split, seq_length, seed, num_sa
 
 
 def build_eval_windows(data_prefix, split, split_name, seq_length, seed, max_windows=None, cache_dir=None,
-                       stream_order=True, vocab_size=None) -> GPTDataset:
+                       stream_order=True, vocab_size=None, min_doc_tokens: int | None = None) -> GPTDataset:
     """One epoch of the split's shuffled document stream cut into windows of seq_length+1 tokens
     (neighbours share one boundary token, so targets never overlap), truncated to the first
     max_windows. This is the KERPLE paper's evaluation at any length.
@@ -315,10 +315,15 @@ def build_eval_windows(data_prefix, split, split_name, seq_length, seed, max_win
     windows are served in stream order, so N windows of length L cover the same leading N*L
     tokens at every L and a truncated sweep compares lengths on the same text; with
     stream_order=False they come in NeoX's shuffled sample order, as the paper's runs did
-    (identical when the whole epoch is evaluated)."""
+    (identical when the whole epoch is evaluated). min_doc_tokens: keep only the split's documents
+    of at least that many tokens (a corpus's long documents alone)."""
     if split_name not in ("valid", "test"):
         raise ValueError(f"split_name must be 'valid' or 'test', got {split_name!r}")
     indexed = MMapIndexedDataset(data_prefix)
     documents = _split_documents(indexed, split, split_name)
+    if min_doc_tokens:
+        documents = documents[indexed.sizes[documents] >= min_doc_tokens]
+        if documents.size == 0:
+            raise ValueError(f"{data_prefix}: the {split_name} split has no document of {min_doc_tokens} tokens or more")
     return GPTDataset(split_name, data_prefix, documents, indexed, None, seq_length, seed,
                       cache_dir=cache_dir, max_samples=max_windows, stream_order=stream_order, vocab_size=vocab_size)

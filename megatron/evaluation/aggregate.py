@@ -1,11 +1,15 @@
 """Many eval.json files (schemes x seeds x datasets) -> the paper's Table 3 and Table 4 layouts + plots.
 
     write_report(load_results(["runs/**/eval.json"]), "docs/results")
-    # -> table3.md, table3.csv, speed.md, ppl_vs_length_<dataset>.png, positionwise_<dataset>.png
+    # -> table3.md, table3.csv, speed.md, ppl_vs_length_<group>.png, positionwise_<group>.png
 
-Table 3: rows = schemes (reference first), column groups = datasets x lengths, cells
-"mean ± std" over seeds, † / ‡ per megatron.evaluation.stats (the reference is significantly better / worse).
-Table 4: training sec/step per scheme and dataset, mean over seeds.
+A group is one dataset at one train length (`<dataset>_L<train length>` in file names): runs of
+different train lengths are never in one test. Table 3: one table per group, rows = schemes
+(reference first), columns = lengths, cells "mean ± std" over seeds, † / ‡ per
+megatron.evaluation.stats (the reference is significantly better / worse). Where a scheme is tested
+on fewer seeds than the reference has, a row gives the reference's mean over just those paired
+seeds, next to the test. Table 4: training sec/step per scheme and group, mean over seeds.
+Fig. 5 (positionwise) is drawn at 8x the train length, the paper's 4096 = 8 x 512.
 """
 from __future__ import annotations
 
@@ -22,10 +26,31 @@ from megatron.evaluation.stats import DAGGER, DOUBLE_DAGGER, FOOTNOTE, format_me
 from megatron.evaluation.windows import windows_line
 
 MISSING = "–"
+FIG5_FACTOR = 8  # the paper's Fig. 5: length 4096 at train length 512
 
 
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "dataset"
+
+
+def group_title(dataset: str, train_length: int | None) -> str:
+    return f"{dataset}, train length {train_length}" if train_length else dataset
+
+
+def group_slug(dataset: str, train_length: int | None) -> str:
+    return f"{_safe(dataset)}_L{train_length}" if train_length else _safe(dataset)
+
+
+def _group_sort(key: tuple) -> tuple:
+    return key[0], key[1] or 0
+
+
+def groups_of(runs: list[RunResult]) -> dict[tuple, list[RunResult]]:
+    """{(dataset, train length): runs}, sorted by dataset then train length."""
+    out = defaultdict(list)
+    for r in runs:
+        out[(r.dataset, r.train_length)].append(r)
+    return dict(sorted(out.items(), key=lambda kv: _group_sort(kv[0])))
 
 
 def order_schemes(schemes, reference: str) -> list[str]:
@@ -35,18 +60,20 @@ def order_schemes(schemes, reference: str) -> list[str]:
 
 
 def table3_cells(runs: list[RunResult], reference: str = "kerple_log", alpha: float = 0.05) -> list[dict]:
-    """One dict per (dataset, length, scheme): n, mean, std, p, dagger, better (than the reference), mark, seeds,
-    note."""
-    by = defaultdict(dict)  # (dataset, length, scheme) -> {seed: ppl}
+    """One dict per (dataset, train length, length, scheme): n, mean, std, p, dagger, better (than the
+    reference), mark, seeds, note, and reference_paired_mean / paired_seeds when the test paired fewer
+    seeds than the reference has (its mean over those seeds; nan otherwise)."""
+    by = defaultdict(dict)  # (dataset, train length, length, scheme) -> {seed: ppl}
     for r in runs:
         for length, ppl in r.ppl.items():
-            by[(r.dataset, length, r.scheme)][r.seed] = ppl
+            by[(r.dataset, r.train_length, length, r.scheme)][r.seed] = ppl
     cells = []
-    for (dataset, length, scheme), seeds in sorted(by.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
+    for (dataset, train, length, scheme), seeds in sorted(by.items(), key=lambda kv: (*_group_sort(kv[0]), *kv[0][2:])):
         mean, std = mean_std(seeds.values())
-        cell = {"dataset": dataset, "length": length, "scheme": scheme, "n": len(seeds), "mean": mean, "std": std,
-                "p": math.nan, "dagger": False, "better": False, "mark": "", "seeds": sorted(seeds, key=str), "note": ""}
-        ref = by.get((dataset, length, reference))
+        cell = {"dataset": dataset, "train_length": train, "length": length, "scheme": scheme, "n": len(seeds),
+                "mean": mean, "std": std, "p": math.nan, "dagger": False, "better": False, "mark": "",
+                "seeds": sorted(seeds, key=str), "note": "", "reference_paired_mean": math.nan, "paired_seeds": []}
+        ref = by.get((dataset, train, length, reference))
         if scheme == reference:
             cell["note"] = "reference"
         elif ref is None:
@@ -55,11 +82,20 @@ def table3_cells(runs: list[RunResult], reference: str = "kerple_log", alpha: fl
             test = paired_test(ref, seeds, alpha)
             cell.update(p=test.p, dagger=test.reference_better, better=test.other_better, mark=test.mark,
                         note=test.note)
+            paired = sorted(set(ref) & set(seeds), key=str)
+            if paired and len(paired) < len(ref):
+                cell.update(reference_paired_mean=float(sum(ref[s] for s in paired) / len(paired)),
+                            paired_seeds=paired)
         cells.append(cell)
     return cells
 
 
+def _seeds_text(seeds) -> str:
+    return ", ".join(map(str, seeds))
+
+
 def table3_markdown(cells: list[dict], reference: str, alpha: float = 0.05, digits: int = 2) -> str:
+    """The table of one group (one dataset at one train length)."""
     columns = sorted({(c["dataset"], c["length"]) for c in cells})
     index = {(c["dataset"], c["length"], c["scheme"]): c for c in cells}
     schemes = order_schemes({c["scheme"] for c in cells}, reference)
@@ -71,12 +107,34 @@ def table3_markdown(cells: list[dict], reference: str, alpha: float = 0.05, digi
             c = index.get((d, L, s))
             row.append(MISSING if c is None else format_mean_std(c["mean"], c["std"], digits) + c["mark"])
         lines.append(f"| {s} | " + " | ".join(row) + " |")
+        if s == reference:  # its mean over each smaller seed set a test paired it on, next to the tests
+            for paired in sorted({tuple(c["paired_seeds"]) for c in cells if c["paired_seeds"]}, key=str):
+                means = {(c["dataset"], c["length"]): c["reference_paired_mean"] for c in cells
+                         if tuple(c["paired_seeds"]) == paired}
+                row = [MISSING if k not in means else f"{means[k]:.{digits}f}" for k in columns]
+                lines.append(f"| {reference}, mean of seeds {_seeds_text(paired)} | " + " | ".join(row) + " |")
     notes = [FOOTNOTE.format(dagger=DAGGER, double_dagger=DOUBLE_DAGGER, ref=reference, alpha=alpha)]
+    if any(c["paired_seeds"] for c in cells):
+        notes.append(f"A row `{reference}, mean of seeds ...` is the reference's mean over only the seeds that "
+                     f"the schemes with fewer seeds were paired with in their tests.")
     untested = sorted({c["note"] for c in cells if c["note"].startswith("no test")})
     notes += [f"Untested cells: {n}." for n in untested]
     if reference not in schemes:
         notes.append(f"The reference scheme `{reference}` is not among the results, so no cell is marked.")
     return "\n".join(lines) + "\n\n" + "\n".join(notes) + "\n"
+
+
+def windows_per_length(runs: list[RunResult]) -> str:
+    """"Windows scored per length: 64: 2048, ..., 2048: 64" (a range where runs differ), from the
+    result files' per-length counts."""
+    counts = defaultdict(set)
+    for r in runs:
+        for length, n in r.windows.items():
+            counts[length].add(n)
+    if not counts:
+        return ""
+    parts = [f"{L}: {min(v)}" if len(v) == 1 else f"{L}: {min(v)}-{max(v)}" for L, v in sorted(counts.items())]
+    return "Windows scored per length: " + ", ".join(parts) + "."
 
 
 def windows_note(runs: list[RunResult]) -> str:
@@ -85,19 +143,29 @@ def windows_note(runs: list[RunResult]) -> str:
     for order in sorted({r.window_order or "contiguous" for r in runs}):
         seeds = sorted({r.data_seed for r in runs if (r.window_order or "contiguous") == order}, key=str)
         lines.append(windows_line(order, ", ".join(map(str, seeds))))
-    short = sorted(((r.dataset, L, r.scheme, str(r.seed), n, asked) for r in runs for L, (n, asked) in r.short.items()))
-    lines += [f"Fewer windows than asked: {d} {L} {s} seed {seed}: {n} of {asked}." for d, L, s, seed, n, asked in short]
+    short, having = defaultdict(list), defaultdict(int)  # (group, length, scored, asked) -> runs; (group, length) -> n
+    for r in runs:
+        group = group_title(r.dataset, r.train_length)
+        for L in r.ppl:
+            having[(group, L)] += 1
+        for L, (n, asked) in r.short.items():
+            short[(group, L, n, asked)].append(f"{r.scheme} seed {r.seed}")
+    for (group, L, n, asked), which in sorted(short.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        who = f"all {len(which)} results" if len(which) == having[(group, L)] else "; ".join(sorted(which))
+        lines.append(f"Fewer windows than asked: {group}, length {L}: {n} of {asked} ({who}).")
     return "\n" + "\n".join(lines) + "\n"
 
 
 def write_table3_csv(cells: list[dict], path: str) -> None:
     with atomic_output(path, fsync=False) as tmp, open(tmp, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["dataset", "length", "scheme", "n_seeds", "mean_ppl", "std_ppl", "p_value", "dagger",
-                    "better_than_reference", "seeds", "note"])
+        w.writerow(["dataset", "train_length", "length", "scheme", "n_seeds", "mean_ppl", "std_ppl", "p_value",
+                    "dagger", "better_than_reference", "seeds", "reference_mean_paired_seeds", "paired_seeds", "note"])
         for c in cells:
-            w.writerow([c["dataset"], c["length"], c["scheme"], c["n"], f"{c['mean']:.6f}", f"{c['std']:.6f}",
-                        f"{c['p']:.6g}", int(c["dagger"]), int(c["better"]), " ".join(map(str, c["seeds"])), c["note"]])
+            w.writerow([c["dataset"], c["train_length"], c["length"], c["scheme"], c["n"], f"{c['mean']:.6f}",
+                        f"{c['std']:.6f}", f"{c['p']:.6g}", int(c["dagger"]), int(c["better"]),
+                        " ".join(map(str, c["seeds"])), f"{c['reference_paired_mean']:.6f}",
+                        " ".join(map(str, c["paired_seeds"])), c["note"]])
 
 
 def load_speed_file(path: str) -> dict:
@@ -123,7 +191,7 @@ def speed_markdown(runs: list[RunResult], reference: str) -> str:
     rows = defaultdict(list)
     for r in runs:
         if r.sec_per_step is not None:
-            rows[(r.scheme, r.dataset)].append(r.sec_per_step)
+            rows[(r.scheme, group_title(r.dataset, r.train_length))].append(r.sec_per_step)
     title = "# Training speed (sec/step; paper Table 4 layout)\n\n"
     if not rows:
         return title + ("No speed data: none of the result files has a `train_speed` {\"sec_per_step\": x} key and "
@@ -145,26 +213,31 @@ def write_report(runs: list[RunResult], out_dir: str, reference: str = "kerple_l
     cells = table3_cells(runs, reference, alpha)
     paths = {"table3.md": os.path.join(out_dir, "table3.md"), "table3.csv": os.path.join(out_dir, "table3.csv"),
              "speed.md": os.path.join(out_dir, "speed.md")}
+    groups = groups_of(runs)
     with atomic_output(paths["table3.md"], fsync=False) as tmp, open(tmp, "w") as f:
         f.write("# Perplexity by scheme, dataset and length (paper Table 3 layout)\n")
-        for dataset in sorted({c["dataset"] for c in cells}):  # one table per domain: 6+ lengths each
-            f.write(f"\n## {dataset}\n\n")
-            f.write(table3_markdown([c for c in cells if c["dataset"] == dataset], reference, alpha, digits))
+        for (dataset, train), subset in groups.items():  # one table per domain and train length
+            f.write(f"\n## {group_title(dataset, train)}\n\n")
+            f.write(table3_markdown([c for c in cells if (c["dataset"], c["train_length"]) == (dataset, train)],
+                                    reference, alpha, digits))
+            f.write("\n" + windows_per_length(subset) + "\n")
         f.write(windows_note(runs))
     write_table3_csv(cells, paths["table3.csv"])
     with atomic_output(paths["speed.md"], fsync=False) as tmp, open(tmp, "w") as f:
         f.write(speed_markdown(runs, reference))
-    for dataset in sorted({r.dataset for r in runs}):
-        subset = [r for r in runs if r.dataset == dataset]
-        name = f"ppl_vs_length_{_safe(dataset)}.png"
-        paths[name] = plots.plot_ppl_vs_length(subset, os.path.join(out_dir, name), title=dataset)
-        name = f"positionwise_{_safe(dataset)}.png"
+    for (dataset, train), subset in groups.items():
+        title, slug = group_title(dataset, train), group_slug(dataset, train)
+        name = f"ppl_vs_length_{slug}.png"
+        paths[name] = plots.plot_ppl_vs_length(subset, os.path.join(out_dir, name), title=title)
+        name = f"positionwise_{slug}.png"
         plain = [r for r in subset if r.window is None]
         windowed = [r for r in subset if r.window is not None] or None
+        fig5 = FIG5_FACTOR * train if train and all(FIG5_FACTOR * train in r.positionwise for r in plain) else None
         if not any(r.positionwise for r in plain):
-            log(f"no position-wise plot for {dataset}: no result without a window has a position-wise curve")
+            log(f"no position-wise plot for {title}: no result without a window has a position-wise curve")
         else:
-            paths[name] = plots.plot_positionwise(plain, os.path.join(out_dir, name), windowed=windowed, title=dataset)
+            paths[name] = plots.plot_positionwise(plain, os.path.join(out_dir, name), windowed=windowed, title=title,
+                                                  length=fig5)
     for p in paths.values():
         log(f"wrote {p}")
     return paths

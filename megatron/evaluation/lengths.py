@@ -76,15 +76,17 @@ class LengthResult:
 def evaluate_length(model, data_prefix: str, split: str, split_name: str, length: int, seed: int,
                     max_windows: int | None, max_tokens: int | None, batch_size: int = 1,
                     device="cpu", cache_dir: str | None = None, progress: bool = True,
-                    window_order: str = "shuffled", blockwise_causal: int | None = None) -> LengthResult:
-    """blockwise_causal: score with blockwise causal attention of that block size (blockwise.py)."""
+                    window_order: str = "shuffled", blockwise_causal: int | None = None,
+                    min_doc_tokens: int | None = None) -> LengthResult:
+    """blockwise_causal: score with blockwise causal attention of that block size (blockwise.py);
+    min_doc_tokens: score only the split's documents of at least that many tokens."""
     if window_order not in WINDOW_ORDERS:
         raise ValueError(f"window order must be one of {', '.join(WINDOW_ORDERS)}, got {window_order!r}")
     limit = max_windows
     if max_tokens:
         limit = min(limit or 10**12, max(1, max_tokens // length))
     ds = build_eval_windows(data_prefix, split, split_name, length, seed, max_windows=limit, cache_dir=cache_dir,
-                            stream_order=window_order == "contiguous",
+                            stream_order=window_order == "contiguous", min_doc_tokens=min_doc_tokens,
                             vocab_size=getattr(model, "vocab_size", None))  # a bad id: DataError, not IndexError
     start = time.perf_counter()
     pos_sum = torch.zeros(length, dtype=torch.float64)

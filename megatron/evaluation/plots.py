@@ -4,8 +4,12 @@
   ±1 std band), log-scale y, log2 x: the paper's main extrapolation picture.
 - plot_positionwise: Fig. 5, per-position perplexity exp(loss) at one length, plus the windowed
   baseline (a run evaluated with --window) drawn dashed when given.
-- plot_kernels: Figs. 2-4, the learned bias f_h(d) of every head against distance d.
-- plot_trajectories: each head's learned positional parameters against the training step.
+  With a windowed baseline both get a second panel: each scheme's perplexity divided by the
+  baseline's (seed-paired), on an axis zoomed on the ratios below RATIO_TOP so one failing scheme
+  (sinusoidal) does not flatten the others; the schemes above it are named in the panel.
+- plot_kernels: Figs. 2-4, the learned bias f_h(d) of every head against distance d (log axis).
+- plot_trajectories: each head's learned positional parameters against the training step; the
+  heads that moved more than the drift target over the last 20% are drawn thick and named.
 Each scheme keeps one colour across a report's figures (scheme_colors) and the windowed baseline is
 black and dashed in both perplexity figures. Figures are small (dpi 100) so result folders stay
 light in git. Log-scale perplexity axes carry a plain number on every tick for any range
@@ -34,6 +38,7 @@ LOG_SUBS = ((1,), (1, 3), (1, 2, 5), (1, 2, 3, 5, 7), (1, 1.5, 2, 3, 4, 5, 6, 7,
 MIN_TICKS, MAX_TICKS = 5, 10
 TRAIN_LINE = {"color": "0.35", "ls": ":", "lw": 1.2}
 BASELINE_LINE = {"color": "black", "ls": "--", "lw": 1.2}  # the windowed baseline (a run with r.window)
+RATIO_TOP = 2.0  # the ratio panels' y axis stops here (relative to the windowed baseline)
 KERNEL_SYMLOG_ABOVE = 1e4  # |f_h(d)| beyond this: symlog y, so heads of very different scales stay visible
 
 
@@ -103,9 +108,31 @@ def plot_ppl_vs_length(records, path: str, title: str | None = None) -> str:
     return _save(ppl_vs_length_figure(records, title), path)
 
 
+def _ratio_axis(ax, off_scale: list[str], xlabel: str, title: str) -> None:
+    """The ratio panel's axes: log2 x, log y zoomed on the ratios up to RATIO_TOP, 1 = the baseline."""
+    ax.axhline(1.0, **BASELINE_LINE, label="windowed baseline = 1")
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(PLAIN)
+    readable_log_y(ax)
+    shown = [y for line in ax.get_lines() for y in np.atleast_1d(line.get_ydata()) if 0 < y <= RATIO_TOP] or [1.0]
+    ax.set_ylim(min(min(shown), 1.0) * 0.99, min(max(max(shown), 1.0) * 1.02, RATIO_TOP))  # zoomed on the shown
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("perplexity / windowed baseline")
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=7, title_fontsize=7, title="above the axis: " + ", ".join(off_scale) if off_scale else None)
+
+
+def _paired_ratio(runs, baseline_runs, length: int) -> list[float]:
+    """Each seed's perplexity at `length` over the baseline's of the same seed."""
+    base = {r.seed: r.ppl[length] for r in baseline_runs if length in r.ppl}
+    return [r.ppl[length] / base[r.seed] for r in runs if length in r.ppl and r.seed in base]
+
+
 def ppl_vs_length_figure(records, title: str | None = None):
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
     plain, baseline = _split_baseline(records)
+    fig, axes = plt.subplots(1, 2 if baseline else 1, figsize=(12.0 if baseline else 6.4, 4.2), squeeze=False)
+    ax = axes[0][0]
     colors = scheme_colors(plain)
     for group, style in ((plain, None), (baseline, BASELINE_LINE)):
         for scheme, runs in _by_scheme(group).items():
@@ -126,7 +153,30 @@ def ppl_vs_length_figure(records, title: str | None = None):
     ax.set_title(title or "perplexity vs length")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8)
+    if baseline:
+        ratio_by_length_panel(axes[0][1], plain, baseline, colors, title)
     return fig
+
+
+def ratio_by_length_panel(ax, plain, baseline, colors, title: str | None) -> None:
+    base_runs = next(iter(_by_scheme(baseline).values()))  # the one windowed baseline
+    off_scale = []
+    for scheme, runs in _by_scheme(plain).items():
+        lengths = sorted({L for r in runs for L in r.ppl})
+        vals = [_paired_ratio(runs, base_runs, L) for L in lengths]
+        keep = [(L, v) for L, v in zip(lengths, vals) if v]
+        if not keep:
+            continue
+        xs = [L for L, _ in keep]
+        mean = np.array([np.mean(v) for _, v in keep])
+        std = np.array([np.std(v, ddof=1) if len(v) > 1 else 0.0 for _, v in keep])
+        if mean.max() > RATIO_TOP:
+            off_scale.append(scheme)
+        ax.plot(xs, mean, marker="o", ms=3, color=colors[scheme], lw=1.5, label=scheme)
+        ax.fill_between(xs, np.maximum(mean - std, 1e-9), mean + std, color=colors[scheme], alpha=0.2)
+    mark_train_length(ax, plain)
+    _ratio_axis(ax, off_scale, "evaluation length (tokens)",
+                f"{title + ': ' if title else ''}ratio to {base_runs[0].scheme} (same seed)")
 
 
 def _positionwise_curve(runs, length: int):
@@ -166,10 +216,14 @@ def positionwise_figure(records, length: int | None = None, windowed=None, title
         length = max(common)
     records, in_records = _split_baseline(records)  # a windowed run among `records` is a baseline too
     windowed = [*(windowed or []), *in_records]
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    base_curve = next((c for c in (_positionwise_curve(runs, length) for runs in _by_scheme(windowed).values())
+                       if c is not None), None)
+    fig, axes = plt.subplots(1, 2 if base_curve else 1, figsize=(12.0 if base_curve else 6.4, 4.2), squeeze=False)
+    ax = axes[0][0]
     colors = scheme_colors(records)
+    curves = {}
     for scheme, runs in _by_scheme(records).items():
-        curve = _positionwise_curve(runs, length)
+        curve = curves[scheme] = _positionwise_curve(runs, length)
         if curve is not None:
             ax.plot(*curve, lw=1, label=scheme, color=colors[scheme])
     for scheme, runs in _by_scheme(windowed).items():
@@ -182,9 +236,20 @@ def positionwise_figure(records, length: int | None = None, windowed=None, title
     readable_log_y(ax)
     ax.set_xlabel("position in the window (log-spaced bins)")
     ax.set_ylabel("perplexity exp(loss)")
-    ax.set_title(f"{title + ': ' if title else ''}position-wise perplexity at length {length}")
+    ax.set_title(f"{title + ': ' if title else ''}position-wise perplexity at length {length}", fontsize=9)
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8)
+    if base_curve is not None:
+        rx = axes[0][1]
+        off_scale = []
+        for scheme, curve in curves.items():
+            if curve is not None and len(curve[1]) == len(base_curve[1]):
+                ratio = curve[1] / base_curve[1]  # mean over seeds of each, per log-spaced bin
+                off_scale += [scheme] if ratio.max() > RATIO_TOP else []
+                rx.plot(curve[0], ratio, lw=1, label=scheme, color=colors[scheme])
+        mark_train_length(rx, records)
+        _ratio_axis(rx, off_scale, "position in the window (log-spaced bins)",
+                    f"{title + ': ' if title else ''}ratio to the windowed baseline at length {length}")
     return fig
 
 
@@ -198,9 +263,10 @@ def _panel_grid(n: int, max_cols: int, panel_size: tuple[float, float]):
     return fig, list(axes.flat)[:n]
 
 
-def plot_kernels(kernels: dict, path: str, train_length: int | None = None) -> str:
-    """kernels: {label: array [heads, max_d + 1]} of f_h(d); one subplot per label, one line per head;
-    train_length, when given, is marked (distances beyond it were never seen in training)."""
+def plot_kernels(kernels: dict, path: str, train_length: int | None = None, title: str | None = None) -> str:
+    """kernels: {label: array [heads, max_d + 1]} of f_h(d); one subplot per label, one line per head,
+    distance on a log axis (d >= 1; f(0) is the bias at the query itself); train_length, when given,
+    is marked (distances beyond it were never seen in training); title (the domain) heads the figure."""
     if not kernels:
         raise ValueError("plot_kernels: no kernels to plot (every checkpoint lacked a score bias)")
     fig, axes = _panel_grid(len(kernels), 3, (4.2, 3.2))
@@ -208,7 +274,9 @@ def plot_kernels(kernels: dict, path: str, train_length: int | None = None) -> s
         f = np.asarray(f)
         d = np.arange(f.shape[1])
         for h in range(f.shape[0]):
-            ax.plot(d, f[h], lw=1, label=f"head {h}")
+            ax.plot(d[1:], f[h, 1:], lw=1, label=f"head {h}")
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(PLAIN)
         if train_length:
             ax.axvline(train_length, **TRAIN_LINE, label=f"train length {train_length}")
         if np.abs(f).max() > KERNEL_SYMLOG_ABOVE:  # a near-quadratic power head would flatten the others
@@ -217,28 +285,71 @@ def plot_kernels(kernels: dict, path: str, train_length: int | None = None) -> s
             ax.set_ylabel("f_h(d) (symlog)")
         else:
             ax.set_ylabel("f_h(d)")
-        ax.set_title(label, fontsize=9)
-        ax.set_xlabel("distance d = i - j")
+        ax.set_title(f"{title}: {label}" if title else label, fontsize=8)
+        ax.set_xlabel("distance d = i - j (log scale)")
         ax.grid(True, alpha=0.3)
         if f.shape[0] <= 12:
             ax.legend(fontsize=6, ncol=2)
     return _save(fig, path)
 
 
-def plot_trajectories(panels: dict, path: str) -> str:
+def plot_trajectories(panels: dict, path: str, title: str | None = None, over: dict | None = None) -> str:
     """panels: {label: (iterations, {head: values})}: each head's learned positional parameter
-    against the training step, one subplot per label (the convergence evidence of the report)."""
+    against the training step, one subplot per label (the convergence evidence of the report).
+    over: {label: {head: relative change}} of the heads beyond the drift target: drawn thick, named."""
     if not panels:
         raise ValueError("plot_trajectories: no per-head trajectories to plot")
     fig, axes = _panel_grid(len(panels), 4, (3.6, 2.7))
     for ax, (label, (steps, heads)) in zip(axes, panels.items()):
+        moved = (over or {}).get(label, {})
         for h, values in sorted(heads.items()):
-            ax.plot(steps, values, lw=1, label=f"head {h}")
+            if h in moved:
+                ax.plot(steps, values, lw=2.5, label=f"head {h}: {moved[h]:.1%} in last 20%")
+            else:
+                ax.plot(steps, values, lw=1, label=f"head {h}")
         ax.axvspan(0.8 * steps[-1], steps[-1], color="0.9", lw=0)  # the tail the drift table measures
-        ax.set_title(label, fontsize=8)
+        ax.set_title(f"{title}: {label}" if title else label, fontsize=7)
         ax.set_xlabel("training step")
         ax.set_ylabel("value (clamped)")
         ax.grid(True, alpha=0.3)
         if len(heads) <= 12:
             ax.legend(fontsize=6, ncol=2)
+    return _save(fig, path)
+
+
+def plot_trend(gaps: dict, path: str, title: str, train_lengths=None) -> str:
+    """gaps: {(gap name, factor): {L: {seed: gap %}}}: one panel per gap name (in the dict's order),
+    the gap against the train length (log2 axis spanning train_lengths, the planned ones included),
+    one line per factor (mean over seeds, ±1 std band, each seed a dot)."""
+    names = list(dict.fromkeys(g for g, _ in gaps))
+    if not names:
+        raise ValueError("plot_trend: no gaps to plot")
+    fig, axes = _panel_grid(len(names), 3, (4.4, 3.4))
+    palette = plt.get_cmap("tab10").colors
+    factors = sorted({k for _, k in gaps})
+    for ax, name in zip(axes, names):
+        for i, k in enumerate(factors):
+            points = gaps.get((name, k), {})
+            if not points:
+                continue
+            Ls = sorted(points)
+            vals = [np.array(list(points[L].values())) for L in Ls]
+            mean = np.array([v.mean() for v in vals])
+            std = np.array([v.std(ddof=1) if v.size > 1 else 0.0 for v in vals])
+            color = palette[i % len(palette)]
+            ax.plot(Ls, mean, marker="o", ms=3, color=color, label=f"at {k}x L")
+            ax.fill_between(Ls, mean - std, mean + std, color=color, alpha=0.2)
+            for L, v in zip(Ls, vals):
+                ax.scatter([L] * v.size, v, s=8, color=color, alpha=0.6)
+        ax.axhline(0.0, color="0.3", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(PLAIN)
+        ticks = sorted(set(train_lengths or ()) | {L for (g, _), pts in gaps.items() if g == name for L in pts})
+        ax.set_xticks(ticks)
+        ax.set_xlim(ticks[0] / 1.25, ticks[-1] * 1.25)
+        ax.set_xlabel("train length L")
+        ax.set_ylabel("gap, % of kerple_log's perplexity")
+        ax.set_title(f"{title}: {name}", fontsize=9)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
     return _save(fig, path)

@@ -1,12 +1,14 @@
 """Load many eval.json files (schema kerple-eval/1) into RunResult records keyed by (scheme, dataset, seed).
 
-Where the three keys come from, first match wins:
-- scheme: `pos_emb` in the JSON, with " (window W)" appended when the run used a window (the
+Where the keys come from, first match wins:
+- scheme: the JSON's `label` (a matrix run's report name, megatron/experiments.py), else
+  `pos_emb`, with " (window W)" appended when the run used a window (the
   windowed baseline of Fig. 5 is a different model of the same weights, so it is its own row);
 - dataset: the JSON's `dataset`, else the `--meta-from-path` regex group `dataset`, else the
   basename of `data_path` without `_text_document`;
 - seed: the JSON's `seed`, else the regex group `seed`, else None (a single run).
-The regex may also give `scheme`, used only when the JSON lacks pos_emb.
+The regex may also give `scheme`, used only when the JSON lacks pos_emb. A run is keyed by
+(scheme, dataset, seed, train length): the same scheme trained at two lengths is two runs.
 """
 from __future__ import annotations
 
@@ -34,10 +36,11 @@ class RunResult:
     window_order: str | None = None  # evaluate.py's --window-order (None: written before it was recorded)
     data_seed: int | str | None = None
     short: dict[int, tuple[int, int]] = field(default_factory=dict)  # length -> (windows, asked) when fewer
+    windows: dict[int, int] = field(default_factory=dict)  # length -> windows scored
 
     @property
     def key(self) -> tuple:
-        return self.scheme, self.dataset, self.seed
+        return self.scheme, self.dataset, self.seed, self.train_length
 
 
 def expand_inputs(patterns) -> list[str]:
@@ -82,7 +85,7 @@ def parse_result(path: str, meta_regex: re.Pattern | None = None) -> RunResult:
     if meta_regex is not None:
         m = meta_regex.search(path)
         groups = {k: v for k, v in (m.groupdict() if m else {}).items() if v is not None}
-    scheme = rec.get("pos_emb") or groups.get("scheme")
+    scheme = rec.get("label") or rec.get("pos_emb") or groups.get("scheme")
     if not scheme:
         raise ValueError(f"{path}: no pos_emb in the JSON and no `scheme` group from --meta-from-path")
     window = rec.get("window")
@@ -97,6 +100,7 @@ def parse_result(path: str, meta_regex: re.Pattern | None = None) -> RunResult:
         pw = {int(k): (int(v["bin_size"]), [float(x) for x in v["loss"]]) for k, v in rec.get("positionwise", {}).items()}
         short = {int(r["length"]): (int(r["windows"]), int(r["windows_requested"])) for r in rec["results"]
                  if r.get("windows_requested") is not None and int(r["windows"]) < int(r["windows_requested"])}
+        windows = {int(r["length"]): int(r["windows"]) for r in rec["results"] if r.get("windows") is not None}
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{path}: malformed results/positionwise entries ({e!r}); regenerate it with evaluate.py") from e
     bad = sorted(length for length, value in ppl.items() if not math.isfinite(value))
@@ -106,7 +110,7 @@ def parse_result(path: str, meta_regex: re.Pattern | None = None) -> RunResult:
     speed = (rec.get("train_speed") or {}).get("sec_per_step")
     return RunResult(path, scheme, dataset, seed, window, rec.get("train_length"), ppl, pw,
                      float(speed) if speed is not None else None, rec.get("window_order"),
-                     _normalise_seed(rec.get("data_seed")), short)
+                     _normalise_seed(rec.get("data_seed")), short, windows)
 
 
 def load_results(patterns, meta_from_path: str | None = None) -> list[RunResult]:
@@ -121,7 +125,8 @@ def load_results(patterns, meta_from_path: str | None = None) -> list[RunResult]
     for path in expand_inputs(patterns):
         run = parse_result(path, regex)
         if run.key in seen:
-            raise ValueError(f"two result files for scheme={run.scheme!r} dataset={run.dataset!r} seed={run.seed!r}: "
+            raise ValueError(f"two result files for scheme={run.scheme!r} dataset={run.dataset!r} seed={run.seed!r} "
+                             f"train length={run.train_length!r}: "
                              f"{seen[run.key]} and {path}; add distinct `seed`/`dataset` keys to the JSON or use "
                              "--meta-from-path with (?P<seed>...) / (?P<dataset>...) groups")
         seen[run.key] = path

@@ -8,7 +8,9 @@ committed and a matrix finished over several sessions or machines (checkpoints s
                          positional parameter values ({name}_h{i}, the trainer's per-head stats)
     kernel.json          the learned kernel f_h(d), d = 0..max_distance, when the scheme has a score
                          bias ("by_query" too for a query-dependent one, FIRE); written from the checkpoint
-    record.json          what the run was (scheme, dataset, seed, config files, steps) and its seconds
+    record.json          what the run was (scheme, dataset, seed, train length, config files, steps) and
+                         its seconds; a matrix run with a report label (megatron/experiments.py) has it here
+                         and in its two evaluation files ("label"), which the report reads as the scheme
 
 A record is complete when record.json exists: it is written last, after the other files.
 """
@@ -67,23 +69,35 @@ def write_record(record_dir: str, run, eval_dir: str, window_dir: str | None, me
                  max_distance: int, seconds: float, every: int = 10) -> str:
     """Write the record of one finished run (see the module docstring); returns record_dir."""
     os.makedirs(record_dir, exist_ok=True)
-    _copy(os.path.join(eval_dir, "eval.json"), os.path.join(record_dir, "eval.json"))
+    label = getattr(run, "label", None)
+    train_length = _copy_eval(os.path.join(eval_dir, "eval.json"), os.path.join(record_dir, "eval.json"), label)
     if window_dir:
-        _copy(os.path.join(window_dir, "eval.json"), os.path.join(record_dir, "eval_window.json"))
+        _copy_eval(os.path.join(window_dir, "eval.json"), os.path.join(record_dir, "eval_window.json"), label)
     trajectory = trajectory_from_metrics(metrics_path, every)
     _write_json(os.path.join(record_dir, "trajectory.json"), trajectory)
     kernel = kernel_record(run.checkpoints, max_distance)
     if kernel is not None:
         _write_json(os.path.join(record_dir, "kernel.json"), kernel)
     meta = {"name": run.name, "scheme": run.scheme, "dataset": run.dataset, "seed": run.seed,
-            "config": run.config, "steps": trajectory["iteration"][-1], "seconds": round(seconds, 1)}
+            "train_length": train_length, "config": run.config, "steps": trajectory["iteration"][-1],
+            "seconds": round(seconds, 1)}
+    if label:
+        meta["label"] = label
     _write_json(os.path.join(record_dir, RECORD), meta)  # last: marks the record complete
     return record_dir
 
 
-def _copy(src: str, dst: str) -> None:
-    with atomic_output(dst) as tmp:
-        shutil.copyfile(src, tmp)
+def _copy_eval(src: str, dst: str, label: str | None) -> int | None:
+    """Copy an evaluation file (adding the run's label when it has one); returns its train length."""
+    with open(src) as f:
+        blob = json.load(f)
+    if label:
+        blob["label"] = label
+        _write_json(dst, blob)
+    else:
+        with atomic_output(dst) as tmp:
+            shutil.copyfile(src, tmp)
+    return blob.get("train_length")
 
 
 def _write_json(path: str, blob) -> None:

@@ -54,6 +54,20 @@ def test_evaluate_cli_writes_schema(tmp_path, token_dataset):
     assert "strided evaluation, stride 16" in (multi / "ck" / "eval.md").read_text().splitlines()[0]
     assert proc.stdout.count("strided evaluation, stride 16") == 4  # per checkpoint: its first line and its table
 
+    # only the long documents: recorded in eval.json; a threshold no document reaches is one clear error
+    cmd = [sys.executable, os.path.join(ROOT, "evaluate.py"), "--checkpoint", ck, "--lengths", "32",
+           "--max-tokens", "512", "--quiet"]
+    proc = subprocess.run(cmd + ["--min-doc-tokens", "1", "--out", str(tmp_path / "long")],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    long_docs = json.loads((tmp_path / "long" / "eval.json").read_text())
+    assert long_docs["min_doc_tokens"] == 1 and rec["min_doc_tokens"] is None
+    assert long_docs["perplexity"]["32"] == rec["perplexity"]["32"]  # every document is >= 1 token: the same windows
+    proc = subprocess.run(cmd + ["--min-doc-tokens", "1000000000", "--out", str(tmp_path / "none")],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode != 0 and "no document of 1000000000 tokens or more" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
 
 def test_evaluate_cli_errors(tmp_path):
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "evaluate.py"), "--checkpoint", str(tmp_path)],

@@ -75,8 +75,8 @@ def test_table3_cells_and_daggers(results_dir, tmp_path):
     out = tmp_path / "report"
     paths = write_report(runs, str(out), log=lambda *_: None)
     md = (out / "table3.md").read_text()
-    assert "## code\n\n| scheme | code 512 | code 1024 |\n" in md  # one table per domain
-    assert "## web\n\n| scheme | web 512 | web 1024 |\n" in md
+    assert "## code, train length 512\n\n| scheme | code 512 | code 1024 |\n" in md  # one table per domain
+    assert "## web, train length 512\n\n| scheme | web 512 | web 1024 |\n" in md
     rows = table_rows(md)
     assert list(rows) == ["kerple_log", "alibi", "rotary"]  # reference first
     assert rows["kerple_log"] == ["11.00 ± 1.00", "11.00 ± 1.00", "21.00 ± 1.00", "21.00 ± 1.00"]
@@ -89,7 +89,8 @@ def test_table3_cells_and_daggers(results_dir, tmp_path):
     assert "† = the reference scheme `kerple_log` has significantly lower perplexity" in md
     assert "paired two-sided t-test" in md
     assert "‡ = this scheme has significantly lower perplexity than `kerple_log`" in md
-    for name in ("ppl_vs_length_code.png", "ppl_vs_length_web.png", "positionwise_code.png", "positionwise_web.png"):
+    for name in ("ppl_vs_length_code_L512.png", "ppl_vs_length_web_L512.png", "positionwise_code_L512.png",
+                 "positionwise_web_L512.png"):
         data = (out / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and 1000 < len(data) < 150_000, name
         assert paths[name] == str(out / name)
@@ -116,7 +117,7 @@ def test_speed_table(results_dir, tmp_path):
     write_report(load_results([str(results_dir)]), str(out), log=lambda *_: None)
     rows = table_rows((out / "speed.md").read_text())
     assert rows["kerple_log"] == ["0.520 ± 0.010"] and rows["alibi"] == ["0.420 ± 0.010"]
-    assert "| scheme | code |" in (out / "speed.md").read_text()  # web runs have no speed data
+    assert "| scheme | code, train length 512 |" in (out / "speed.md").read_text()  # web runs have no speed data
 
 
 def test_speed_from_file_and_no_speed(tmp_path):
@@ -141,13 +142,13 @@ def test_meta_from_path_and_windowed_baseline(tmp_path):
             write_eval(tmp_path / "runs" / f"code-{scheme}-{seed}" / "eval.json", scheme, "code", seed, meta=False)
     write_eval(tmp_path / "runs" / "code-rotary-1" / "eval.json", "rotary", "code", 1, meta=False, window=512)
     runs = load_results([str(tmp_path / "runs")], r"runs/(?P<dataset>[a-z]+)-[a-z_]+-(?P<seed>\d+)/")
-    assert sorted((r.scheme, r.dataset, r.seed) for r in runs) == [
+    assert sorted(r.key[:3] for r in runs) == [
         ("alibi", "code", 1), ("alibi", "code", 2), ("kerple_log", "code", 1), ("kerple_log", "code", 2),
         ("rotary (window 512)", "code", 1)]
     cells = {(c["scheme"], c["length"]): c for c in table3_cells(runs)}
     assert "1 paired seed(s)" in cells[("rotary (window 512)", 512)]["note"]
     paths = write_report(runs, str(tmp_path / "o"), log=lambda *_: None)
-    assert os.path.getsize(paths["positionwise_code.png"]) > 1000
+    assert os.path.getsize(paths["positionwise_code_L512.png"]) > 1000
     assert "Untested cells: no test: 1 paired seed(s)" in (tmp_path / "o" / "table3.md").read_text()
 
 
@@ -192,7 +193,8 @@ def test_table3_says_which_windows_and_flags_short_lengths(tmp_path):
     write_report(load_results([str(tmp_path / "r")]), str(out), log=lambda *_: None)
     text = (out / "table3.md").read_text()
     assert "Windows: shuffled (NeoX's shuffled sample order), data seed 1, 2." in text
-    assert "Fewer windows than asked: web 1024 kerple_log seed 1: 40 of 320." in text
+    assert "Fewer windows than asked: web, train length 512, length 1024: 40 of 320 (all 2 results)." in text
+    assert "Windows scored per length: 512: 320, 1024: 40." in text
     assert "web 512 kerple_log" not in text
 
 
@@ -205,3 +207,44 @@ def test_a_nonfinite_perplexity_is_refused_not_averaged(results_dir):
     path.write_text(json.dumps(rec))
     with pytest.raises(ValueError, match=rf"{path}: perplexity at lengths \[1024\] is not finite \(nan\).*evaluate\.py"):
         load_results([str(results_dir)])
+
+
+def test_a_test_on_fewer_seeds_shows_the_reference_mean_over_the_paired_seeds(tmp_path):
+    """kerple_log on 5 seeds, alibi on 3: the table shows kerple_log's mean over seeds 1-3 next to
+    alibi's test, and the CSV carries it."""
+    for seed, ref in zip((1, 2, 3, 4, 5), (10.0, 11.0, 12.0, 30.0, 40.0)):
+        path = write_eval(tmp_path / "r" / f"k{seed}" / "eval.json", "kerple_log", "code", min(seed, 3))
+        rec = json.loads(open(path).read())
+        rec["seed"] = seed
+        for r in rec["results"]:
+            r["ppl"] = ref
+        with open(path, "w") as f:
+            json.dump(rec, f)
+        if seed <= 3:
+            write_eval(tmp_path / "r" / f"a{seed}" / "eval.json", "alibi", "code", seed)
+    out = tmp_path / "o"
+    write_report(load_results([str(tmp_path / "r")]), str(out), log=lambda *_: None)
+    rows = table_rows((out / "table3.md").read_text())
+    assert rows["kerple_log"] == ["20.60 ± 13.63", "20.60 ± 13.63"]  # all five seeds
+    assert rows["kerple_log, mean of seeds 1, 2, 3"] == ["11.00", "11.00"]  # the three alibi was paired with
+    assert list(rows) == ["kerple_log", "kerple_log, mean of seeds 1, 2, 3", "alibi"]
+    with open(out / "table3.csv") as f:
+        alibi = next(r for r in csv.DictReader(f) if r["scheme"] == "alibi")
+    assert float(alibi["reference_mean_paired_seeds"]) == pytest.approx(11.0) and alibi["paired_seeds"] == "1 2 3"
+    assert alibi["train_length"] == "512"
+
+
+def test_two_train_lengths_are_two_groups(tmp_path):
+    for L in (512, 1024):
+        for seed in (1, 2):
+            path = write_eval(tmp_path / "r" / f"L{L}_{seed}" / "eval.json", "kerple_log", "code", seed)
+            rec = json.loads(open(path).read())
+            rec["train_length"] = L
+            with open(path, "w") as f:
+                json.dump(rec, f)
+    runs = load_results([str(tmp_path / "r")])
+    assert len(runs) == 4  # the same scheme, dataset and seed at two lengths is not a conflict
+    paths = write_report(runs, str(tmp_path / "o"), log=lambda *_: None)
+    md = (tmp_path / "o" / "table3.md").read_text()
+    assert "## code, train length 512\n" in md and "## code, train length 1024\n" in md
+    assert {"ppl_vs_length_code_L512.png", "ppl_vs_length_code_L1024.png"} <= set(paths)

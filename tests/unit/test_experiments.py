@@ -3,9 +3,10 @@ import json
 import os
 
 import pytest
+import torch
 
 from megatron.config import load_config
-from megatron.experiments import parse_data, read_matrix, write_matrix
+from megatron.experiments import RPE_LABEL, parse_data, read_matrix, write_matrix
 from tests.conftest import ROOT
 
 PAPER = [os.path.join(ROOT, "configs", "paper", f) for f in ("local_setup.yml", "train.yml")]
@@ -45,3 +46,40 @@ def test_per_dataset_tokenizers(tmp_path):
         write_matrix(["alibi"], data, [1], str(tmp_path / "exp2"), "runs/m", PAPER, vocab_files={"latex": "t.json"})
     with pytest.raises(ValueError, match="--vocab 'code' must look like NAME=TOKENIZER_FILE"):
         parse_data(["code"], "NAME=TOKENIZER_FILE")
+
+
+def test_length_settings_scale_with_the_train_length():
+    from megatron.experiments import length_settings
+    from megatron.positional.rpe import rpe_bucket
+
+    s = length_settings(128, 1024)
+    assert s["seq-length"] == s["max-position-embeddings"] == 128 and s["train_micro_batch_size_per_gpu"] == 8
+    assert (s["fire-init-threshold"], s["xpos-scale-base"], s["rpe-max-distance"]) == (32, 64, 128)
+    for L in (64, 128, 256):  # every T5 bucket gets training distances 0..L-1 (v2's 128 at L = 64 left 27-31 idle)
+        used = set(rpe_bucket(torch.arange(L), 32, length_settings(L, 1024)["rpe-max-distance"]).tolist())
+        assert used == set(range(32)), L
+    assert set(rpe_bucket(torch.arange(64), 32, 128).tolist()) == set(range(27))  # the v2 handicap
+    assert 20 not in set(rpe_bucket(torch.arange(64), 32, 32).tolist())  # L/2 would skip a bucket
+    for bad in (32, 100, 3000):  # below T5's exact buckets, not a multiple of 4, does not divide the tokens
+        with pytest.raises(ValueError, match="train length"):
+            length_settings(bad, 1024)
+
+
+def test_train_length_matrix_names_order_and_configs(tmp_path):
+    data = parse_data(["latex=d/latex", "code=d/code"])
+    runs = write_matrix(["kerple_log", "rpe"], data, [1, 2], str(tmp_path / "exp"), "runs/v3", PAPER,
+                        train_lengths=[128, 256], tokens_per_step=1024, order="dataset")
+    assert [r.name for r in runs[:5]] == ["kerple_log_latex_L128_1", "rpe_latex_L128_1", "kerple_log_latex_L256_1",
+                                          "rpe_latex_L256_1", "kerple_log_latex_L128_2"]
+    assert {r.dataset for r in runs[:8]} == {"latex"} and len(runs) == 16
+    assert [r.train_length for r in runs[:4]] == [128, 128, 256, 256]
+    assert [r.label for r in runs[:2]] == [None, RPE_LABEL]  # T5 with scaled buckets is its own report row
+    cfg = load_config(PAPER + [runs[3].config])
+    assert cfg.model.seq_length == 256 and cfg.model.rpe_max_distance == 256
+    assert cfg.training.train_micro_batch_size_per_gpu * 256 == 1024
+    _, again = read_matrix(str(tmp_path / "exp" / "matrix.json"))
+    assert again == runs
+    with pytest.raises(ValueError, match="tokens_per_step"):
+        write_matrix(["alibi"], data, [1], str(tmp_path / "e2"), "r", PAPER, train_lengths=[128])
+    with pytest.raises(ValueError, match="order"):
+        write_matrix(["alibi"], data, [1], str(tmp_path / "e3"), "r", PAPER, order="scheme")

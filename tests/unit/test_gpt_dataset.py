@@ -258,3 +258,20 @@ def test_ranks_building_the_same_maps_at_once_agree(tmp_path):
         for p in procs:
             p.join(timeout=60)
         assert all(r == results[0] for r in results) and isinstance(results[0], list), results
+
+
+def test_eval_windows_of_long_documents_only(tmp_path):
+    """min_doc_tokens keeps the split's documents of at least that many tokens: every window's
+    tokens come from them, and they are all used (one epoch)."""
+    sizes = [30, 3, 55, 12, 80, 7, 41, 2, 19, 33]
+    prefix = make_dataset(tmp_path, sizes)
+    indexed = MMapIndexedDataset(prefix)
+    documents = np.arange(*split_ranges(10, "1,1,0")[1])
+    long_docs = [int(d) for d in documents if sizes[d] >= 30]
+    assert 0 < len(long_docs) < len(documents)  # the filter has something to drop
+    ds = build_eval_windows(prefix, "1,1,0", "valid", 8, seed=3, cache_dir=str(tmp_path / "c"), min_doc_tokens=30)
+    assert sorted(int(d) for d in ds.doc_idx) == long_docs
+    stream = np.concatenate([indexed[d] for d in long_docs])
+    assert len(ds) == (stream.size - 1) // 8
+    with pytest.raises(ValueError, match="no document of 1000 tokens or more"):
+        build_eval_windows(prefix, "1,1,0", "valid", 8, seed=3, cache_dir=str(tmp_path / "c"), min_doc_tokens=1000)

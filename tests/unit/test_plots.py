@@ -86,3 +86,40 @@ def test_a_scheme_has_one_colour_in_both_figures_and_the_baseline_is_dashed_blac
     # a windowed run handed to positionwise among the plain ones is still drawn as the baseline
     assert colours_by_label(plots.positionwise_figure([*plain, base], 1024))[baseline] == ("black", "--")
     plots.plt.close("all")
+
+
+def test_ratio_panel_keeps_the_others_readable_when_one_scheme_fails():
+    plain = [record("kerple_log", 40, 44), record("alibi", 40, 48), record("sinusoidal", 400, 40000)]
+    base = windowed_record("kerple_log", 40, 42)
+    for fig in (plots.ppl_vs_length_figure([*plain, base]), plots.positionwise_figure(plain, 1024, windowed=[base])):
+        assert len(fig.axes) == 2
+        ratio = fig.axes[1]
+        lo, hi = ratio.get_ylim()
+        assert lo < 1.0 < 48 / 42 < hi < 1.2 < plots.RATIO_TOP  # zoomed on the readable schemes, 1 = the baseline
+        assert ratio.get_legend().get_title().get_text() == "above the axis: sinusoidal"
+        alibi = next(line for line in ratio.get_lines() if line.get_label() == "alibi")
+        assert 1.0 < max(alibi.get_ydata()) < 1.2  # 48 / 42 at the longest length
+    assert len(plots.ppl_vs_length_figure(plain).axes) == 1  # no baseline, no ratio panel
+    plots.plt.close("all")
+
+
+def test_kernels_on_a_log_distance_axis_with_the_domain_in_the_title(tmp_path, monkeypatch):
+    seen = {}
+    monkeypatch.setattr(plots, "_save", lambda fig, path: seen.setdefault("fig", fig) and path)
+    f = -np.log1p(np.arange(65.0))[None, :].repeat(2, 0)
+    plots.plot_kernels({"kerple_log (seed 1)": f}, str(tmp_path / "k.png"), 64, "latex, train length 64")
+    ax = seen["fig"].axes[0]
+    assert ax.get_xscale() == "log" and ax.get_title() == "latex, train length 64: kerple_log (seed 1)"
+    assert min(ax.get_lines()[0].get_xdata()) == 1  # d = 0 has no place on a log axis
+    plots.plt.close("all")
+
+
+def test_trajectories_draw_the_heads_over_the_drift_target(tmp_path, monkeypatch):
+    seen = {}
+    monkeypatch.setattr(plots, "_save", lambda fig, path: seen.setdefault("fig", fig) and path)
+    panels = {"kerple_log bias_p (seed 1)": ([10, 20, 30], {0: [1.0, 1.0, 1.0], 1: [1.0, 1.0, 2.0]})}
+    plots.plot_trajectories(panels, str(tmp_path / "t.png"), "web", {"kerple_log bias_p (seed 1)": {1: 0.5}})
+    lines = {line.get_label(): line.get_linewidth() for line in seen["fig"].axes[0].get_lines()}
+    assert lines["head 1: 50.0% in last 20%"] > lines["head 0"]
+    assert seen["fig"].axes[0].get_title().startswith("web: ")
+    plots.plt.close("all")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from megatron.config import load_config
-from megatron.evaluation.convergence import drift_rows, head_series, relative_tail_change
+from megatron.evaluation.convergence import drift_rows, head_series, over_target, records_to_draw, relative_tail_change
 from megatron.evaluation.kernels import learned_kernels
 from megatron.evaluation.run_record import record_complete, trajectory_from_metrics, write_record
 from megatron.experiments import Run
@@ -72,6 +72,18 @@ def test_head_series_and_drift_rows():
     assert by["bias_p"]["over_target"] == 1 and by["bias_a"]["over_target"] == 0  # 50% > 5%, 0% not
 
 
+def test_the_trajectory_plot_draws_the_lowest_seed_and_every_drift_exception():
+    still = {"iteration": [10, 20, 30, 40, 50], "bias_p_h0": [1, 1, 1, 1, 1]}
+    moving = {"iteration": [10, 20, 30, 40, 50], "bias_p_h0": [1, 1, 1, 1, 2]}  # 50% over the last 20%
+    recs = [{"label": "kerple_log", "seed": s, "trajectory": t}
+            for s, t in ((3, moving), (1, still), (2, still), (4, moving))]
+    recs.append({"label": "alibi", "seed": 1, "trajectory": {"iteration": [10]}})
+    drawn = records_to_draw(recs)
+    assert [(r["label"], r["seed"]) for r in drawn] == [("alibi", 1), ("kerple_log", 1), ("kerple_log", 3),
+                                                         ("kerple_log", 4)]
+    assert over_target(recs[0]) == {"bias_p": {0: 0.5}}
+
+
 def test_write_record_then_report_from_records_alone(tmp_path, token_dataset):
     sys.path.insert(0, os.path.join(ROOT, "tools"))
     import make_report
@@ -92,19 +104,25 @@ def test_write_record_then_report_from_records_alone(tmp_path, token_dataset):
     assert traj["iteration"] == [2, 4, 6] and len(traj["bias_a_h3"]) == 3 and "lm_loss" in traj
     meta = json.loads((klog / "record.json").read_text())
     assert meta["steps"] == 6 and meta["scheme"] == "kerple_log" and meta["seed"] == 1
+    assert meta["train_length"] == 16 and "label" not in meta  # the train length comes from the evaluation
     kernel = json.loads((klog / "kernel.json").read_text())
     expected = learned_kernels(str(tmp_path / "run_kerple_log_1" / "checkpoints"), 32)["kernel"]
     np.testing.assert_allclose(kernel["kernel"], expected, rtol=1e-4, atol=1e-6)
 
+    fake_eval(str(records / "alibi_tiny_7"), "alibi", 7)  # a run being recorded: no record.json yet
     report = tmp_path / "report"
     assert make_report.main(["--records", str(records), "--out", str(report)]) == 0
     table = (report / "table3.md").read_text()
-    assert "## tiny" in table and "kerple_log (window 16)" in table and "rotary" in table
-    for png in ("kernels_tiny.png", "trajectories_tiny.png", "ppl_vs_length_tiny.png"):
+    assert "| alibi | 4.16 | 4.32 |" in table  # seed 1 alone: the unfinished record of seed 7 (3.16) is left out
+    assert "## tiny, train length 16" in table and "kerple_log (window 16)" in table and "rotary" in table
+    for png in ("kernels_tiny_L16.png", "trajectories_tiny_L16.png", "ppl_vs_length_tiny_L16.png"):
         assert (report / png).read_bytes()[:4] == b"\x89PNG"
     drift = (report / "drift.md").read_text()
-    assert "| tiny | kerple_log | bias_p |" in drift and "| 8 | " in drift  # 4 heads x 2 seeds
+    assert "| tiny | 16 | kerple_log | bias_p |" in drift and "| 8 | " in drift  # 4 heads x 2 seeds
     assert "alibi" not in drift  # nothing learned per head
+    assert "| tiny | 16 | kerple_log | 8 |" in (report / "flat_kernels.md").read_text()  # 4 heads x 2 seeds
+    assert "too few runs for a correlation (fewer than 5): tiny 16 (4)" in (report / "train_test.md").read_text().lower()
+    assert "two or more train lengths" in (report / "trend.md").read_text()  # one train length: no trend yet
 
 
 def test_report_from_records_refuses_a_bad_directory(tmp_path):
@@ -138,3 +156,38 @@ def test_trajectory_needs_training_rows(tmp_path):
     path.write_text(json.dumps({"iteration": 5, "kind": "validation", "lm_loss": 1.0}) + "\n")
     with pytest.raises(ValueError, match="no training rows"):
         trajectory_from_metrics(str(path))
+
+
+def test_a_labelled_run_is_its_own_report_row_beside_the_unlabelled_one(tmp_path, token_dataset):
+    """T5 with scaled buckets (a matrix label) and v2's T5 of the same seed and train length are two
+    rows; the label is in record.json and both evaluation copies."""
+    from dataclasses import replace
+
+    from megatron.evaluation.results import load_results
+
+    run = train_run(tmp_path, token_dataset, "rpe", seed=1)
+    full = fake_eval(os.path.join(run.run_dir, "eval"), "rpe", 1)
+    window = fake_eval(os.path.join(run.run_dir, "eval_window"), "rpe", 1, window=16)
+    records = tmp_path / "records"
+    write_record(str(records / "rpe_tiny_1"), run, full, None, metrics_path(run.run_dir), 32, 1.0)
+    write_record(str(records / "rpe_tiny_L16_1"), replace(run, label="rpe (max distance L)"), full, window,
+                 metrics_path(run.run_dir), 32, 1.0)
+    labelled = records / "rpe_tiny_L16_1"
+    assert json.loads((labelled / "record.json").read_text())["label"] == "rpe (max distance L)"
+    assert json.loads((labelled / "eval_window.json").read_text())["label"] == "rpe (max distance L)"
+    runs = load_results([str(records / "*" / "eval*.json")])
+    assert sorted(r.scheme for r in runs) == ["rpe", "rpe (max distance L)", "rpe (max distance L) (window 16)"]
+    assert {r.train_length for r in runs} == {16}
+
+
+def test_run_matrix_window_of_L_is_each_runs_train_length(tmp_path):
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    from run_matrix import window_size
+
+    from megatron.errors import UserError
+
+    full = fake_eval(str(tmp_path / "eval"), "kerple_log", 1)  # train_length 16
+    path = os.path.join(full, "eval.json")
+    assert window_size("L", path) == 16 and window_size("64", path) == 64 and window_size(None, path) is None
+    with pytest.raises(UserError, match="give a window size or L"):
+        window_size("x", path)
