@@ -5,11 +5,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-export DS_ACCELERATOR ?= cpu
 export TORCH_EXTENSIONS_DIR ?= $(CURDIR)/$(VENV)/torch_extensions
 export WANDB_MODE ?= offline
 
-.PHONY: setup test quickstart quickstart-rotary eval-tasks docs lint clean
+.PHONY: setup test test-gpu quickstart quickstart-rotary eval-tasks docs lint clean
 
 setup: $(STAMP)
 
@@ -26,27 +25,36 @@ test: setup
 	$(PY) tools/gen_config_docs.py --check
 	$(PY) -m pytest -q --durations=15 tests
 
+# The CUDA-relevant part of the suite on a GPU machine (tests marked `gpu`: compiled Triton kernels at
+# real sizes, flex and flash on CUDA, MFU, and tests/gpu/: the paper config through deepy.py in bf16,
+# SIGKILL and exact resume, evaluate/generate/HF export on CUDA). `make test` runs everything else
+# there too, with the CPU pinned where a test is about CPU behaviour.
+test-gpu: setup
+	@$(PY) -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'make test-gpu: torch sees no GPU on this machine; run make test')"
+	$(PY) -m pytest -q --durations=15 -m gpu tests
+
 # Real data (the Python standard library on this machine), a small KERPLE-log model, then the
-# extrapolation table at 1x..16x the train length. Re-running resumes from the saved checkpoint.
+# extrapolation table at 1x..16x the train length. Re-running resumes from the saved checkpoint
+# and evaluates it again: --overwrite replaces the earlier table (evaluate.py keeps it otherwise).
 quickstart: setup
 	$(PY) tools/prepare_data.py stdlib --data-dir data
 	$(PY) deepy.py train.py configs/quickstart.yml
 	$(PY) evaluate.py --checkpoint runs/quickstart/checkpoints --max-factor 16 --max-tokens 65536 --window-order contiguous \
-		--batch-size 4 --out runs/quickstart --quiet
+		--batch-size 4 --out runs/quickstart --quiet --overwrite
 
 # The same run with rotary positions (one extra YAML), for contrast.
 quickstart-rotary: setup
 	$(PY) tools/prepare_data.py stdlib --data-dir data
 	$(PY) deepy.py train.py configs/quickstart.yml configs/quickstart_rotary.yml
 	$(PY) evaluate.py --checkpoint runs/quickstart_rotary/checkpoints --max-factor 16 --max-tokens 65536 --window-order contiguous \
-		--batch-size 4 --out runs/quickstart_rotary --quiet
+		--batch-size 4 --out runs/quickstart_rotary --quiet --overwrite
 
 # Downstream tasks (lm-evaluation-harness), offline: the local tasks built from held-out stdlib
 # docstrings (megatron/evaluation/harness/local_tasks.py) on the checkpoint `make quickstart` left;
 # harness.json goes beside its eval.json.
 eval-tasks: setup
 	@test -f runs/quickstart/checkpoints/latest || { echo "eval-tasks: no checkpoint in runs/quickstart/checkpoints: run 'make quickstart' first" >&2; exit 2; }
-	$(PY) evaluate.py --checkpoint runs/quickstart/checkpoints --tasks kerple_local --out runs/quickstart
+	$(PY) evaluate.py --checkpoint runs/quickstart/checkpoints --tasks kerple_local --out runs/quickstart --quiet --overwrite
 
 docs: setup
 	$(PY) tools/gen_config_docs.py

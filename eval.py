@@ -9,7 +9,8 @@ GPT-NeoX:
 The model is built from the checkpoint's own config (the weights must match it); CONFIG supplies
 `load` (else `save`, where its training wrote) and `iteration`. Results go to <load>/../eval/harness.json (beside evaluate.py's
 perplexity results), or <prefix>_eval_results_<date>.json with --eval_results_prefix, and to
-TensorBoard/W&B when the checkpoint's config turns them on. See megatron/evaluation/harness/.
+TensorBoard/W&B when the checkpoint's config turns them on. An earlier harness.json is kept (the
+evaluation refused) unless --overwrite. See megatron/evaluation/harness/.
 """
 import argparse
 import os
@@ -18,14 +19,16 @@ from megatron.errors import run_cli
 
 
 def main() -> int:
-    from megatron.checkpoint.safe_load import add_load_flags, apply_trust_flag
-    from megatron.evaluation.harness.cli import add_eval_flags, limit_value, results_path
+    from megatron.checkpoint.trust import add_load_flags, apply_trust_flag
+    from megatron.evaluation.harness.cli import add_eval_flags, limit_value, progress_bars, results_path
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("conf_file", nargs="*", help="YAML config files merged in order")
     p.add_argument("--resolved-config", help="a resolved config written by deepy.py")
     p.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--device", default="cpu")
+    from megatron.device import add_device_flag
+
+    add_device_flag(p)
     p.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)  # set by launchers
     add_eval_flags(p, required=True)
     add_load_flags(p)
@@ -42,14 +45,22 @@ def main() -> int:
     if not os.path.isdir(load):
         raise UserError(f"load {load!r} is not a directory: no checkpoint to evaluate; train first "
                         "(python deepy.py train.py CONFIG.yml) or point `load` at a checkpoint directory")
+    from megatron.device import device_from_flag
+
+    args.device = device_from_flag(args.device, "eval.py")
     from megatron.checkpoint.tags import tag_or_latest
     from megatron.evaluation.harness.run import evaluate_tasks
+    from megatron.evaluation.outputs import check_output_dir, output_locks
     from megatron.evaluation.report import default_output_dir
 
-    evaluate_tasks(load, args.eval_tasks, default_output_dir(load), tag=tag_or_latest(cfg.checkpoint.iteration),
-                   max_length=args.max_length, batch_size=args.batch_size, limit=limit_value(args.limit),
-                   num_fewshot=args.num_fewshot, device=args.device, allow_nonfinite=args.allow_nonfinite,
-                   results_path=results_path(args.eval_results_prefix))
+    out_dir = default_output_dir(load)
+    check_output_dir(out_dir)
+    with output_locks([out_dir]), progress_bars(not args.quiet):
+        evaluate_tasks(load, args.eval_tasks, out_dir, tag=tag_or_latest(cfg.checkpoint.iteration),
+                       max_length=args.max_length, batch_size=args.batch_size, limit=limit_value(args.limit),
+                       num_fewshot=args.num_fewshot, device=args.device, allow_nonfinite=args.allow_nonfinite,
+                       results_path=results_path(args.eval_results_prefix), include_paths=args.include_paths,
+                       bootstrap_iters=args.bootstrap_iters, overwrite=args.overwrite)
     return 0
 
 

@@ -11,10 +11,10 @@ extrapolation evaluation).
     python evaluate.py --checkpoint CKPT -o rotary-scaling=yarn -o rotary-scaling-factor=16  # RoPE scaling
     python evaluate.py --checkpoint CKPT --tasks kerple_local --max-length 512   # downstream tasks
 
---tasks runs lm-evaluation-harness tasks (the offline local ones: kerple_local; the standard ones
-where their datasets can be reached) instead of the perplexity sweep, at contexts of up to
---max-length tokens (default: the training length; longer extrapolates), and writes harness.json
-into the same output directory (see megatron/evaluation/harness/).
+--tasks runs lm-evaluation-harness tasks (the offline local ones: kerple_local; your own task YAML
+with --include-path DIR; the standard ones where their datasets can be reached) instead of the
+perplexity sweep, at contexts of up to --max-length tokens (default: the training length; longer
+extrapolates), and writes harness.json into the same output directory (see megatron/evaluation/harness/).
 
 Windows: by default the first --max-windows (320, the paper's count) in NeoX's shuffled sample order
 of the split, seeded by --data-seed; --window-order contiguous takes the first ones in stream order.
@@ -24,6 +24,11 @@ Writes eval.json (schema kerple-eval/1: lengths -> perplexity, per-position loss
 data seed), eval.csv, eval.md and positionwise.csv into --out (default: <checkpoint>/../eval). The output directory is
 checked before anything is loaded; while the lengths run, the finished ones are kept in
 eval.partial.json there (removed once eval.json is written), so a failure loses none of them.
+
+Results are never replaced silently: an output directory that already holds this mode's results
+(eval.json ... for the sweep, harness.json for --tasks; the other mode's are not touched) is
+refused unless --overwrite, and while an evaluation runs it holds the directory's eval.lock, so a
+second evaluation into the same --out is refused at once, naming the first.
 """
 from __future__ import annotations
 
@@ -31,11 +36,12 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 
 from megatron.atomic_io import atomic_output
+from megatron.cli_args import int_at_least
 from megatron.errors import OutOfMemory, UserError, is_out_of_memory, out_of_memory, run_cli
+from megatron.evaluation.outputs import check_output_dir, output_locks, refuse_earlier_results
 from megatron.evaluation.windows import WINDOW_ORDERS
 
 PARTIAL = "eval.partial.json"  # not eval.json: globs and run_matrix's "done" check must not take it
@@ -44,43 +50,45 @@ PARTIAL = "eval.partial.json"  # not eval.json: globs and run_matrix's "done" ch
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", required=True, nargs="+", help="directories holding `latest` and global_step<N>/")
-    p.add_argument("--iteration", type=int, default=None, help="evaluate global_step<N> instead of latest")
+    p.add_argument("--iteration", type=int_at_least(0), default=None, help="evaluate global_step<N> instead of latest")
     p.add_argument("--lengths", default=None, help="comma-separated lengths (default: 1x..--max-factor x train length)")
-    p.add_argument("--max-factor", type=int, default=32, help="largest multiple of the train length (default 32)")
+    p.add_argument("--max-factor", type=int_at_least(1), default=32, help="largest multiple of the train length (default 32)")
     p.add_argument("--split", choices=("test", "valid"), default="test")
-    p.add_argument("--max-windows", type=int, default=None,
+    p.add_argument("--max-windows", type=int_at_least(1), default=None,
                    help="windows per length (default: the paper's 320 unless --max-tokens is given)")
-    p.add_argument("--max-tokens", type=int, default=None,
+    p.add_argument("--max-tokens", type=int_at_least(1), default=None,
                    help="token budget per length (max-tokens // L windows); with --window-order contiguous every "
                         "length then covers the same leading tokens of the split")
     p.add_argument("--window-order", choices=WINDOW_ORDERS, default="shuffled",
                    help="which windows of the split: 'shuffled' = the first ones in NeoX's seeded sample order, as "
                         "the paper drew its 320 per length (default); 'contiguous' = the first ones in stream order "
                         "(the same leading tokens at every length)")
-    p.add_argument("--min-doc-tokens", type=int, default=None, metavar="N",
+    p.add_argument("--min-doc-tokens", type=int_at_least(1), default=None, metavar="N",
                    help="score only the split's documents of at least N tokens (e.g. a corpus's long documents)")
-    p.add_argument("--batch-size", type=int, default=1)
-    p.add_argument("--window", type=int, default=None, help="sliding-window attention W at eval time")
-    p.add_argument("--stride", type=int, default=None,
+    p.add_argument("--batch-size", type=int_at_least(1), default=1)
+    p.add_argument("--window", type=int_at_least(1), default=None, help="sliding-window attention W at eval time")
+    p.add_argument("--stride", type=int_at_least(1), default=None,
                    help="strided evaluation: windows of each length advance by this many tokens, scoring only "
                         "the new ones (budget: --max-tokens, default 65536)")
-    p.add_argument("--blockwise-causal", type=int, nargs="?", const=0, default=None, metavar="BLOCK",
+    p.add_argument("--blockwise-causal", type=int_at_least(0, "(0 or no value: train length / 2)"), nargs="?", const=0,
+                   default=None, metavar="BLOCK",
                    help="blockwise causal attention (xPos paper): blocks of BLOCK tokens (default: train length / 2), "
                         "each query sees its own block and the previous one")
     p.add_argument("--attention-backend", default=None, help="override the attention backend")
     p.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key of the checkpoint, e.g. -o data-path=data/x/x_text_document")
-    p.add_argument("--data-seed", type=int, default=None,
+    p.add_argument("--data-seed", type=int_at_least(0), default=None,
                    help="seed of the split's document order (default: the checkpoint's training seed, as the paper); "
                         "fix it to compare runs of different seeds on the same tokens under a --max-tokens budget")
     p.add_argument("--dataset", default=None, help="dataset name recorded in eval.json (default: from data-path)")
     p.add_argument("--out", default=None, help="output directory (with several checkpoints: one subdirectory each)")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    from megatron.device import add_device_flag
+
+    add_device_flag(p)
     from megatron.evaluation.harness.cli import add_eval_flags, limit_value
 
-    add_eval_flags(p, batch_size=False)  # --tasks: downstream tasks instead of the perplexity sweep
-    from megatron.checkpoint.safe_load import add_load_flags
+    add_eval_flags(p, batch_size=False)  # --tasks: downstream tasks instead of the perplexity sweep; --quiet
+    from megatron.checkpoint.trust import add_load_flags
 
     add_load_flags(p)
     args = p.parse_args(argv)
@@ -91,9 +99,10 @@ def parse_args(argv=None):
     if args.eval_tasks and sweep_only:
         p.error(f"{', '.join(sweep_only)} belong to the perplexity sweep, not to --tasks: run them separately")
     if not args.eval_tasks and any(v is not None for v in (args.max_length, args.limit, args.num_fewshot,
-                                                           args.eval_results_prefix)):
-        p.error("--max-length, --limit, --num-fewshot and --eval_results_prefix apply to --tasks "
-                "(the perplexity sweep takes --lengths)")
+                                                           args.eval_results_prefix, args.include_paths,
+                                                           args.bootstrap_iters)):
+        p.error("--max-length, --limit, --num-fewshot, --include-path, --bootstrap-iters and --eval_results_prefix "
+                "apply to --tasks (the perplexity sweep takes --lengths)")
     if args.eval_results_prefix and len(args.checkpoint) > 1:
         p.error("--eval_results_prefix names one results file: give one --checkpoint (or use --out)")
     args.limit = limit_value(args.limit)
@@ -150,28 +159,6 @@ def output_dir(args, ckpt: str) -> str:
     from megatron.evaluation.report import default_output_dir
 
     return args.out or default_output_dir(ckpt)
-
-
-def check_output_dir(path: str) -> None:
-    """Prove now that files can be written in `path`: results must never be computed and then lost.
-    Directories created for the probe are removed again (a failed run leaves no empty eval/)."""
-    created, parent = [], os.path.abspath(path)
-    while not os.path.exists(parent) and os.path.dirname(parent) != parent:
-        created.append(parent)  # deepest first
-        parent = os.path.dirname(parent)
-    try:
-        os.makedirs(path, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
-            pass
-    except OSError as e:
-        raise UserError(f"cannot write results to the output directory {path!r} ({e.strerror or e}); "
-                        "pass a writable --out directory (nothing was evaluated)") from e
-    finally:
-        for d in created:
-            try:
-                os.rmdir(d)
-            except OSError:
-                break
 
 
 def oom_fix(args, done: list, partial: str) -> str:
@@ -239,7 +226,8 @@ def evaluate_tasks(args, ckpt: str) -> None:
     run_tasks(ckpt, args.eval_tasks, output_dir(args, ckpt), tag=tag_or_latest(args.iteration),
               results_path=results_path(args.eval_results_prefix),
               overrides=checkpoint_overrides(args), max_length=args.max_length, batch_size=args.batch_size,
-              limit=args.limit, num_fewshot=args.num_fewshot, device=args.device, allow_nonfinite=args.allow_nonfinite)
+              limit=args.limit, num_fewshot=args.num_fewshot, device=args.device, allow_nonfinite=args.allow_nonfinite,
+              include_paths=args.include_paths, bootstrap_iters=args.bootstrap_iters, overwrite=args.overwrite)
 
 
 def evaluate_checkpoint(args, ckpt: str) -> None:
@@ -247,7 +235,7 @@ def evaluate_checkpoint(args, ckpt: str) -> None:
     from megatron.evaluation.blockwise import check_block
     from megatron.evaluation.lengths import default_lengths
     from megatron.evaluation.load import load_checkpoint_model
-    from megatron.evaluation.report import build_record, markdown_table, write_outputs
+    from megatron.evaluation.report import attention_label, build_record, markdown_table, write_outputs
 
     overrides = checkpoint_overrides(args)
     model, cfg, client = load_checkpoint_model(ckpt, tag_or_latest(args.iteration), overrides, args.device, args.allow_nonfinite)
@@ -259,6 +247,9 @@ def evaluate_checkpoint(args, ckpt: str) -> None:
         raise UserError(f"pos-emb {cfg.model.pos_emb} cannot represent lengths {[x for x in lengths if x > limit]} "
                         f"(max {limit}); drop them from --lengths")
     prefix, split = data_source(cfg, args.split)
+    from megatron.data.identity import check_tokenizer
+
+    check_tokenizer(prefix, cfg.data)  # data written by another tokenizer: refused before any length
     start = time.perf_counter()
     out_dir = output_dir(args, ckpt)
     partial = os.path.join(out_dir, PARTIAL)
@@ -277,6 +268,9 @@ def evaluate_checkpoint(args, ckpt: str) -> None:
         "train_speed": train_speed(cfg),
     }
 
+    print(f"evaluating {ckpt} (iteration {meta['iteration']}, pos-emb {meta['pos_emb']}): "
+          f"{attention_label(meta)}, lengths {', '.join(map(str, lengths))}", flush=True)
+
     def save_partial(done: list) -> None:
         os.makedirs(out_dir, exist_ok=True)
         rec = build_record(dict(meta, lengths=[r.length for r in done], incomplete=True,
@@ -294,7 +288,7 @@ def evaluate_checkpoint(args, ckpt: str) -> None:
 
 
 def main(argv=None) -> int:
-    from megatron.checkpoint.safe_load import apply_trust_flag
+    from megatron.checkpoint.trust import apply_trust_flag
 
     args = parse_args(argv)
     apply_trust_flag(args)
@@ -302,18 +296,42 @@ def main(argv=None) -> int:
         parse_lengths(args.lengths)  # a bad --lengths fails before any checkpoint is loaded
     if args.blockwise_causal is not None and (args.stride or args.window):
         raise UserError("--blockwise-causal is its own attention pattern: drop --stride / --window")
-    if args.blockwise_causal is not None and args.blockwise_causal < 0:
-        raise UserError(f"--blockwise-causal {args.blockwise_causal} must be a positive block size")
     if args.eval_tasks:
         from megatron.evaluation.harness.run import check_max_length_value
 
         check_max_length_value(args.max_length)  # before any checkpoint is loaded
     for ckpt in args.checkpoint:  # every output directory, before hours of evaluation
         check_output_dir(output_dir(args, ckpt))
+        refuse_earlier_results(output_dir(args, ckpt), result_names(args), args.overwrite)
+    if len(args.checkpoint) == 1:  # a missing checkpoint is answered before torch loads (several: skipped)
+        from megatron.checkpoint.tags import resolve_tag, tag_or_latest
+
+        resolve_tag(args.checkpoint[0], tag_or_latest(args.iteration))
+    from megatron.device import device_from_flag
+
+    args.device = device_from_flag(args.device, "evaluate.py")
+    with output_locks(list(dict.fromkeys(output_dir(args, c) for c in args.checkpoint))):
+        return evaluate_all(args)
+
+
+def result_names(args) -> list[str]:
+    """The files the perplexity sweep writes into its output directory, the one written last first
+    (--tasks checks its harness.json itself, once the task names are known to be right)."""
+    from megatron.evaluation.report import RESULT_FILES
+
+    if args.eval_tasks:
+        return []
+    return [RESULT_FILES["json"], *(n for k, n in RESULT_FILES.items() if k != "json")]
+
+
+def evaluate_all(args) -> int:
+    from megatron.evaluation.harness.cli import progress_bars
+
     failed = []
     for ckpt in args.checkpoint:
         try:
-            (evaluate_tasks if args.eval_tasks else evaluate_checkpoint)(args, ckpt)
+            with progress_bars(not args.quiet):  # --quiet: the harness's and datasets' bars too
+                (evaluate_tasks if args.eval_tasks else evaluate_checkpoint)(args, ckpt)
         except ValueError as e:  # UserError, or the data/interop code's plain ValueErrors
             if len(args.checkpoint) == 1 or isinstance(e, OutOfMemory):
                 raise

@@ -6,7 +6,9 @@
     python generate.py --checkpoint CKPT --interactive
 
 The prompt is fed once; then one token per step through the kv cache (megatron/model/kv_cache.py),
-so each step costs O(context) instead of re-running the whole sequence. Prints tokens/s.
+so each step costs O(context) instead of re-running the whole sequence. The text is written as the
+tokens come; a request whose kv-cache cannot fit in memory is refused first, saying what fits
+(megatron/generation.py). Prints tokens/s.
 """
 from __future__ import annotations
 
@@ -14,15 +16,14 @@ import argparse
 import sys
 import time
 
-import torch
-
+from megatron.cli_args import int_at_least
 from megatron.errors import UserError, run_cli
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", required=True, help="directory holding `latest` and global_step<N>/")
-    p.add_argument("--iteration", type=int, default=None)
+    p.add_argument("--iteration", type=int_at_least(0), default=None)
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="prompt text")
     src.add_argument("--prompt-file", help="one prompt per line (blank lines skipped)")
@@ -34,10 +35,12 @@ def parse_args(argv=None):
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus: smallest set with probability >= p")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--stop-at-eod", action="store_true", help="stop a sequence at the tokenizer's eod")
-    p.add_argument("--device", default="cpu")
+    from megatron.device import add_device_flag
+
+    add_device_flag(p)
     p.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key of the checkpoint, e.g. -o vocab-file=data/tok.json")
-    from megatron.checkpoint.safe_load import add_load_flags
+    from megatron.checkpoint.trust import add_load_flags
 
     add_load_flags(p)
     args = p.parse_args(argv)
@@ -47,8 +50,10 @@ def parse_args(argv=None):
     return args
 
 
-def filter_logits(logits: torch.Tensor, temperature=1.0, top_k=0, top_p=1.0) -> torch.Tensor:
+def filter_logits(logits, temperature=1.0, top_k=0, top_p=1.0):
     """(B, V) float logits -> temperature-scaled logits with everything outside top-k / top-p at -inf."""
+    import torch
+
     logits = logits / temperature
     if top_k and top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
@@ -61,27 +66,33 @@ def filter_logits(logits: torch.Tensor, temperature=1.0, top_k=0, top_p=1.0) -> 
     return logits
 
 
-@torch.no_grad()
 def generate_tokens(model, prompt: list[int], max_new_tokens: int, greedy=True, temperature=1.0, top_k=0,
-                    top_p=1.0, generator=None, eod: int | None = None, vocab_limit: int | None = None):
-    """Continue `prompt` (token ids) with the kv cache; returns the new ids."""
+                    top_p=1.0, generator=None, eod: int | None = None, vocab_limit: int | None = None,
+                    on_token=None):
+    """Continue `prompt` (token ids) with the kv cache; returns the new ids. `on_token(id)` is
+    called with each one as it comes (generate.py streams its text)."""
+    import torch  # here, not at the top: a mistyped flag is answered before torch loads
+
     device = next(model.parameters()).device
     cache = model.new_cache()
     step = torch.tensor([prompt], device=device)
     out = []
-    for _ in range(max_new_tokens):
-        logits = model(step, cache=cache)[:, -1].float()  # (1, V)
-        if vocab_limit is not None:  # padded vocab rows are not tokens
-            logits[:, vocab_limit:] = float("-inf")
-        if greedy:
-            nxt = logits.argmax(-1)
-        else:
-            probs = filter_logits(logits, temperature, top_k, top_p).softmax(-1)
-            nxt = torch.multinomial(probs, 1, generator=generator)[:, 0]
-        out.append(int(nxt))
-        if eod is not None and out[-1] == eod:
-            break
-        step = nxt[:, None]
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            logits = model(step, cache=cache)[:, -1].float()  # (1, V)
+            if vocab_limit is not None:  # padded vocab rows are not tokens
+                logits[:, vocab_limit:] = float("-inf")
+            if greedy:
+                nxt = logits.argmax(-1)
+            else:
+                probs = filter_logits(logits, temperature, top_k, top_p).softmax(-1)
+                nxt = torch.multinomial(probs, 1, generator=generator)[:, 0]
+            out.append(int(nxt))
+            if on_token is not None:
+                on_token(out[-1])
+            if eod is not None and out[-1] == eod:
+                break
+            step = nxt[:, None]
     return out
 
 
@@ -105,17 +116,25 @@ def interactive_prompts():
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from megatron.checkpoint.safe_load import apply_trust_flag
+    from megatron.checkpoint.trust import apply_trust_flag
 
     apply_trust_flag(args)
     texts = prompts(args)
-    from megatron.checkpoint.tags import tag_or_latest
+    from megatron.checkpoint.tags import resolve_tag, tag_or_latest
+
+    resolve_tag(args.checkpoint, tag_or_latest(args.iteration))  # a missing checkpoint: answered before torch loads
+    from megatron.device import device_from_flag
+
+    args.device = device_from_flag(args.device, "generate.py")
     from megatron.evaluation.load import load_checkpoint_model
+    from megatron.generation import TokenStream, check_new_tokens_fit
     from megatron.launcher import parse_overrides
     from megatron.tokenizer import build_tokenizer
 
     model, cfg, _ = load_checkpoint_model(args.checkpoint, tag_or_latest(args.iteration),
                                           parse_overrides(args.override) or None, args.device, args.allow_nonfinite)
+    import torch
+
     d = cfg.data
     tok = build_tokenizer(d.tokenizer_type, d.vocab_file, d.merge_file)
     gen = torch.Generator(device=args.device).manual_seed(args.seed)
@@ -128,11 +147,15 @@ def main(argv=None) -> int:
         if limit and len(ids) + args.max_new_tokens > limit:
             raise UserError(f"pos-emb {cfg.model.pos_emb} represents at most {limit} positions; the prompt has "
                             f"{len(ids)} tokens + --max-new-tokens {args.max_new_tokens}: shorten either")
+        check_new_tokens_fit(model, len(ids), args.max_new_tokens, args.device)  # before, not out of memory
         start = time.perf_counter()
+        print(text, end="", flush=True)
+        stream = TokenStream(tok)  # each token's text as it comes
         new = generate_tokens(model, ids, args.max_new_tokens, args.greedy, args.temperature, args.top_k,
-                              args.top_p, gen, tok.eod if args.stop_at_eod else None, tok.vocab_size)
+                              args.top_p, gen, tok.eod if args.stop_at_eod else None, tok.vocab_size, stream.push)
+        stream.finish()
+        print(flush=True)
         secs = time.perf_counter() - start
-        print(text + tok.detokenize(new), flush=True)
         print(f"[generate] {len(new)} tokens in {secs:.2f}s ({len(new) / secs:.1f} tokens/s, prompt "
               f"{len(ids)} tokens, kv-cache on)", file=sys.stderr, flush=True)
     return 0

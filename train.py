@@ -15,7 +15,7 @@ def main() -> int:
     p.add_argument("--resolved-config", help="a resolved config written by deepy.py")
     p.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)  # set by launchers
-    from megatron.checkpoint.safe_load import add_trust_flag, apply_trust_flag
+    from megatron.checkpoint.trust import add_trust_flag, apply_trust_flag
 
     add_trust_flag(p)  # for `load:`; allow-nonfinite-weights is a config key
     args = p.parse_args()

@@ -15,11 +15,12 @@ from __future__ import annotations
 import argparse
 import os
 import runpy
+import subprocess
 import sys
 
 import yaml
 
-from megatron.errors import DEBUG_FLAG, debug_enabled
+from megatron.errors import DEBUG_FLAG, UserError, debug_enabled
 
 # Tokenizer vocab sizes for a dry run when the vocab files are not on this machine.
 KNOWN_VOCAB = {"GPT2BPETokenizer": 50257, "CharLevelTokenizer": 512, "HFGPT2Tokenizer": 50257}
@@ -35,7 +36,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="set one config key after the files (YAML value), e.g. -o pos-emb=rotary")
     p.add_argument("--dry-run", action="store_true",
                    help="validate, check the input files, print the settings and parameter count and exit")
-    from megatron.checkpoint.safe_load import add_trust_flag
+    from megatron.checkpoint.trust import add_trust_flag
     from megatron.evaluation.harness.cli import add_eval_flags
 
     add_trust_flag(p)  # passed on to the training processes (see runner_args)
@@ -135,12 +136,16 @@ def main(argv: list[str] | None = None) -> int:
     from megatron.config.inputs import input_problems
     from megatron.config.originals import RESOLVED_NAME, write_originals
     from megatron.config.paths import outside_run_dir
-    from megatron.errors import UserError
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    from megatron.checkpoint.safe_load import apply_trust_flag
+    from megatron.checkpoint.trust import apply_trust_flag
 
     apply_trust_flag(args)
+    if not os.path.isfile(args.user_script):  # before the configs: `deepy.py trian.py ...` is the first thing to fix
+        from megatron.config.sources import did_you_mean_file
+
+        raise UserError(f"script {args.user_script!r} not found (expected e.g. train.py or eval.py)"
+                        + did_you_mean_file(args.user_script, (".py",)))
     cfg = load_config(config_paths(args), overrides=parse_overrides(args.override))
     missing = input_problems(cfg)
     note = outside_run_dir(cfg)
@@ -153,8 +158,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if missing:
         raise ConfigError(missing)
-    if not os.path.isfile(args.user_script):
-        raise UserError(f"script {args.user_script!r} not found (expected e.g. train.py)")
     from megatron.evaluation.harness.cli import eval_argv
 
     if is_eval(args.user_script):
@@ -163,7 +166,12 @@ def main(argv: list[str] | None = None) -> int:
     if given:
         raise UserError(f"{' '.join(a for a in given if a.startswith('--'))}: only {EVAL_SCRIPT} takes these "
                         f"flags, not {args.user_script}")
-    os.makedirs(cfg.logging.run_dir, exist_ok=True)
+    from megatron.training.disk import check_run_room
+    from megatron.training.run_lock import training_locks
+
+    for lock in training_locks(cfg):  # a live run's resolved config and configs/ are not replaced
+        lock.check_free()
+    check_run_room(cfg)  # a full disk named now, not by the first write that fails
     resolved = os.path.join(cfg.logging.run_dir, RESOLVED_NAME)
     write_originals(cfg.config_files, cfg.logging.run_dir)  # found beside resolved_config.yml on load
     cfg.save(resolved)
@@ -176,12 +184,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def processes_per_node(cfg) -> int:
-    """num_gpus, else every visible GPU (NeoX), else one process on a CPU-only machine."""
+    """num_gpus, else every visible GPU (NeoX), else one process (a CPU run: no GPU, or device: cpu)."""
     import torch
+
+    from megatron.device import resolve_device
 
     if cfg.parallel.num_gpus:
         return cfg.parallel.num_gpus
-    return torch.cuda.device_count() if torch.cuda.is_available() else 1
+    return torch.cuda.device_count() if resolve_device(cfg.parallel.device, "device:").type == "cuda" else 1
 
 
 def runner_args(cfg, user_script: str, resolved: str) -> list[str]:
@@ -205,7 +215,7 @@ def runner_args(cfg, user_script: str, resolved: str) -> list[str]:
     if p.master_addr:
         out += ["--master_addr", p.master_addr]
     out += ["--master_port", str(p.master_port), "--launcher", p.launcher]
-    from megatron.checkpoint.safe_load import trusted_from_env
+    from megatron.checkpoint.trust import trusted_from_env
 
     # On other nodes the runner exports only a few variables, so KERPLE_DEBUG and the trust
     # switch travel as flags.
@@ -219,17 +229,29 @@ def launch_with_deepspeed(cfg, user_script: str, resolved: str) -> int:
 
     The workers read the resolved config file, so on several nodes `run-dir` must be on a shared
     filesystem (as NeoX's `use_shared_fs`)."""
+    from megatron.device import resolve_device, worker_environment
     from megatron.training.distributed import set_cpu_defaults
 
-    set_cpu_defaults()  # workers inherit DS_ACCELERATOR=cpu and the op cache on CPU machines
+    set_cpu_defaults()  # workers inherit the op cache
+    worker_environment(resolve_device(cfg.parallel.device, "device:"))  # and DeepSpeed's accelerator
     from deepspeed.launcher import runner
 
+    from megatron.training.signals import forwarding_to_workers
+
     argv = runner_args(cfg, user_script, resolved)
+    if cfg.parallel.hostfile:
+        from megatron.hosts import check_hosts
+
+        check_hosts(cfg.parallel.hostfile, cfg.parallel.include, cfg.parallel.exclude)  # every host, before launching
     print("deepy.py: deepspeed " + " ".join(argv), flush=True)
     try:
-        rc = runner.main(argv)
+        with forwarding_to_workers():  # SIGTERM to deepy.py: the workers save and exit (signals.py)
+            rc = runner.main(argv)
     except SystemExit as e:  # the runner exits with the workers' status
         rc = e.code
+    except (RuntimeError, ValueError, subprocess.CalledProcessError) as e:  # its checks, as tracebacks
+        raise UserError(f"DeepSpeed's runner could not launch: {' '.join(str(e).split())[:400]}; check `hostfile:`, "
+                        "`include:`/`exclude:`, `num-gpus:` and `master-addr:`") from e
     return int(rc or 0)
 
 

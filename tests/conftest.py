@@ -17,12 +17,31 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 # before anything imports triton (megatron/kernels read it when their kernels are defined).
 if not __import__("torch").cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+# The suite is about CPU behaviour unless a test says otherwise: DS_ACCELERATOR=cpu (set above) makes
+# every `device: auto` / `--device auto` the CPU, on a GPU machine too (megatron/device.py). Tests of
+# the Triton kernels put their tensors on KERNEL_DEVICE: compiled on the GPU when there is one, else
+# Triton's interpreter on CPU tensors (it cannot run both ways in one process). Tests of the GPU
+# path carry the `gpu` marker (tests/gpu/, `make test-gpu`) and ask for `device: cuda` themselves.
+KERNEL_DEVICE = __import__("torch").device("cuda" if __import__("torch").cuda.is_available() else "cpu")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs CUDA; `make test-gpu` runs these (skipped without a GPU)")
 
 TINY_MODEL = {
     "num-layers": 2, "hidden-size": 32, "num-attention-heads": 4, "seq-length": 32,
     "max-position-embeddings": 32, "pos-emb": "kerple_log", "no-weight-tying": True,
     "padded-vocab-size": 128, "train-iters": 0, "train_micro_batch_size_per_gpu": 2,
 }
+
+
+def checkpoint_layout(path, step: int = 4) -> str:
+    """An empty checkpoint directory (`latest` naming global_step<step>/) for tests that stand in
+    for the loader: the CLIs check the layout before torch loads (tests/integration/test_cli_fast_answers.py)."""
+    os.makedirs(os.path.join(path, f"global_step{step}"), exist_ok=True)
+    with open(os.path.join(path, "latest"), "w") as f:
+        f.write(f"global_step{step}")
+    return str(path)
 
 
 def write_yaml(path, data: dict) -> str:
@@ -80,7 +99,7 @@ def train_config_dict(tmp_path, data_prefix: str, **over) -> dict:
         "train-iters": 6, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
         "eval-interval": 1000, "eval-iters": 2, "lr-decay-style": "cosine", "warmup": 0.1,
         "log-interval": 1, "num-workers": 0, "progress-bar": False,
-        "run-dir": str(tmp_path / "run"), "seed": 1234,
+        "run-dir": str(tmp_path / "run"), "seed": 1234, "device": "cpu",
     })
     data.update({k.replace("_", "-"): v for k, v in over.items()})
     return hyphenate(data)

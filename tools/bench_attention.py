@@ -8,15 +8,23 @@ forward 4*B*H*L*L*D / 2, backward 2.5x forward, so fwd+bwd = 3.5x forward.
 
 Rows (each skipped with its reason when resolve_backend refuses the case, so new backends in
 megatron/attention/ are picked up with no edit here):
-    SCHEME on every registered backend (--backends restricts), always incl. flex and reference
-    none on sdpa      SDPA without a bias (is_causal)          -- the default baseline
-    alibi on flash    flash-attn with alibi_slopes, if installed -- the baseline when present
+    SCHEME on every registered backend (--backends restricts), always incl. flex and reference;
+                      on triton once per bias path with --triton-bias both (table / inline,
+                      megatron/kernels/bias_table.py) where the path changes what the kernel does
+    none on sdpa      SDPA without a bias (is_causal)                  -- the last-resort baseline
+    alibi on flash    flash-attn with alibi_slopes, if installed       -- the baseline when it runs
+    alibi on flex     FlexAttention with ALiBi's score_mod (fixed slopes) -- the baseline without
+                      flash-attn: what a user would run instead
 "fwd" is an inference forward (torch.no_grad, backend resolved with training=False: evaluation
 at long lengths); "fwd+bwd" resolves with training=True and backpropagates into q, k, v and the
 scheme's parameters. --fwd-only-lengths are measured forward only (eval-length check).
+Above the detailed table, two summaries (fwd+bwd, fwd) put the baselines and every triton row
+side by side per length, as issue 22's table does. A cell slower than --max-call-seconds per
+call is reported from that one call, and the case's longer lengths are skipped (FlexAttention
+with learnable captured parameters takes seconds per backward), so one command fits a GPU slot.
 
     python tools/bench_attention.py --quick                                  # CPU smoke, < 1 min
-    python tools/bench_attention.py --out docs/benchmarks.md --section attention   # on a GPU
+    python tools/bench_attention.py --triton-bias both --out docs/benchmarks.md --section attention   # GPU
     python tools/bench_attention.py --schemes kerple_log kerple_power_ap_ alibi --lengths 2048 8192
 
 On CPU keep lengths small: a materialising backend (reference, sdpa with a bias) needs
@@ -51,14 +59,23 @@ from megatron.errors import run_cli  # noqa: E402
 from megatron.positional.base import PositionalSpec  # noqa: E402
 from megatron.positional.registry import build_scheme, scheme_names  # noqa: E402
 
+# One scheme per kind of work the fused kernel does (log / power / linear / lookup bias, weight,
+# both), the paper's first; kerple_power_original is ALiBi's kind with other slopes.
+FUSED_SCHEMES = ["kerple_log", "kerple_power_ap_", "alibi", "rpe", "sandwich", "kerple_log_3para",
+                 "kerple_power_ap_ap", "kerple_power__ap"]
 DEFAULTS = {"lengths": [512, 1024, 2048, 4096, 8192, 16384], "fwd_only_lengths": [32768, 65536],
-            "tokens": 16384, "warmup": 3, "reps": 10}
-QUICK = {"lengths": [128, 256], "fwd_only_lengths": [512], "tokens": 2048, "warmup": 1, "reps": 3, "threads": 1}
+            "tokens": 16384, "warmup": 3, "reps": 10, "schemes": FUSED_SCHEMES, "max_call_seconds": 2.0}
+QUICK = {"lengths": [128, 256], "fwd_only_lengths": [512], "tokens": 2048, "warmup": 1, "reps": 3, "threads": 1,
+         "schemes": ["kerple_log"], "max_call_seconds": 30.0}
 # Measured in every run; they are rows like any other, skipped with a reason where they cannot run.
 NO_BIAS = ("none", "sdpa")
 FLASH_ALIBI = ("alibi", "flash")
+FLEX_ALIBI = ("alibi", "flex")
+BASELINE_ROWS = (NO_BIAS, FLASH_ALIBI, FLEX_ALIBI)
+BASELINE_ORDER = (FLASH_ALIBI, FLEX_ALIBI, NO_BIAS)  # auto: the first whose fwd+bwd ran
 ALWAYS_BACKENDS = ("flex", "reference")  # "FlexAttention with the same scheme", "the materialised reference"
-LABELS = {NO_BIAS: "SDPA no-bias", FLASH_ALIBI: "flash-attn ALiBi"}
+LABELS = {NO_BIAS: "SDPA no-bias", FLASH_ALIBI: "flash-attn ALiBi", FLEX_ALIBI: "FlexAttention ALiBi"}
+BIAS_ENV = "KERPLE_TRITON_BIAS"  # megatron/kernels/bias_table.py
 
 
 @dataclass
@@ -66,6 +83,7 @@ class Row:
     scheme: str
     backend: str
     length: int | None  # None: the whole case was skipped
+    variant: str | None = None  # triton's bias path (table / inline) when --triton-bias both/table/inline
     batch: int = 0
     fwd_s: float | None = None
     fb_s: float | None = None
@@ -94,13 +112,24 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu or cuda[:N]")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: torch's own; --quick: 1, steadier on a shared machine)")
-    p.add_argument("--schemes", nargs="+", default=["kerple_log"], help="positional schemes (pos-emb names)")
+    p.add_argument("--schemes", nargs="+", default=None,
+                   help=f"positional schemes (pos-emb names; default every fused one: {' '.join(FUSED_SCHEMES)}; "
+                        "--quick: kerple_log)")
+    p.add_argument("--triton-bias", choices=("default", "table", "inline", "both"), default="default",
+                   help="the triton kernel's bias path (KERPLE_TRITON_BIAS): default = the library's choice "
+                        "(auto), both = one row per path where it matters")
+    p.add_argument("--autotune", action="store_true",
+                   help="KERPLE_TRITON_AUTOTUNE=1: the triton kernel times its candidate configurations at the "
+                        "first call of each shape (in the warmup) and caches the fastest (megatron/kernels/tuning.py)")
+    p.add_argument("--max-call-seconds", type=float, default=None,
+                   help="a cell whose first timed call takes longer reports that call alone and skips the "
+                        "case's longer lengths (default 2; --quick: 30)")
     p.add_argument("--backends", nargs="+", default=None,
                    help="backends to run the schemes on (default: every registered one); flex and "
                         "reference and the baselines are measured regardless")
     p.add_argument("--baseline", default="auto",
-                   help="SCHEME:BACKEND whose TFLOP/s the ratios divide by (default: alibi:flash if it "
-                        "runs here, else none:sdpa)")
+                   help="SCHEME:BACKEND whose TFLOP/s the ratios divide by (default: alibi:flash if its "
+                        "fwd+bwd runs here, else alibi:flex, else none:sdpa)")
     p.add_argument("--warmup", type=int, default=None, help=f"untimed calls per cell (default {DEFAULTS['warmup']})")
     p.add_argument("--reps", type=int, default=None, help=f"timed calls per cell, median kept (default {DEFAULTS['reps']})")
     p.add_argument("--quick", action="store_true",
@@ -119,6 +148,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.dtype = "bf16" if args.device.type == "cuda" else "fp32"
     check_positive(p, lengths=args.lengths, fwd_only_lengths=args.fwd_only_lengths, head_dim=args.head_dim,
                    heads=args.heads, tokens=args.tokens, reps=args.reps)
+    if args.max_call_seconds <= 0:
+        p.error(f"--max-call-seconds must be > 0, got {args.max_call_seconds}")
     if args.warmup < 0:
         p.error(f"--warmup must be >= 0, got {args.warmup}")
     check_names(p, args.schemes, scheme_names(), "positional scheme")
@@ -138,23 +169,35 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def cases(args) -> list[tuple[str, str]]:
-    """(scheme, backend) pairs in table order, each once."""
+def cases(args) -> list[tuple[str, str, str | None]]:
+    """(scheme, backend, triton bias path or None) in table order, each once."""
     out = []
     for scheme in args.schemes:
         for backend in [*args.backends, *ALWAYS_BACKENDS]:
-            out.append((scheme, backend))
-    out += [NO_BIAS, FLASH_ALIBI]
-    if isinstance(args.baseline, tuple):
-        out.append(args.baseline)
+            out += [(scheme, backend, v) for v in variants(scheme, backend, args)]
+    for pair in [*BASELINE_ROWS, *([args.baseline] if isinstance(args.baseline, tuple) else [])]:
+        out += [(*pair, v) for v in variants(*pair, args)]
     return list(dict.fromkeys(out))
 
 
-def build(scheme_name: str, args, max_len: int):
+def variants(scheme: str, backend: str, args) -> list[str | None]:
+    """The triton bias paths to measure for this case: [None] (the library default, or a case the
+    option does not change), or the paths asked for."""
+    if backend != "triton" or args.triton_bias == "default":
+        return [None]
+    from megatron.kernels.bias_table import bias_path
+
+    kernel = build(scheme, args, 16, device="cpu").fused_kernel()
+    if kernel is None or bias_path(kernel, "table") == bias_path(kernel, "inline"):
+        return [None]
+    return ["table", "inline"] if args.triton_bias == "both" else [args.triton_bias]
+
+
+def build(scheme_name: str, args, max_len: int, device=None):
     torch.manual_seed(0)  # same scheme parameters for every backend
     spec = PositionalSpec(num_heads=args.heads, head_dim=args.head_dim, hidden_size=args.heads * args.head_dim,
                           max_position_embeddings=max_len)
-    return build_scheme(scheme_name, spec).to(args.device)
+    return build_scheme(scheme_name, spec).to(device or args.device)
 
 
 def resolve(backend: str, scheme, args, training: bool):
@@ -178,8 +221,9 @@ def fwd_flops(batch: int, heads: int, length: int, head_dim: int) -> float:
     return 4.0 * batch * heads * length * length * head_dim / 2
 
 
-def measure(backend, scheme, args, length: int, batch: int, train: bool) -> float:
-    """Median seconds of one forward (no_grad) or forward+backward call at this length."""
+def measure(backend, scheme, args, length: int, batch: int, train: bool) -> tuple[float, bool]:
+    """(median seconds of one forward (no_grad) or forward+backward call at this length, slow):
+    slow when the first timed call took more than --max-call-seconds, which is then the figure."""
     dev, dtype = args.device, torch_dtype(args.dtype)
     shape = (batch, args.heads, length, args.head_dim)
     q, k, v = (torch.randn(shape, device=dev, dtype=dtype, requires_grad=train) for _ in range(3))
@@ -201,13 +245,22 @@ def measure(backend, scheme, args, length: int, batch: int, train: bool) -> floa
             for t in (q, k, v, *params):
                 t.grad = None
             forward().backward(grad_out)
-    return median_seconds(step, dev, args.warmup, args.reps)
+    if args.warmup:
+        step()  # compiles (triton, flex) and, with --autotune, tunes: never timed
+    first = median_seconds(step, dev, 0, 1)
+    if first > args.max_call_seconds:
+        return first, True
+    return median_seconds(step, dev, max(args.warmup - 1, 0), args.reps), False
 
 
-def run_cell(row: Row, backend, scheme, args, train: bool) -> None:
+def run_cell(row: Row, backend, scheme, args, train: bool) -> bool:
+    """Measure one cell into the row; True when it was too slow to measure longer lengths."""
     flops = fwd_flops(row.batch, args.heads, row.length, args.head_dim) * (3.5 if train else 1.0)
+    slow = False
     try:
-        seconds = measure(backend, scheme, args, row.length, row.batch, train)
+        seconds, slow = measure(backend, scheme, args, row.length, row.batch, train)
+        if slow:
+            row.notes.append(f"{'fwd+bwd' if train else 'fwd'}: one call (> {args.max_call_seconds:g} s)")
         tflops = flops / seconds / 1e12
         if train:
             row.fb_s, row.fb_tflops = seconds, tflops
@@ -224,9 +277,28 @@ def run_cell(row: Row, backend, scheme, args, train: bool) -> None:
             row.notes.append(f"{'fwd+bwd' if train else 'fwd'} {text}")
     finally:
         release_memory(args.device)
+    return slow
 
 
-def run_case(scheme_name: str, backend_name: str, args, progress) -> list[Row]:
+def run_case(scheme_name: str, backend_name: str, args, progress, variant: str | None = None) -> list[Row]:
+    """The case's rows; a triton bias path (variant) is set in the environment while it runs."""
+    saved = os.environ.get(BIAS_ENV)
+    if variant is not None:
+        os.environ[BIAS_ENV] = variant
+    try:
+        rows = _run_case(scheme_name, backend_name, args, progress)
+    finally:
+        if variant is not None:
+            if saved is None:
+                os.environ.pop(BIAS_ENV, None)
+            else:
+                os.environ[BIAS_ENV] = saved
+    for r in rows:
+        r.variant = variant
+    return rows
+
+
+def _run_case(scheme_name: str, backend_name: str, args, progress) -> list[Row]:
     lengths = [(n, True) for n in args.lengths] + [(n, False) for n in args.fwd_only_lengths]
     try:
         scheme = build(scheme_name, args, max(n for n, _ in lengths))
@@ -239,38 +311,53 @@ def run_case(scheme_name: str, backend_name: str, args, progress) -> list[Row]:
             f"skipped: inference: {infer_reason}; training: {train_reason}"
         return [Row(scheme_name, backend_name, None, notes=[note])]
     rows = []
-    for length, with_backward in lengths:
+    slow = {False: None, True: None}  # train? -> the length whose one call exceeded the limit
+    for length, with_backward in sorted(lengths):
         row = Row(scheme_name, backend_name, length, batch=max(1, args.tokens // length))
         if infer is None:
             row.fwd_cell, row.notes = "refused", [f"inference refused: {infer_reason}"]
+        elif slow[False] is not None:
+            row.fwd_cell = "skipped"
+            row.notes.append(f"fwd skipped: > {args.max_call_seconds:g} s per call at L={slow[False]}")
         else:
             progress(f"{scheme_name}/{backend_name} L={length} fwd")
             reset_peak_memory(args.device)
-            run_cell(row, infer, scheme, args, train=False)
+            if run_cell(row, infer, scheme, args, train=False):
+                slow[False] = length
             row.peak_gib = peak_memory_gib(args.device)
         if not with_backward:
             row.fb_cell = "fwd only"
         elif trainer is None:
             row.fb_cell, row.notes = "refused", row.notes + [f"training refused: {train_reason}"]
+        elif slow[True] is not None:
+            row.fb_cell = "skipped"
+            row.notes.append(f"fwd+bwd skipped: > {args.max_call_seconds:g} s per call at L={slow[True]}")
         else:
             progress(f"{scheme_name}/{backend_name} L={length} fwd+bwd")
             reset_peak_memory(args.device)
-            run_cell(row, trainer, scheme, args, train=True)
+            if run_cell(row, trainer, scheme, args, train=True):
+                slow[True] = length
             row.peak_gib = peak_memory_gib(args.device)
         rows.append(row)
     return rows
 
 
 def choose_baseline(args, rows: list[Row]) -> tuple[str, str]:
+    """--baseline, or the first of BASELINE_ORDER whose fwd+bwd ran at some length (flash-attn
+    ALiBi, else FlexAttention ALiBi: what a user would run instead; SDPA no-bias as a last resort,
+    e.g. on CPU where flex has no backward)."""
     if isinstance(args.baseline, tuple):
         return args.baseline
-    flash_ran = any((r.scheme, r.backend) == FLASH_ALIBI and r.fb_tflops is not None for r in rows)
-    return FLASH_ALIBI if flash_ran else NO_BIAS
+    for pair in BASELINE_ORDER:
+        if any((r.scheme, r.backend) == pair and r.variant is None and r.fb_tflops is not None for r in rows):
+            return pair
+    return NO_BIAS
 
 
 def add_ratios(rows: list[Row], baseline: tuple[str, str]) -> None:
     """Each row's TFLOP/s over the baseline's at the same length, both from this process."""
-    base = {r.length: r for r in rows if (r.scheme, r.backend) == baseline and r.length is not None}
+    base = {r.length: r for r in rows
+            if (r.scheme, r.backend) == baseline and r.variant is None and r.length is not None}
     for r in rows:
         b = base.get(r.length)
         if b is None:
@@ -295,25 +382,57 @@ HEADERS = ["scheme", "backend", "L", "B", "fwd ms", "fwd TFLOP/s", "fwd x base",
            "fwd+bwd TFLOP/s", "fwd+bwd x base", "peak GiB", "note"]
 
 
+def backend_label(r: Row) -> str:
+    return r.backend + (f" [{r.variant}]" if r.variant else "")
+
+
 def table(rows: list[Row], baseline: tuple[str, str]) -> str:
     out, previous = [], None
     for r in rows:
         note = "; ".join(r.notes)
-        if note and previous == (r.scheme, r.backend, note):
+        if note and previous == (r.scheme, backend_label(r), note):
             note = "as above"  # a refusal repeats on every length of its case
         else:
-            previous = (r.scheme, r.backend, note)
+            previous = (r.scheme, backend_label(r), note)
         name = r.scheme + (f" ({LABELS[(r.scheme, r.backend)]})" if (r.scheme, r.backend) in LABELS else "")
-        if (r.scheme, r.backend) == baseline:
+        if (r.scheme, r.backend) == baseline and r.variant is None:
             name += " **baseline**"
         if r.length is None:
-            out.append([name, r.backend, "all", "-", "-", "-", "-", "-", "-", "-", "-", note])
+            out.append([name, backend_label(r), "all", "-", "-", "-", "-", "-", "-", "-", "-", note])
             continue
         ms = lambda s: None if s is None else s * 1000.0  # noqa: E731
-        out.append([name, r.backend, r.length, r.batch, fmt(ms(r.fwd_s), r.fwd_cell), fmt(r.fwd_tflops),
+        out.append([name, backend_label(r), r.length, r.batch, fmt(ms(r.fwd_s), r.fwd_cell), fmt(r.fwd_tflops),
                     ratio(r.fwd_ratio), fmt(ms(r.fb_s), r.fb_cell), fmt(r.fb_tflops), ratio(r.fb_ratio),
                     fmt(r.peak_gib), note])
     return markdown_table(HEADERS, out, right=set(range(2, 11)))
+
+
+def summary_columns(rows: list[Row]) -> list[tuple[str, str, str | None]]:
+    """The summaries' columns: the baselines, then every triton case (issue 22's table)."""
+    keys = [(r.scheme, r.backend, r.variant) for r in rows if r.length is not None
+            and ((r.scheme, r.backend) in BASELINE_ROWS or r.backend == "triton")]
+    keys = list(dict.fromkeys(keys))
+    return sorted(keys, key=lambda k: (k[:2] not in BASELINE_ROWS, BASELINE_ROWS.index(k[:2])
+                                       if k[:2] in BASELINE_ROWS else 0))
+
+
+def summary(rows: list[Row], train: bool) -> str | None:
+    """TFLOP/s (x baseline) per length, one column per summary_columns case; None without any."""
+    columns = summary_columns(rows)
+    if not columns:
+        return None
+    cells = {(r.scheme, r.backend, r.variant, r.length): r for r in rows if r.length is not None}
+    lengths = sorted({r.length for r in rows if r.length is not None and (not train or r.fb_cell != "fwd only")})
+    header = ["L"] + [LABELS.get(k[:2], f"ours {k[0]}") + (f" [{k[2]}]" if k[2] else "") for k in columns]
+    body = []
+    for n in lengths:
+        line = [n]
+        for key in columns:
+            r = cells.get((*key, n))
+            tflops, rel = (None, None) if r is None else (r.fb_tflops, r.fb_ratio) if train else (r.fwd_tflops, r.fwd_ratio)
+            line.append("-" if tflops is None else fmt(tflops) + ("" if rel is None else f" ({rel:.2f}x)"))
+        body.append(line)
+    return markdown_table(header, body, right=set(range(len(header))))
 
 
 def report(args, rows: list[Row], baseline: tuple[str, str]) -> str:
@@ -330,7 +449,15 @@ def report(args, rows: list[Row], baseline: tuple[str, str]) -> str:
               "- TFLOP/s: causal count, fwd 4*B*H*L^2*D/2, fwd+bwd 3.5x that; fwd is an inference forward (no_grad)",
               "- peak GiB: torch.cuda.max_memory_allocated over the fwd+bwd cell (fwd cell for fwd-only lengths), "
               "inputs included" + ("; not measured on CPU ('-')" if dev.type == "cpu" else ""),
-              "", table(rows, baseline)]
+              f"- triton bias path: {args.triton_bias} (`[table]` / `[inline]` rows: KERPLE_TRITON_BIAS, "
+              "megatron/kernels/bias_table.py); launch configs: "
+              + ("autotuned and cached (KERPLE_TRITON_AUTOTUNE=1)" if args.autotune
+                 else "the cache or the untuned defaults (megatron/kernels/tuning.py)")]
+    for train, title in ((True, "fwd+bwd TFLOP/s (with parameter gradients)"), (False, "fwd TFLOP/s (inference)")):
+        text = summary(rows, train)
+        if text:
+            lines += ["", f"**{title}, x {baseline[0]} on {baseline[1]}:**", "", text]
+    lines += ["", "All cells:", "", table(rows, baseline)]
     return "\n".join(lines) + "\n"
 
 
@@ -341,8 +468,10 @@ def progress(msg: str) -> None:
 def run(args) -> tuple[list[Row], tuple[str, str], str]:
     """Measure every case; return the rows, the baseline used and the markdown section."""
     rows = []
-    for scheme_name, backend_name in cases(args):
-        rows += run_case(scheme_name, backend_name, args, progress)
+    if args.autotune:
+        os.environ["KERPLE_TRITON_AUTOTUNE"] = "1"
+    for scheme_name, backend_name, variant in cases(args):
+        rows += run_case(scheme_name, backend_name, args, progress, variant)
     baseline = choose_baseline(args, rows)
     add_ratios(rows, baseline)
     return rows, baseline, report(args, rows, baseline)

@@ -7,7 +7,8 @@ are timed on random tokens: forward, backward, gradient clipping (the config's v
 project's AdamW (megatron/training/optim.py). No DeepSpeed and no data pipeline, so the figure is
 the model's own cost. The table gives sec/step (median), tokens/s, peak GPU memory, the attention
 backend "auto" chose (GPTModel.backend, read back from the trained model) and the overhead over
-`none` (no positional information) measured in the same process.
+`none` (no positional information) measured in the same process, then the paper's Table 4
+ratios (KERPLE-log against ALiBi, `none`, sinusoidal, ...) beside the paper's own and issue 22's goals.
 
 Precision: `autocast` (bf16 autocast over fp32 weights, the CUDA default), `bf16` (weights cast
 to bf16, as DeepSpeed's bf16 mode does) or `fp32` (the CPU default). Note that under autocast
@@ -50,6 +51,14 @@ DEFAULTS = {"steps": 20, "warmup": 5, "model_overrides": []}
 QUICK = {"steps": 5, "warmup": 2, "micro_batch": 4, "seq_length": 128, "threads": 1,
          "model_overrides": ["num-layers=2", "hidden-size=64", "num-attention-heads=4", "padded-vocab-size=512"]}
 PRECISIONS = ("autocast", "bf16", "fp32")
+# The paper's Table 4 (arXiv 2205.09921): sec/step of its 162M model on one A100-40GB, unfused
+# attention with the bias materialised. It has no `none` row.
+PAPER_SEC_PER_STEP = {"kerple_log": 0.307, "kerple_power_ap_": 0.321, "alibi": 0.302, "rpe": 0.340,
+                      "rotary": 0.332, "sinusoidal": 0.298}
+# (numerator, denominator, goal as the largest ratio - 1 allowed, or None): KERPLE-log against
+# each reference scheme, in the order the paper's text quotes them; goals from issue 22.
+RATIOS = [("kerple_log", "alibi", 0.02), ("kerple_log", "none", 0.05), ("kerple_log", "sinusoidal", None),
+          ("kerple_log", "rotary", None), ("kerple_log", "rpe", None), ("kerple_log", "kerple_power_ap_", None)]
 
 
 @dataclass
@@ -273,6 +282,34 @@ def add_overheads(results: list[Result]) -> None:
             r.overhead_pct = (r.sec_per_step / none.sec_per_step - 1.0) * 100.0
 
 
+def ratio_rows(results: list[Result], judge: bool = True) -> list[list[str]]:
+    """One row per RATIOS pair whose two schemes both ran: ours and the paper's sec/step ratio
+    (minus 1, in percent) and the goal, when there is one, with whether it is met. The goals are
+    for the paper's model on a GPU: `judge` False (a CPU run) shows them without a verdict."""
+    sec = {r.scheme: r.sec_per_step for r in results if r.sec_per_step}
+    rows = []
+    for num, den, goal in RATIOS:
+        if num not in sec or den not in sec:
+            continue
+        ours = sec[num] / sec[den] - 1.0
+        paper = PAPER_SEC_PER_STEP.get(num), PAPER_SEC_PER_STEP.get(den)
+        paper_cell = f"{(paper[0] / paper[1] - 1.0) * 100:+.1f}%" if None not in paper else "- (no such row)"
+        goal_cell = "-"
+        if goal is not None:
+            verdict = ("met" if ours <= goal else "not met") if judge else "a GPU goal, not judged here"
+            goal_cell = f"<= {goal * 100:+.0f}%: {verdict}"
+        rows.append([f"{num} vs {den}", f"{ours * 100:+.1f}%", paper_cell, goal_cell])
+    return rows
+
+
+def ratio_table(results: list[Result], judge: bool = True) -> str | None:
+    rows = ratio_rows(results, judge)
+    if not rows:
+        return None
+    return markdown_table(["sec/step ratio - 1", "ours (this run)", "paper Table 4 (A100, unfused)", "goal (issue 22)"],
+                          rows, right={1, 2})
+
+
 HEADERS = ["scheme", "backend", "params", "sec/step", "tokens/s", "peak GiB", "vs none", "note"]
 
 
@@ -321,6 +358,9 @@ def report(args, results: list[Result]) -> str:
                  "(token_losses, logits in 2048-token chunks), weights only in memory, seconds and peak GiB"]
                 if args.eval_length else []),
               "", table(results, args.attention_backend, args.eval_length)]
+    ratios = ratio_table(results, judge=dev.type == "cuda")
+    if ratios:
+        lines += ["", "The paper's Table 4 as ratios (same run; the paper's from its sec/step column):", "", ratios]
     return "\n".join(lines) + "\n"
 
 

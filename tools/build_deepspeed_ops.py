@@ -1,9 +1,10 @@
 #!/usr/bin/env python
 """Build (or find cached) the DeepSpeed op that every process-group start loads.
 
-DeepSpeed's TorchBackend JIT-compiles its shared-memory communication op on each start (~40-70 s
+On CPU, DeepSpeed's TorchBackend JIT-compiles its shared-memory communication op on each start (~40-70 s
 the first time on 2 cores). Building it once during `make setup` into TORCH_EXTENSIONS_DIR
-(default .venv/torch_extensions) makes every later training start take seconds.
+(default .venv/torch_extensions) makes every later CPU training start take seconds. Built for DeepSpeed's CPU accelerator on
+any machine: the CPU runs of a GPU machine (its test suite's included) load it too.
 """
 import os
 import sys
@@ -15,7 +16,12 @@ from megatron.training.distributed import set_cpu_defaults  # noqa: E402
 
 
 def main() -> int:
+    import torch
+
+    from megatron.device import select_deepspeed_accelerator
+
     set_cpu_defaults()
+    select_deepspeed_accelerator(torch.device("cpu"))
     start = time.perf_counter()
     from deepspeed.accelerator import get_accelerator
 

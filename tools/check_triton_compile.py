@@ -30,7 +30,7 @@ def main(argv=None) -> int:
     ap.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=list(SCHEMES))
     ap.add_argument("--dtypes", nargs="+", default=sorted(DTYPE_NAMES), choices=DTYPE_NAMES)
     ap.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
-    ap.add_argument("--quick", action="store_true", help="4 representative variants (what the tests compile)")
+    ap.add_argument("--quick", action="store_true", help="the representative variants the tests compile (compile_check.QUICK)")
     args = ap.parse_args(argv)
     for arch in args.arch:
         if arch not in SHARED_LIMIT:

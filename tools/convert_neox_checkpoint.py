@@ -13,6 +13,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from megatron.cli_args import int_at_least  # noqa: E402
 from megatron.errors import run_cli  # noqa: E402
 
 
@@ -20,10 +21,12 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--input", required=True, help="NeoX checkpoint directory holding `latest` and global_step<N>/")
     p.add_argument("--output", required=True, help="where to write the converted checkpoint")
-    p.add_argument("--iteration", type=int, default=None, help="convert global_step<N> instead of latest")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing --output directory (all of it; without this flag it is refused)")
+    p.add_argument("--iteration", type=int_at_least(0), default=None, help="convert global_step<N> instead of latest")
     p.add_argument("--config", nargs="+", default=None,
                    help="the NeoX YAML files (default: the checkpoint's global_step<N>/configs/*.yml)")
-    from megatron.checkpoint.safe_load import add_load_flags
+    from megatron.checkpoint.trust import add_load_flags
     from megatron.config.precision import DTYPE_NAMES, torch_dtype
 
     p.add_argument("--dtype", choices=DTYPE_NAMES, default="fp32")
@@ -32,10 +35,12 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     from megatron.checkpoint.errors import CheckpointError
     from megatron.checkpoint.layout import detect_layout, is_neox
+    from megatron.checkpoint.output import check_output
     from megatron.checkpoint.reader import read_tp1_state
     from megatron.checkpoint.tags import tag_dir_of, tag_or_latest
     from megatron.checkpoint.writer import write_tp1_checkpoint
 
+    check_output(args.output, args.overwrite, args.input)  # before the (long) read
     dtype = torch_dtype(args.dtype)
     tag = tag_or_latest(args.iteration)
     tag_dir = tag_dir_of(args.input, tag)
@@ -44,7 +49,7 @@ def main(argv=None) -> int:
                               "(tools/merge_tp_checkpoint.py merges its tensor-parallel shards)")
     ck = read_tp1_state(args.input, tag, config=args.config, trust=args.trust_checkpoint, dtype=dtype,
                         allow_nonfinite=args.allow_nonfinite)
-    out = write_tp1_checkpoint(ck, args.output)
+    out = write_tp1_checkpoint(ck, args.output, args.overwrite)
     print(f"wrote {out}")
     return 0
 

@@ -5,6 +5,9 @@ AutoTokenizer.from_pretrained(out, trust_remote_code=True), as config.json names
 
     python tools/export_hf.py --checkpoint runs/quickstart/checkpoints --out hf/quickstart
     python tools/export_hf.py --checkpoint CKPT --out OUT --dtype bf16 --iteration 400
+
+The directory is written whole (a temporary directory renamed into place); an existing --out is
+refused unless --overwrite, which replaces all of it (no file of the earlier export is kept).
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from megatron.cli_args import int_at_least  # noqa: E402
 from megatron.errors import run_cli  # noqa: E402
 
 
@@ -21,26 +25,37 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", required=True, help="directory holding `latest` and global_step<N>/")
     p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--iteration", type=int, default=None)
+    p.add_argument("--iteration", type=int_at_least(0), default=None)
     from megatron.config.precision import DTYPE_NAMES
 
     p.add_argument("--dtype", choices=DTYPE_NAMES, default="fp32")
     p.add_argument("--no-tokenizer", action="store_true", help="do not write tokenizer files")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing --out directory (all of it; without this flag it is refused)")
+    from megatron.device import add_device_flag
+
+    add_device_flag(p, " (the checkpoint is loaded there; the files written are the same)")
     p.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key of the checkpoint, e.g. -o vocab-file=data/tok.json")
-    from megatron.checkpoint.safe_load import add_load_flags, apply_trust_flag
+    from megatron.checkpoint.trust import add_load_flags, apply_trust_flag
 
     add_load_flags(p)
     args = p.parse_args(argv)
     apply_trust_flag(args)
-    from megatron.checkpoint.tags import tag_or_latest
+    from megatron.atomic_io import refuse_existing_output
+    from megatron.checkpoint.tags import resolve_tag, tag_or_latest
+
+    resolve_tag(args.checkpoint, tag_or_latest(args.iteration))  # a missing checkpoint: answered before torch loads
+    refuse_existing_output(args.out, args.overwrite, "--out")  # and an earlier export
+    from megatron.device import device_from_flag
     from megatron.evaluation.load import load_checkpoint_model
     from megatron.interop.hf_export import export_hf
     from megatron.launcher import parse_overrides
 
+    device = device_from_flag(args.device, "export_hf.py")
     model, cfg, _ = load_checkpoint_model(args.checkpoint, tag_or_latest(args.iteration), parse_overrides(args.override) or None,
-                                          allow_nonfinite=args.allow_nonfinite)
-    info = export_hf(model, cfg, args.out, args.dtype, tokenizer=not args.no_tokenizer)
+                                          device, allow_nonfinite=args.allow_nonfinite)
+    info = export_hf(model, cfg, args.out, args.dtype, tokenizer=not args.no_tokenizer, overwrite=args.overwrite)
     print(f"wrote {info['out']}: {info['tensors']} tensors, pos-emb {info['pos_emb']}, "
           f"tokenizer {info['tokenizer'] or 'none (no HF equivalent of the training tokenizer)'}")
     return 0

@@ -30,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from aggregate_results import add_common_args, build_report  # noqa: E402
 
+from megatron.atomic_io import atomic_output  # noqa: E402
 from megatron.errors import run_cli  # noqa: E402
 
 
@@ -111,7 +112,7 @@ def records_report(records_dir: str, out_dir: str, log=print) -> None:
             log(f"wrote {path}")
     rows = drift_rows(records)
     path = os.path.join(out_dir, "drift.md")
-    with open(path, "w") as f:
+    with atomic_output(path, fsync=False) as tmp, open(tmp, "w") as f:
         f.write("# Do the learned positional parameters still move? (last 20% of training)\n\n")
         f.write(drift_markdown(rows) if rows else "No record has per-head positional parameters.\n")
     log(f"wrote {path}")

@@ -5,7 +5,10 @@
 
 Writes <output>/latest, <output>/global_stepN/mp_rank_00_model_states.pt (module + client state
 with model_parallel_size 1; no optimizer state), resolved_config.yml (model-parallel-size 1) and
-configs/. evaluate.py also merges automatically in memory, so this is for keeping a TP=1 copy.
+configs/, all at once (a temporary directory renamed into place). An existing --output is
+refused unless --overwrite, which replaces the whole directory: merging into a training run's own
+checkpoint directory would otherwise replace a step without its optimizer state and move `latest`
+backwards. evaluate.py also merges automatically in memory, so this is for keeping a TP=1 copy.
 Any layout megatron/checkpoint/reader.py reads works as input (pipeline layer files, ZeRO-3 too).
 """
 from __future__ import annotations
@@ -16,6 +19,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from megatron.cli_args import int_at_least  # noqa: E402
 from megatron.errors import run_cli  # noqa: E402
 
 
@@ -23,18 +27,25 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--input", required=True, help="checkpoint directory holding `latest` and global_step<N>/")
     p.add_argument("--output", required=True, help="directory for the TP=1 checkpoint")
-    p.add_argument("--iteration", type=int, default=None, help="merge global_step<N> instead of latest")
-    from megatron.checkpoint.safe_load import add_load_flags, apply_trust_flag
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing --output directory (all of it; without this flag it is refused)")
+    p.add_argument("--iteration", type=int_at_least(0), default=None, help="merge global_step<N> instead of latest")
+    from megatron.checkpoint.trust import add_load_flags, apply_trust_flag
 
     add_load_flags(p)
     args = p.parse_args(argv)
     apply_trust_flag(args)
+    from megatron.checkpoint.tags import resolve_tag, tag_or_latest
+
+    resolve_tag(args.input, tag_or_latest(args.iteration))  # a missing checkpoint: answered before torch loads
+    from megatron.checkpoint.output import check_output
+
+    check_output(args.output, args.overwrite, args.input)  # and an existing output
     from megatron.checkpoint.reader import read_tp1_state
-    from megatron.checkpoint.tags import tag_or_latest
     from megatron.checkpoint.writer import write_tp1_checkpoint
 
     ck = read_tp1_state(args.input, tag_or_latest(args.iteration), allow_nonfinite=args.allow_nonfinite)
-    out = write_tp1_checkpoint(ck, args.output)
+    out = write_tp1_checkpoint(ck, args.output, args.overwrite)
     print(f"[checkpoint] wrote TP=1 checkpoint {out}")
     return 0
 

@@ -21,6 +21,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from anywhere
 
+from megatron.cli_args import int_at_least
 from megatron.data.corpora import CORPORA
 from megatron.data.corpora.pile import pile_corpus
 from megatron.data.corpora.prepare import prepare_corpus
@@ -33,10 +34,12 @@ def parse_args(argv=None):
     p.add_argument("--data-dir", default="data", help="outputs go to DATA_DIR/<corpus>/, downloads to DATA_DIR/downloads/")
     p.add_argument("--tokenizer", choices=("bpe", "gpt2", "neox"), default="bpe",
                    help="bpe: train our own byte-level BPE (default); gpt2: GPT-2 r50k; neox: GPT-NeoX-20B")
-    p.add_argument("--vocab-size", type=int, default=8192, help="BPE vocabulary size, special tokens included (bpe only)")
+    p.add_argument("--vocab-size", type=int_at_least(1), default=8192,
+                   help="BPE vocabulary size, special tokens included (bpe only)")
     p.add_argument("--max-mb", type=float, default=None, help="stop collecting documents after this many MB of text")
-    p.add_argument("--max-files", type=int, default=None, help="stop collecting documents after this many files")
-    p.add_argument("--workers", type=int, default=1, help="tokenizer processes (1 = batched in-process, already multi-threaded)")
+    p.add_argument("--max-files", type=int_at_least(1), default=None, help="stop collecting documents after this many files")
+    p.add_argument("--workers", type=int_at_least(1), default=1,
+                   help="tokenizer processes (1 = batched in-process, already multi-threaded)")
     p.add_argument("--force", action="store_true", help="rebuild every step even if its outputs exist")
     p.add_argument("--input", default=None, help="pile: comma-separated Pile-format .jsonl.zst files")
     p.add_argument("--name", default=None, help="pile: name of the output corpus (DATA_DIR/NAME/)")

@@ -14,6 +14,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from anywhere
 
+from megatron.cli_args import int_at_least
 from megatron.data.preprocess import preprocess
 from megatron.errors import DataError, UserError, run_cli
 from megatron.tokenizer import build_tokenizer
@@ -27,7 +28,7 @@ def get_args(argv=None) -> argparse.Namespace:
                    help="comma-separated files or directories (.jsonl, .jsonl.zst, .txt, ... as lm_dataformat reads)")
     g.add_argument("--jsonl-keys", nargs="+", default=["text"],
                    help="names the output files; text is read from 'text' (as in NeoX)")
-    g.add_argument("--num-docs", type=int, default=None, help="stop after this many documents")
+    g.add_argument("--num-docs", type=int_at_least(1), default=None, help="stop after this many documents")
     g = p.add_argument_group("tokenizer")
     g.add_argument("--tokenizer-type", required=True, choices=TOKENIZER_TYPES + NEOX_ONLY_TYPES)
     g.add_argument("--vocab-file", default=None)
@@ -40,8 +41,8 @@ def get_args(argv=None) -> argparse.Namespace:
     g.add_argument("--overwrite", action="store_true",
                    help="replace a dataset that already exists at the output prefix (refused otherwise)")
     g = p.add_argument_group("runtime")
-    g.add_argument("--workers", type=int, default=1)
-    g.add_argument("--log-interval", type=int, default=100)
+    g.add_argument("--workers", type=int_at_least(1), default=1)
+    g.add_argument("--log-interval", type=int_at_least(0), default=100, help="documents between progress lines (0 = none)")
     return p.parse_args(argv)
 
 

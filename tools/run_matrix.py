@@ -25,7 +25,6 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from megatron.errors import UserError, run_cli  # noqa: E402
-from megatron.evaluation.run_record import record_complete, write_record  # noqa: E402
 from megatron.experiments import read_matrix  # noqa: E402
 from megatron.training.metrics_file import metrics_path  # noqa: E402
 
@@ -55,6 +54,8 @@ def window_size(windowed: str | None, full_eval: str) -> int | None:
 def run_one(base: list[str], r, eval_args: list[str], windowed: str | None, records: str | None = None) -> str:
     """Train (resuming), evaluate, optionally evaluate windowed and write the run's record; each
     step skipped when done."""
+    from megatron.evaluation.run_record import record_complete, write_record  # torch: after the CLI is parsed
+
     record = os.path.join(records, r.name) if records else None
     if record and record_complete(record):
         return "skipped (record complete)"

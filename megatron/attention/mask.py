@@ -42,6 +42,22 @@ def allowed_mask(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None = 
     return (allowed & (real_key[:, None, :] | (diff == 0)))[:, None]  # (B, 1, Lq, Lk)
 
 
+def query_blocks(q_pos: torch.Tensor, k_pos: torch.Tensor, span: int | None):
+    """[(query slice, key index or slice)]: the queries cut into runs of `span` rows, each with
+    the keys it may see causally (k_pos <= its last query), for a scheme whose rotation holds
+    only `span` positions per call (PositionalScheme.max_query_span). One block, all keys, when
+    the call fits (or span is None): the unblocked call, bit for bit."""
+    L = q_pos.numel()
+    if span is None or L <= span or q_pos.numel() == 0:
+        return [(slice(None), slice(None))]
+    blocks = []
+    for s in range(0, L, span):
+        rows = slice(s, min(s + span, L))
+        keys = (k_pos <= q_pos[rows].max()).nonzero().squeeze(1)  # (Lk_block,) indices
+        blocks.append((rows, keys))
+    return blocks
+
+
 def check_row_starts(row_starts: torch.Tensor | None, batch: int, values: bool = True) -> None:
     """Raise unless row_starts is None or a (batch,) integer tensor of starts >= 0. values=False
     checks only the shape and dtype (no device sync: the fused kernel's per-call check; the model

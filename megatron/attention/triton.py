@@ -30,6 +30,11 @@ def _interpreting() -> bool:
 @register_backend("triton", priority=20)
 class TritonAttention(AttentionBackend):
     def unsupported_reason(self, scheme, device, dtype, training, dropout=False):
+        # Scheme and dropout first: they hold on every machine, so the message is the same everywhere.
+        if scheme.fused_kernel() is None:
+            return f"pos-emb {scheme.name!r} has no fused description (PositionalScheme.fused_kernel)"
+        if dropout:
+            return "the fused kernel has no attention dropout (set attention-dropout 0, as the paper does)"
         if importlib.util.find_spec("triton") is None:
             return "triton is not installed (pip install triton)"
         if device.type == "cpu" and not _interpreting():
@@ -39,10 +44,6 @@ class TritonAttention(AttentionBackend):
             return f"no Triton driver for device {device.type!r}"
         if dtype not in (torch.float32, torch.bfloat16, torch.float16):
             return f"dtype {dtype} is not supported (float32, bfloat16, float16)"
-        if scheme.fused_kernel() is None:
-            return f"pos-emb {scheme.name!r} has no fused description (PositionalScheme.fused_kernel)"
-        if dropout:
-            return "the fused kernel has no attention dropout (set attention-dropout 0, as the paper does)"
         return None
 
     def auto_rank(self, scheme, device, dtype, training):

@@ -23,18 +23,13 @@ def check_positive(parser: argparse.ArgumentParser, **values) -> None:
 
 
 def pick_device(parser: argparse.ArgumentParser, name: str) -> torch.device:
-    """'auto' -> cuda when available, else cpu; an explicit 'cuda' without a GPU is an error."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """--device as every entry point reads it (megatron/device.py); a bad one is argparse's error."""
+    from megatron.device import DeviceError, resolve_device
+
     try:
-        device = torch.device(name)
-    except RuntimeError:
-        parser.error(f"--device {name!r} is not a device; use auto, cpu or cuda[:N]")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda but torch sees no GPU; use --device cpu (or auto)")
-    if device.type not in ("cpu", "cuda"):
-        parser.error(f"--device {name!r}: only cpu and cuda are benchmarked")
-    return device
+        return resolve_device(name)
+    except DeviceError as e:
+        parser.error(str(e))
 
 
 def parse_overrides(parser: argparse.ArgumentParser, items: list[str]) -> dict:

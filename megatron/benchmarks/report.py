@@ -17,6 +17,8 @@ import shlex
 
 import torch
 
+from megatron.atomic_io import atomic_output
+
 SECTION_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 
 
@@ -94,5 +96,5 @@ def replace_section(path: str, section: str, body: str) -> None:
     else:
         text = (text.rstrip() + "\n\n" if text.strip() else "# Benchmarks\n\n") + block + "\n"
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
+    with atomic_output(path, fsync=False) as tmp, open(tmp, "w") as f:  # a crash never truncates the doc
         f.write(text)

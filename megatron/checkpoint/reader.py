@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import torch
 
 from megatron.checkpoint import safe_load
-from megatron.checkpoint.client import client_state
+from megatron.checkpoint.client import CHECKED_ARGS, client_state
+from megatron.checkpoint.compat import refuse_shape_change
 from megatron.checkpoint.errors import CheckpointError
 from megatron.checkpoint.layout import (
     MODEL_FILE,
@@ -124,4 +125,10 @@ def _our_config(tag_dir: str, overrides: dict | None):
     cfg = NeoXConfig.from_file(resolved)
     if cfg.parallel.model_parallel_size != 1:
         overrides = {"model_parallel_size": 1, **(overrides or {})}
-    return cfg.replace(**overrides) if overrides else cfg
+    if not overrides:
+        return cfg
+    new = cfg.replace(**overrides)
+    refuse_shape_change(tag_dir, {k: getattr(cfg.model, k) for k in CHECKED_ARGS},
+                        {k: getattr(new.model, k) for k in CHECKED_ARGS},
+                        "Drop those -o overrides: a checkpoint is loaded as the model it was trained as", label="-o")
+    return new

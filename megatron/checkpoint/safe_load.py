@@ -24,11 +24,7 @@ import torch
 
 from megatron.checkpoint.errors import CheckpointError, UnsafeCheckpointError
 from megatron.checkpoint.finite import check_finite
-
-TRUST_ENV = "KERPLE_TRUST_CHECKPOINT"
-TRUST_HINT = (f"if you trust where it came from, pass --trust-checkpoint (evaluate.py, generate.py, train.py, "
-              f"deepy.py, tools/export_hf.py, tools/convert_neox_checkpoint.py, tools/merge_tp_checkpoint.py) or "
-              f"set {TRUST_ENV}=1")
+from megatron.checkpoint.trust import TRUST_HINT, trusted_from_env
 
 # Data-only DeepSpeed classes its ZeRO/fp16 optimizer files contain (checked by saving real
 # checkpoints through the Trainer: tests/integration/test_checkpoint_safety.py). Named, not
@@ -39,25 +35,6 @@ DEEPSPEED_GLOBALS = (
     "deepspeed.runtime.zero.config.ZeroStageEnum",  # optimizer_state_dict.zero_stage (an int Enum)
     "deepspeed.utils.tensor_fragment.fragment_address",  # ZeRO-1/2 param_slice_mappings (numel, start)
 )
-
-
-def add_trust_flag(parser) -> None:
-    parser.add_argument("--trust-checkpoint", action="store_true",
-                        help="read checkpoint files with the full (code-executing) unpickler when safe loading "
-                             f"(weights_only=True) refuses them; only for files you trust (same as {TRUST_ENV}=1)")
-
-
-def add_load_flags(parser) -> None:
-    """--trust-checkpoint and --allow-nonfinite, the same on every CLI that reads checkpoints."""
-    add_trust_flag(parser)
-    parser.add_argument("--allow-nonfinite", action="store_true",
-                        help="load a checkpoint even when its tensors hold NaN/inf (refused by default)")
-
-
-def apply_trust_flag(args) -> None:
-    """--trust-checkpoint -> KERPLE_TRUST_CHECKPOINT=1, so every reader (and child process) sees it."""
-    if getattr(args, "trust_checkpoint", False):
-        os.environ[TRUST_ENV] = "1"
 
 
 def _numpy_globals() -> list:
@@ -100,10 +77,6 @@ def _describe_refusal(message: str) -> str:
         return f"it contains {name}"
     lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
     return (lines or ["unknown object"])[-1][:200]
-
-
-def trusted_from_env() -> bool:
-    return os.environ.get(TRUST_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
 def _restricted_load(path: str, **kwargs):

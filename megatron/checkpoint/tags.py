@@ -14,12 +14,10 @@ from __future__ import annotations
 import os
 import re
 
-from megatron.atomic_io import atomic_output, fsync_path
+from megatron.atomic_io import atomic_output, clean_stale_temporaries, fsync_path
 from megatron.checkpoint.errors import CheckpointError
 
 LATEST = "latest"
-TMP_PREFIX = LATEST + ".tmp"
-_TMP = re.compile(re.escape(TMP_PREFIX) + r"(\d+)")
 TAG_PREFIX = "global_step"
 _STEP_TAG = re.compile(re.escape(TAG_PREFIX) + r"(\d+)")
 
@@ -98,42 +96,44 @@ def resolve_tag(ckpt_dir: str, tag: str | None = None) -> str:
         return check_tag(tag, ckpt_dir, "--iteration / the requested tag")
     found = read_latest(ckpt_dir)
     if found is None:
+        steps = steps_in(ckpt_dir)
+        if steps:
+            raise CheckpointError(f"{missing_latest(ckpt_dir, steps)}; name the step to read with --iteration "
+                                  f"(e.g. --iteration {steps[-1]})")
         raise CheckpointError(f"{ckpt_dir!r} has no `latest` file; pass the checkpoint directory that holds `latest` "
                      "and global_step<N>/, or name a step with --iteration")
     return found
 
 
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's live process
-        return True
-    return True
-
-
-def clean_stale_tmp(ckpt_dir: str) -> list[str]:
-    """Remove `latest.tmp<pid>` files whose writer is gone (or is this process, which is not
-    writing now); returns the removed paths. A live writer's file is left alone."""
-    removed = []
+def steps_in(ckpt_dir: str) -> list[int]:
+    """The steps of the complete global_step<N> directories in ckpt_dir, in order (a save still
+    being written is `global_step<N>.incomplete`, not a step)."""
     try:
         names = os.listdir(ckpt_dir)
     except FileNotFoundError:
-        return removed
-    for name in names:
-        m = _TMP.fullmatch(name)
-        if m is None:
-            continue
-        pid = int(m.group(1))
-        if pid != os.getpid() and _process_alive(pid):
-            continue
-        try:
-            os.remove(os.path.join(ckpt_dir, name))
-            removed.append(os.path.join(ckpt_dir, name))
-        except FileNotFoundError:  # its writer finished meanwhile
-            pass
-    return removed
+        return []
+    return sorted(n for d in names if (n := step_of(d)) is not None and os.path.isdir(os.path.join(ckpt_dir, d)))
+
+
+def describe_steps(steps: list[int], shown: int = 6) -> str:
+    """'global_step2, global_step4' (the last `shown` of many, with a count)."""
+    names = ", ".join(tag_for(s) for s in steps[-shown:])
+    return names if len(steps) <= shown else f"{len(steps)} steps, up to ... {names}"
+
+
+def missing_latest(ckpt_dir: str, steps: list[int]) -> str:
+    """The first half of every refusal of a directory with steps but no `latest`."""
+    path = os.path.join(ckpt_dir, LATEST)
+    return (f"checkpoint directory {ckpt_dir!r} holds checkpoints {describe_steps(steps)} but has no `latest` file "
+            f"(deleted, or not synced yet), so which step to read is unknown; to use the newest, write its name "
+            f"into {path} (echo {tag_for(steps[-1])} > {path})")
+
+
+def clean_stale_tmp(ckpt_dir: str) -> list[str]:
+    """Remove `latest.tmp<pid>` files whose writer is gone (megatron/atomic_io.py); returns the
+    removed paths (in the directory as given)."""
+    removed = clean_stale_temporaries(os.path.join(ckpt_dir, LATEST))
+    return [os.path.join(ckpt_dir, os.path.basename(p)) for p in removed]
 
 
 def write_latest(ckpt_dir: str, tag: str) -> None:

@@ -1,7 +1,7 @@
 """The one TP=1 checkpoint writer (tools/merge_tp_checkpoint.py, tools/convert_neox_checkpoint.py),
 and the words for a failed write (shared with training's Checkpointer):
 
-    <out>/latest                                     written last: never names a partial directory
+    <out>/latest                                     the whole <out> is published at once (temp dir + rename)
     <out>/global_stepN/mp_rank_00_model_states.pt    {module, optimizer: None, client state}
     <out>/global_stepN/resolved_config.yml           the config as read, TP=1
     <out>/global_stepN/configs/<original yml>
@@ -17,9 +17,11 @@ import shutil
 
 import torch
 
+from megatron.atomic_io import atomic_directory
 from megatron.checkpoint.client import model_args
-from megatron.checkpoint.errors import CheckpointError, CheckpointSaveError
+from megatron.checkpoint.errors import CheckpointSaveError
 from megatron.checkpoint.layout import CONFIGS_DIR, MODEL_FILE, RESOLVED_CONFIG, is_neox
+from megatron.checkpoint.output import check_output
 from megatron.checkpoint.tags import write_latest
 
 # torch.save's C++ writer reports a failed write (ENOSPC included) as a RuntimeError with these words
@@ -65,14 +67,27 @@ def torch_save_file(obj, path: str) -> None:
                                   "it was not changed. Free space there or choose another --output") from e
 
 
-def write_tp1_checkpoint(ck, output_dir: str) -> str:
-    """Write `ck` (a reader.Tp1Checkpoint) as a TP=1 checkpoint in our layout under output_dir, with
-    the same step tag; returns the written step directory. A NeoX source gets our client state
-    (model args, config, where it came from); ours keeps its own (already saying TP=1)."""
+def holds_optimizer_state(tag_dir: str, trust: bool = False) -> bool:
+    """False for a weights-only step (what write_tp1_checkpoint writes: `optimizer` None and no
+    ZeRO optimizer partitions). Reads the model file: call it on a failure path only."""
+    import glob
+
+    from megatron.checkpoint.safe_load import read_checkpoint_file
+
+    if glob.glob(os.path.join(tag_dir, "*optim_states.pt")):
+        return True
+    path = os.path.join(tag_dir, MODEL_FILE)
+    return os.path.isfile(path) and read_checkpoint_file(path, trust, allow_nonfinite=True).get("optimizer") is not None
+
+
+def write_tp1_checkpoint(ck, output_dir: str, overwrite: bool = False) -> str:
+    """Write `ck` (a reader.Tp1Checkpoint) as a TP=1 checkpoint in our layout, the whole of
+    output_dir (`latest` + the step, same tag), published at once (atomic_directory); an existing
+    output_dir is replaced only with overwrite. Returns the written step directory. A NeoX source
+    gets our client state (model args, config, where it came from); ours keeps its own (already
+    saying TP=1)."""
     tag = os.path.basename(os.path.normpath(ck.tag_dir))
-    out = os.path.join(output_dir, tag)
-    if os.path.abspath(out) == os.path.abspath(ck.tag_dir):
-        raise CheckpointError("--output must differ from --input: the checkpoint it reads is never overwritten")
+    check_output(output_dir, overwrite, os.path.dirname(os.path.normpath(ck.tag_dir)))
     if is_neox(ck.layout):
         client = {"iteration": ck.client.get("iteration", 0), "args": model_args(ck.cfg, ck.vocab_size),
                   "config": ck.cfg.to_flat_dict(), "converted_from": os.path.abspath(ck.tag_dir),
@@ -80,11 +95,14 @@ def write_tp1_checkpoint(ck, output_dir: str) -> str:
         header = f"converted from {ck.tag_dir} ({ck.layout})"
     else:
         client, header = ck.client, f"merged to TP=1 from {ck.tag_dir}"
-    os.makedirs(out, exist_ok=True)
-    torch_save_file({**client, "module": ck.state, "optimizer": None}, os.path.join(out, MODEL_FILE))
-    if os.path.isdir(os.path.join(ck.tag_dir, CONFIGS_DIR)):
-        shutil.copytree(os.path.join(ck.tag_dir, CONFIGS_DIR), os.path.join(out, CONFIGS_DIR), dirs_exist_ok=True)
-    if ck.cfg is not None:
-        ck.cfg.save(os.path.join(out, RESOLVED_CONFIG), header=header)
-    write_latest(output_dir, tag)  # last: never names a partial directory
-    return out
+    os.makedirs(os.path.dirname(os.path.abspath(output_dir)), exist_ok=True)
+    with atomic_directory(output_dir) as tmp:
+        out = os.path.join(tmp, tag)
+        os.makedirs(out)
+        torch_save_file({**client, "module": ck.state, "optimizer": None}, os.path.join(out, MODEL_FILE))
+        if os.path.isdir(os.path.join(ck.tag_dir, CONFIGS_DIR)):
+            shutil.copytree(os.path.join(ck.tag_dir, CONFIGS_DIR), os.path.join(out, CONFIGS_DIR))
+        if ck.cfg is not None:
+            ck.cfg.save(os.path.join(out, RESOLVED_CONFIG), header=header)
+        write_latest(tmp, tag)
+    return os.path.join(output_dir, tag)

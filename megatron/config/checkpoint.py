@@ -29,6 +29,16 @@ class CheckpointConfig:
     no_load_rng: bool = key(False, "Do not load RNG state.")
     finetune: bool = key(False, "Load weights only and start at iteration 0.")
     iteration: int | None = key(None, "Load this step instead of the one `latest` names.", ge=0)
+    overwrite_checkpoints: bool = key(
+        False, "Let a run that does not resume from `save` start over there: the checkpoints `save` already "
+        "holds (global_step*/ and `latest`) are deleted before the first step. Without it such a run is refused, "
+        "naming the steps found: a fresh run (load unset, or load elsewhere) into a directory with another run's "
+        "checkpoints, or one whose `latest` is missing (deleted, or not synced). A run that resumes from `save` "
+        "is not affected, so the key can stay in a config that is re-run.")
+    allow_seq_length_change: bool = key(
+        False, "Resume a checkpoint whose run used another seq-length. Refused by default: samples are "
+        "cut at seq-length, so the resumed run would read a different sample order than the saved data "
+        "position assumes (some text twice, some never). With true it resumes, saying so.")
     allow_nonfinite_weights: bool = key(
         False, "Load a checkpoint even when its weights or optimizer state hold NaN/inf. By default such a "
         "checkpoint (saved by a run that had diverged) is refused, naming the file and the first offending "

@@ -5,6 +5,7 @@ and raised together, so a user fixes a config in one pass instead of one key per
 """
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 
 from megatron.errors import UserError
@@ -20,6 +21,27 @@ class Problem:
 
     def __str__(self) -> str:
         return self.message
+
+
+def close_matches(word: str, candidates, n: int = 3, cutoff: float = 0.6) -> list[str]:
+    """The candidates a typo most likely meant, nearest first: the one home of "did you mean" for
+    config keys, choice values, config file names and harness task names. Case and -/_ are
+    ignored (`kerple-log` means `kerple_log`)."""
+    def norm(s: str) -> str:
+        return s.lower().replace("-", "_")
+
+    by_norm: dict[str, str] = {}
+    for c in candidates:
+        by_norm.setdefault(norm(c), c)
+    if norm(word) in by_norm:  # only the case or a hyphen differs: that one, not its neighbours too
+        return [by_norm[norm(word)]]
+    return [by_norm[m] for m in difflib.get_close_matches(norm(word), list(by_norm), n=n, cutoff=cutoff)]
+
+
+def did_you_mean(word: str, candidates, quote=repr) -> str:
+    """'; did you mean X?' (or 'X or Y'), or '' when nothing is close."""
+    close = close_matches(word, candidates)
+    return f"; did you mean {' or '.join(map(quote, close))}?" if close else ""
 
 
 class ConfigError(UserError):

@@ -24,7 +24,8 @@ class LoggingConfig:
     wandb_mode: str = key(
         "offline", "W&B stays offline unless you opt in with online.",
         choices=("offline", "online", "disabled"))
-    log_interval: int = key(100, "Print and log training metrics every this many iterations.", ge=1)
+    log_interval: int = key(100, "Print and log training metrics every this many iterations (the console line averages "
+                            "them); before the first interval also at iterations 1, 2, 4, 8, ... with an ETA.", ge=1)
     log_grad_norm: bool = key(
         False, "Also log each parameter's gradient norm (grad_norm/<name>, before clipping) to "
         "metrics.jsonl, TensorBoard and W&B; the global gradient norm (grad_norm) is always logged. "

@@ -21,9 +21,15 @@ class ParallelConfig:
     master_addr: str | None = key(None, "Rendezvous address; null = the launcher's choice.")
     master_port: int = key(29500, "Rendezvous port.", ge=1, le=65535)
     launcher: str = key("pdsh", "Multi-node launcher.", choices=("pdsh", "openmpi", "mvapich", "slurm"))
+    device: str = key(
+        "auto", "Where training computes: `auto` (the GPU when torch sees one, unless the environment "
+        "sets DS_ACCELERATOR=cpu; else the CPU), `cpu` (also on a GPU machine: DeepSpeed's CPU "
+        "accelerator, a gloo process group, one process unless num-gpus says more) or `cuda`. "
+        "Evaluation and generation take the same choice as `--device`.",
+        choices=("auto", "cpu", "cuda"))
     distributed_backend: str = key(
-        "nccl", "torch.distributed backend on GPU; on CPU gloo is used whatever this says.",
-        inert=True)
+        "nccl", "torch.distributed backend of a GPU run; a CPU run (device: cpu, or no GPU) uses gloo "
+        "whatever this says, since nccl cannot move CPU tensors.", choices=("nccl", "gloo"))
 
     def check(self) -> list[tuple[str, str]]:
         return []

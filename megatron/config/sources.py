@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import yaml
 
-from megatron.config.errors import FILE, Problem
+from megatron.config.errors import FILE, Problem, did_you_mean
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,19 @@ def _decode(path: str, raw: bytes) -> tuple[str | None, Problem | None]:
                              f"0x{raw[e.start]:02x}; save the file as UTF-8")
 
 
+def did_you_mean_file(path: str, suffixes: tuple[str, ...] = (".yml", ".yaml")) -> str:
+    """'; did you mean DIR/quickstart.yml?' for `quickstart.yaml` or `quikstart.yml`: the files with
+    these suffixes beside the missing one with a close name (the extension left out of the comparison)."""
+    folder = os.path.dirname(path)
+    try:
+        names = [n for n in os.listdir(folder or ".") if n.endswith(suffixes)]
+    except OSError:
+        return ""
+    stems = {os.path.splitext(n)[0]: n for n in sorted(names)}
+    stem = os.path.splitext(os.path.basename(path))[0]
+    return did_you_mean(stem, stems, quote=lambda c: os.path.join(folder, stems[c]))
+
+
 def read_file(path) -> tuple[str | None, dict | None, Problem | None]:
     """(raw text, top-level mapping, problem)."""
     path = os.fspath(path)
@@ -71,7 +84,8 @@ def read_file(path) -> tuple[str | None, dict | None, Problem | None]:
         with open(path, "rb") as f:
             raw = f.read()
     except FileNotFoundError:
-        return None, None, Problem(FILE, f"config file not found: {path} (current directory: {os.getcwd()})")
+        return None, None, Problem(FILE, f"config file not found: {path} (current directory: {os.getcwd()})"
+                                   + did_you_mean_file(path))
     except OSError as e:
         return None, None, Problem(FILE, f"cannot read config file {path}: {e.strerror}")
     text, problem = _decode(path, raw)

@@ -5,9 +5,7 @@ rules run only when all its fields typed cleanly, so one typo never cascades int
 """
 from __future__ import annotations
 
-import difflib
-
-from megatron.config.errors import MISSING, UNKNOWN, VALUE, Problem
+from megatron.config.errors import MISSING, UNKNOWN, VALUE, Problem, close_matches, did_you_mean
 from megatron.config.fields import (
     choices_of,
     coerce,
@@ -29,7 +27,7 @@ def unknown_problem(raw_key: str, origin: str) -> Problem:
     for name in list(KEYS) + list(ALIASES):
         spellings[name] = name
         spellings[hyphen(name)] = name
-    close = difflib.get_close_matches(raw_key, list(spellings), n=6, cutoff=0.6)
+    close = close_matches(raw_key, list(spellings), n=6)
     style = hyphen if "-" in raw_key else (lambda s: s)
     seen = []
     for c in close:  # one suggestion per key, in the user's spelling style
@@ -54,7 +52,8 @@ def type_value(info: KeyInfo, raw, origin: str) -> tuple[object, Problem | None]
     if choices and isinstance(value, str):
         norm = normalise_choice(value, choices)
         if norm is None:
-            return None, value_problem(info.name, raw, origin, f"expected one of {', '.join(choices)}")
+            return None, value_problem(info.name, raw, origin,
+                                       f"expected one of {', '.join(choices)}{did_you_mean(value, choices)}")
         value = norm
     bound = range_problem(value, info.field.metadata)
     if bound:

@@ -25,7 +25,8 @@ import struct
 
 import numpy as np
 
-from megatron.atomic_io import atomic_output, fsync_path, remove_quietly, temp_path
+from megatron.atomic_io import atomic_output, clean_stale_temporaries, fsync_path, remove_quietly, temp_path
+from megatron.data.identity import check_pair, identity_path, write_identity
 from megatron.errors import DataError
 
 _MAGIC = b"MMIDIDX\x00\x00"
@@ -91,12 +92,18 @@ class MMapIndexedDatasetBuilder:
     long preprocessing run fails at once, and again at publish time).
     """
 
-    def __init__(self, bin_path: str, dtype=np.int64, overwrite: bool = False):
+    def __init__(self, bin_path: str, dtype=np.int64, overwrite: bool = False, tokenizer: dict | None = None):
+        """tokenizer: identity.tokenizer_identity() of the tokenizer that wrote the ids, recorded
+        in the dataset's identity sidecar (None: the pair is checked, the tokenizer is not)."""
+        self._tokenizer = tokenizer
         self._dtype = np.dtype(dtype)
         if self._dtype not in _CODE_OF:
             raise ValueError(f"unsupported token dtype {self._dtype}; use one of {sorted(map(str, _CODE_OF))}")
         self._bin_path = bin_path
         self._overwrite = overwrite
+        prefix = _prefix_of(bin_path)
+        for path in (bin_path, idx_path(prefix), identity_path(prefix)):  # a SIGKILLed earlier run's temporaries
+            clean_stale_temporaries(path)
         refuse_existing(_prefix_of(bin_path), overwrite)
         self._tmp_bin_path = temp_path(bin_path)
         self._data_file = open(self._tmp_bin_path, "wb")  # noqa: SIM115 (stays open until finalize)
@@ -141,7 +148,7 @@ class MMapIndexedDatasetBuilder:
 
     def finalize(self, idx_path: str) -> None:
         prefix = _prefix_of(self._bin_path)
-        tmp_idx = temp_path(idx_path)
+        tmp_idx, tmp_identity = temp_path(idx_path), temp_path(identity_path(prefix))
         try:
             self._data_file.close()
             if not self._sizes:
@@ -151,6 +158,7 @@ class MMapIndexedDatasetBuilder:
             write_index(tmp_idx, self._dtype, self._sizes, self._doc_idx, atomic=False)
             fsync_path(tmp_idx)
             MMapIndexedDataset.from_paths(tmp_idx, self._tmp_bin_path)  # the reader's full validation
+            write_identity(tmp_identity, self._tmp_bin_path, tmp_idx, self._tokenizer)
             refuse_existing(prefix, self._overwrite)
             # Two files cannot be swapped in one step. Readers open the .idx and check it against
             # the .bin, so the order is chosen so that no reader can ever pair files of two
@@ -160,12 +168,15 @@ class MMapIndexedDatasetBuilder:
             # a .bin without .idx, which the reader reports as missing (only with overwrite=True,
             # i.e. when the old dataset was meant to go). A reader that opened the old .idx an
             # instant before and the new .bin an instant after holds a mixed pair: its open-time
-            # validation (sizes and pointers against the .bin size) refuses it.
+            # validation (sizes and pointers against the .bin size) refuses it. The identity
+            # sidecar goes in just before the .idx, so a complete dataset always has its own.
             remove_quietly(idx_path)
             os.replace(self._tmp_bin_path, self._bin_path)
+            os.replace(tmp_identity, identity_path(prefix))
             os.replace(tmp_idx, idx_path)
         except BaseException:
             remove_quietly(tmp_idx)
+            remove_quietly(tmp_identity)
             self.abort()
             raise
 
@@ -327,6 +338,7 @@ class MMapIndexedDataset:
     def __init__(self, prefix: str):
         self.prefix = prefix
         self._open(idx_path(prefix), bin_path(prefix))
+        check_pair(prefix, idx_path(prefix), bin_path(prefix))  # the identity sidecar (identity.py)
 
     @classmethod
     def from_paths(cls, index_file: str, data_file: str) -> MMapIndexedDataset:

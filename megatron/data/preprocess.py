@@ -15,6 +15,7 @@ from concurrent.futures.process import BrokenProcessPool
 import numpy as np
 
 from megatron.data.documents import Document, read_documents
+from megatron.data.identity import tokenizer_identity
 from megatron.data.indexed import (
     MMapIndexedDatasetBuilder,
     best_dtype,
@@ -138,11 +139,14 @@ def preprocess(inputs, tokenizer, output_prefix: str, key: str = "text", append_
             raise DataError("--ftfy needs the ftfy package, which is not installed; install ftfy or drop --ftfy") from e
     if workers < 1:
         raise DataError(f"workers must be >= 1, got {workers}")
+    if num_docs is not None and num_docs < 1:  # islice would raise a ValueError naming no flag
+        raise DataError(f"num_docs (--num-docs) must be >= 1, got {num_docs}; leave it unset for every document")
     prefix = output_prefix_for(output_prefix, key)
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
     dtype = best_dtype(tokenizer.vocab_size)
     t0, docs, tokens, chars = time.time(), 0, 0, 0
-    with MMapIndexedDatasetBuilder(bin_path(prefix), dtype=dtype, overwrite=overwrite) as builder:
+    with MMapIndexedDatasetBuilder(bin_path(prefix), dtype=dtype, overwrite=overwrite,
+                                   tokenizer=tokenizer_identity(tokenizer)) as builder:
         documents = itertools.islice(read_documents(inputs), num_docs)
         for doc, ids in _encoded_docs(documents, tokenizer, append_eod, workers, ftfy):
             builder.add_item(np.asarray(ids))

@@ -20,6 +20,7 @@ import os
 import re
 from collections import defaultdict
 
+from megatron.atomic_io import atomic_output
 from megatron.evaluation.results import RunResult
 from megatron.evaluation.stats import DAGGER, DOUBLE_DAGGER, FOOTNOTE, format_mean_std, mean_std, paired_test
 from megatron.evaluation.windows import windows_line
@@ -156,7 +157,7 @@ def windows_note(runs: list[RunResult]) -> str:
 
 
 def write_table3_csv(cells: list[dict], path: str) -> None:
-    with open(path, "w", newline="") as f:
+    with atomic_output(path, fsync=False) as tmp, open(tmp, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["dataset", "train_length", "length", "scheme", "n_seeds", "mean_ppl", "std_ppl", "p_value",
                     "dagger", "better_than_reference", "seeds", "reference_mean_paired_seeds", "paired_seeds", "note"])
@@ -213,7 +214,7 @@ def write_report(runs: list[RunResult], out_dir: str, reference: str = "kerple_l
     paths = {"table3.md": os.path.join(out_dir, "table3.md"), "table3.csv": os.path.join(out_dir, "table3.csv"),
              "speed.md": os.path.join(out_dir, "speed.md")}
     groups = groups_of(runs)
-    with open(paths["table3.md"], "w") as f:
+    with atomic_output(paths["table3.md"], fsync=False) as tmp, open(tmp, "w") as f:
         f.write("# Perplexity by scheme, dataset and length (paper Table 3 layout)\n")
         for (dataset, train), subset in groups.items():  # one table per domain and train length
             f.write(f"\n## {group_title(dataset, train)}\n\n")
@@ -222,7 +223,7 @@ def write_report(runs: list[RunResult], out_dir: str, reference: str = "kerple_l
             f.write("\n" + windows_per_length(subset) + "\n")
         f.write(windows_note(runs))
     write_table3_csv(cells, paths["table3.csv"])
-    with open(paths["speed.md"], "w") as f:
+    with atomic_output(paths["speed.md"], fsync=False) as tmp, open(tmp, "w") as f:
         f.write(speed_markdown(runs, reference))
     for (dataset, train), subset in groups.items():
         title, slug = group_title(dataset, train), group_slug(dataset, train)

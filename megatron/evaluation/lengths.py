@@ -20,8 +20,31 @@ import torch
 from tqdm import tqdm
 
 from megatron.data.gpt_dataset import build_eval_windows
+from megatron.errors import UserError
 from megatron.evaluation.blockwise import blockwise_causal_losses
 from megatron.evaluation.windows import WINDOW_ORDERS
+
+
+class NonFiniteLoss(UserError):
+    """A NaN/inf token loss at evaluation: averaged, it would turn the length's result into nan
+    (or hide among the others' means); the model overflowed at that length."""
+
+
+def check_finite_losses(model, losses: torch.Tensor, length: int, where: str, offset: int = 0) -> None:
+    """Raise NonFiniteLoss naming the length, the window (`where`) and the first bad position
+    (in the window: `offset` + index in `losses`) unless every loss (B, l) is finite. One device
+    sync per window."""
+    bad = ~torch.isfinite(losses)
+    if not bool(bad.any()):
+        return
+    first = offset + int(bad.nonzero()[0, -1])
+    attn = getattr(getattr(model, "model_cfg", None), "attention_window", None)
+    with_window = f" with attention-window {attn}" if attn else ""
+    raise NonFiniteLoss(
+        f"length {length}{with_window}: {int(bad.sum())} token losses are not finite in {where} (first at "
+        f"position {first}); the weights are finite (checked on load), so the model's computation "
+        f"overflows at this length and no average is reported. Drop {length} from --lengths, or "
+        "evaluate it with --blockwise-causal or --window (shorter attention spans)")
 
 
 def default_lengths(train_length: int, max_factor: int = 32) -> list[int]:
@@ -76,6 +99,8 @@ def evaluate_length(model, data_prefix: str, split: str, split_name: str, length
             losses = blockwise_causal_losses(model, x, y, blockwise_causal)  # (b, L)
         else:
             losses = model.token_losses(x, y)  # (b, L)
+        check_finite_losses(model, losses, length, f"window {s + 1} of {n}" if batch_size == 1
+                            else f"windows {s + 1}-{s + text.shape[0]} of {n}")
         pos_sum += losses.double().sum(0).cpu()
         bar.update(text.shape[0])
     bar.close()

@@ -12,6 +12,7 @@ import os
 
 import torch
 
+from megatron.checkpoint.compat import strict_load_error
 from megatron.checkpoint.errors import CheckpointError
 from megatron.checkpoint.reader import read_tp1_state
 from megatron.checkpoint.tags import read_latest, resolve_tag
@@ -28,7 +29,11 @@ def load_checkpoint_model(ckpt_dir: str, tag: str | None = None, overrides: dict
     Every layout megatron/checkpoint/reader.py accepts (ours, TP shards, pipeline layer files,
     ZeRO-3, NeoX / KERPLE 2022) loads; a merged or foreign one prints one line naming its layout.
     `tag` None: the step `latest` names (see the module docstring). allow_nonfinite: accept
-    NaN/inf weights (refused by default, megatron/checkpoint/finite.py)."""
+    NaN/inf weights (refused by default, megatron/checkpoint/finite.py). device: as `--device`
+    (megatron/device.py), `auto` included."""
+    from megatron.device import resolve_device
+
+    device = resolve_device(device)
     if tag is not None:
         tag_dir = os.path.join(ckpt_dir, resolve_tag(ckpt_dir, tag))
         if not os.path.isdir(tag_dir):
@@ -69,7 +74,7 @@ def _moved_on(ckpt_dir: str, tag: str) -> bool:
 
 
 def _load_tag(ckpt_dir: str, tag: str, overrides: dict | None, device, allow_nonfinite: bool):
-    from megatron.checkpoint.safe_load import trusted_from_env
+    from megatron.checkpoint.trust import trusted_from_env
 
     ck = read_tp1_state(ckpt_dir, tag, overrides=overrides, trust=trusted_from_env(), allow_nonfinite=allow_nonfinite)
     if ck.cfg is None:
@@ -78,7 +83,13 @@ def _load_tag(ckpt_dir: str, tag: str, overrides: dict | None, device, allow_non
     if ck.vocab_size is None:
         raise CheckpointError(f"{ck.tag_dir}: client state lacks args.padded_vocab_size")
     model = GPTModel(ck.cfg.model, ck.vocab_size)
-    missing, unexpected = model.load_state_dict(ck.state, strict=False)
+    try:
+        missing, unexpected = model.load_state_dict(ck.state, strict=False)
+    except RuntimeError as e:  # a shape differs (an -o override of a model key): one message
+        err = strict_load_error(e, ck.tag_dir)
+        if err is None:
+            raise
+        raise err from e
     if missing or unexpected:
         raise CheckpointError(f"{ck.tag_dir}: weights do not match the model built from its config: "
                               f"missing {sorted(missing)[:8]}, unexpected {sorted(unexpected)[:8]}")

@@ -19,6 +19,7 @@ extrapolates).
 from __future__ import annotations
 
 import math
+import os
 from collections import defaultdict
 
 import matplotlib
@@ -27,6 +28,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.ticker import FuncFormatter, Locator, MaxNLocator, NullLocator  # noqa: E402
+
+from megatron.atomic_io import atomic_output  # noqa: E402
 
 DPI = 100
 PLAIN = FuncFormatter(lambda v, _: f"{v:g}")  # 1024 and 12.5 rather than 2^10 and 1.25x10^1
@@ -75,7 +78,8 @@ def mark_train_length(ax, records) -> None:
 
 def _save(fig, path: str) -> str:
     fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
+    with atomic_output(path, fsync=False) as tmp:  # the format from `path`: the temporary name has none
+        fig.savefig(tmp, dpi=DPI, format=os.path.splitext(path)[1].lstrip(".") or "png")
     plt.close(fig)
     return path
 

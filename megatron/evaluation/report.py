@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 
+from megatron.atomic_io import atomic_output
 from megatron.evaluation.windows import windows_line
 
 SCHEMA = "kerple-eval/1"
@@ -49,35 +50,56 @@ def windows_cell(r: dict) -> str:
     return f"{r['windows']} of {asked}" if asked is not None and r["windows"] < asked else str(r["windows"])
 
 
+def attention_label(rec: dict) -> str:
+    """How attention saw each window. A windowed, blockwise or strided evaluation is not comparable
+    with a full-attention one, so every table and header names it."""
+    parts = []
+    if rec.get("window"):
+        parts.append(f"sliding-window attention W={rec['window']}")
+    if rec.get("blockwise_causal"):
+        parts.append(f"blockwise causal attention, blocks of {rec['blockwise_causal']}")
+    parts = parts or ["full causal attention"]
+    if rec.get("mode") == "strided":
+        parts.append(f"strided evaluation, stride {rec['stride']} (each window scores only its last {rec['stride']} tokens)")
+    return ", ".join(parts)
+
+
 def markdown_table(rec: dict) -> str:
     train = rec.get("train_length")
     lines = ["| length | x train | loss | ppl | windows | tokens |", "|---:|---:|---:|---:|---:|---:|"]
     for r in rec["results"]:
         ratio = f"{r['length'] / train:g}" if train else "-"
         lines.append(f"| {r['length']} | {ratio} | {r['loss']:.4f} | {r['ppl']:.3f} | {windows_cell(r)} | {r['tokens']} |")
-    return "\n".join(lines) + "\n\n" + windows_line(rec.get("window_order"), rec.get("data_seed"))
+    return ("\n".join(lines) + "\n\n" + windows_line(rec.get("window_order"), rec.get("data_seed"))
+            + f" Attention: {attention_label(rec)}.")
+
+
+RESULT_FILES = {"json": "eval.json", "csv": "eval.csv", "md": "eval.md", "positionwise": "positionwise.csv"}
 
 
 def write_outputs(rec: dict, results, out_dir: str) -> dict[str, str]:
+    """The perplexity sweep's RESULT_FILES, each written whole (temporary name, then rename),
+    eval.json last."""
     os.makedirs(out_dir, exist_ok=True)
-    paths = {k: os.path.join(out_dir, f"eval.{k}") for k in ("json", "csv", "md")}
-    with open(paths["json"], "w") as f:
-        json.dump(rec, f, indent=1)
-    with open(paths["csv"], "w", newline="") as f:
+    paths = {k: os.path.join(out_dir, name) for k, name in RESULT_FILES.items()}
+    with atomic_output(paths["csv"], fsync=False) as tmp, open(tmp, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["length", "loss", "ppl", "windows", "tokens", "windows_requested", "window_order", "data_seed"])
         for r in rec["results"]:
             w.writerow([r["length"], f"{r['loss']:.6f}", f"{r['ppl']:.6f}", r["windows"], r["tokens"],
                         "" if r.get("windows_requested") is None else r["windows_requested"],
                         rec.get("window_order"), rec.get("data_seed")])
-    with open(paths["md"], "w") as f:
-        f.write(f"# Perplexity by length: {rec.get('pos_emb')} ({rec.get('checkpoint')}, {rec.get('split')} split)\n\n")
+    with atomic_output(paths["md"], fsync=False) as tmp, open(tmp, "w") as f:
+        f.write(f"# Perplexity by length: {rec.get('pos_emb')}, {attention_label(rec)} "
+                f"({rec.get('checkpoint')}, {rec.get('split')} split)\n\n")
         f.write(markdown_table(rec) + "\n")
-    paths["positionwise"] = os.path.join(out_dir, "positionwise.csv")
-    with open(paths["positionwise"], "w", newline="") as f:
+    with atomic_output(paths["positionwise"], fsync=False) as tmp, open(tmp, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["length", "position", "loss", "window_order", "data_seed"])
         for r in results:
             for i, v in enumerate(r.positionwise):
                 w.writerow([r.length, i, f"{v:.6f}", rec.get("window_order"), rec.get("data_seed")])
+    # last: eval.json is what says "evaluated" (run_matrix, aggregate_results)
+    with atomic_output(paths["json"], fsync=False) as tmp, open(tmp, "w") as f:
+        json.dump(rec, f, indent=1)
     return paths

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -102,6 +103,10 @@ def parse_result(path: str, meta_regex: re.Pattern | None = None) -> RunResult:
         windows = {int(r["length"]): int(r["windows"]) for r in rec["results"] if r.get("windows") is not None}
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{path}: malformed results/positionwise entries ({e!r}); regenerate it with evaluate.py") from e
+    bad = sorted(length for length, value in ppl.items() if not math.isfinite(value))
+    if bad:  # an evaluation from before evaluate.py refused NaN losses: a mean over seeds would hide it
+        raise ValueError(f"{path}: perplexity at lengths {bad} is not finite ({', '.join(str(ppl[x]) for x in bad)}); "
+                         "re-run evaluate.py on that checkpoint (it now names the failing window) or leave the file out")
     speed = (rec.get("train_speed") or {}).get("sec_per_step")
     return RunResult(path, scheme, dataset, seed, window, rec.get("train_length"), ppl, pw,
                      float(speed) if speed is not None else None, rec.get("window_order"),

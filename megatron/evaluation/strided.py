@@ -15,7 +15,7 @@ import torch
 from tqdm import tqdm
 
 from megatron.data.gpt_dataset import build_eval_windows
-from megatron.evaluation.lengths import LengthResult
+from megatron.evaluation.lengths import LengthResult, check_finite_losses
 
 
 def stream_tokens(data_prefix, split, split_name, seed, num_targets, cache_dir=None, vocab_size=None) -> np.ndarray:
@@ -48,13 +48,16 @@ def evaluate_strided(model, data_prefix, split, split_name, length: int, stride:
     tokens = torch.from_numpy(stream_tokens(data_prefix, split, split_name, seed, max_tokens, cache_dir,
                                             vocab_size).astype(np.int64))
     n = tokens.numel() - 1
-    start_time, total, count = time.perf_counter(), 0.0, 0
+    start_time, total, count, scored = time.perf_counter(), 0.0, 0, []
     windows = strided_windows(n, length, stride)
     for start, end, first in tqdm(windows, desc=f"strided L={length} S={stride}", leave=False,
                                   disable=not progress or None):
         inp = tokens[start:end].unsqueeze(0).to(device)
         lab = tokens[start + 1 : end + 1].unsqueeze(0).to(device)
         losses = model.token_losses(inp, lab)[0, first - start :]  # only the new targets
+        check_finite_losses(model, losses, length, f"strided window {len(scored) + 1} (targets {first}-{end - 1}, "
+                            f"stride {stride})", offset=first - start)
+        scored.append(end)
         total += float(losses.double().sum())
         count += losses.numel()
     loss = total / max(count, 1)

@@ -22,6 +22,9 @@ import json
 import os
 import shutil
 
+import torch
+
+from megatron.atomic_io import atomic_directory, refuse_existing_output
 from megatron.config.precision import torch_dtype
 from megatron.errors import UserError
 
@@ -130,20 +133,24 @@ def _check_supported(model_cfg) -> None:
 
 def save_tokenizer(cfg, out_dir: str) -> str | None:
     """Write HF tokenizer files when the training tokenizer has an HF equivalent; else None."""
+    from megatron.tokenizer.hf import EOD_TOKEN
+
     d = cfg.data
+    # eod as eos/bos, as config.json says: tools that read the tokenizer alone (the harness's `hf`
+    # model: its end-of-text and empty-context prefix token) need them named. And as pad: a batch of
+    # prompts needs one (tokenizer(prompts, padding=True) refuses without it), on the left so every
+    # row's generation starts right after its own prompt (the remote code honours attention_mask).
+    # Given to the constructor: attributes set later are not saved.
+    special = dict(eos_token=EOD_TOKEN, bos_token=EOD_TOKEN, pad_token=EOD_TOKEN, padding_side="left")
     try:
         if d.tokenizer_type == "HFTokenizer" and d.vocab_file:
             from transformers import PreTrainedTokenizerFast
 
-            from megatron.tokenizer.hf import EOD_TOKEN
-
-            # eod as eos/bos, as config.json says: tools that read the tokenizer alone (the harness's
-            # `hf` model: its end-of-text and empty-context prefix token) need them named
-            tok = PreTrainedTokenizerFast(tokenizer_file=d.vocab_file, eos_token=EOD_TOKEN, bos_token=EOD_TOKEN)
+            tok = PreTrainedTokenizerFast(tokenizer_file=d.vocab_file, **special)
         elif d.tokenizer_type == "GPT2BPETokenizer" and d.vocab_file and d.merge_file:
             from transformers import GPT2TokenizerFast
 
-            tok = GPT2TokenizerFast(vocab_file=d.vocab_file, merges_file=d.merge_file)
+            tok = GPT2TokenizerFast(vocab_file=d.vocab_file, merges_file=d.merge_file, **special)
         else:
             return None
     except OSError as e:
@@ -159,12 +166,22 @@ def _umask() -> int:
     return mask
 
 
-def export_hf(model, cfg, out_dir: str, dtype: str = "fp32", tokenizer: bool = True) -> dict:
-    """Write the HF directory for a loaded GPTModel and its config; returns a summary dict."""
+def export_hf(model, cfg, out_dir: str, dtype: str = "fp32", tokenizer: bool = True, overwrite: bool = False) -> dict:
+    """Write the HF directory for a loaded GPTModel and its config; returns a summary dict. The
+    directory is written whole (temporary directory, then renamed): an earlier export there is
+    refused unless `overwrite`, and then replaced entirely, so none of its files (an old tokenizer,
+    a scheme file the new model does not use) survive next to the new weights."""
+    _check_supported(cfg.model)
+    refuse_existing_output(out_dir, overwrite, "--out")
+    os.makedirs(os.path.dirname(os.path.abspath(out_dir)), exist_ok=True)
+    with atomic_directory(out_dir) as tmp:
+        info = _write_export(model, cfg, tmp, dtype, tokenizer)
+    return {**info, "out": out_dir}
+
+
+def _write_export(model, cfg, out_dir: str, dtype: str, tokenizer: bool) -> dict:
     from safetensors.torch import save_file
 
-    _check_supported(cfg.model)
-    os.makedirs(out_dir, exist_ok=True)
     tok_obj = None
     if cfg.data.tokenizer_type:
         from megatron.tokenizer import build_tokenizer
@@ -180,11 +197,12 @@ def export_hf(model, cfg, out_dir: str, dtype: str = "fp32", tokenizer: bool = T
     for name, path in SHARED_FILES.items():
         shutil.copy(os.path.normpath(path), os.path.join(out_dir, name))
     write_positional_files(cfg.model.pos_emb, out_dir)
-    state = {k: v.detach().to(torch_dtype(dtype)).contiguous().clone() for k, v in model.state_dict().items()
+    # On the CPU whatever device the model was loaded on: the files are the same either way.
+    state = {k: v.detach().to("cpu", torch_dtype(dtype)).contiguous().clone() for k, v in model.state_dict().items()
              if not k.endswith("_extra_state")}
     for k in ("position.inv_freq", "position.slopes"):  # derived buffers stay exact in fp32
         if k in state:
-            state[k] = model.state_dict()[k].float().contiguous().clone()
+            state[k] = model.state_dict()[k].to("cpu", torch.float32).contiguous().clone()
     weights = os.path.join(out_dir, "model.safetensors")
     save_file(state, weights, metadata={"format": "pt"})
     os.chmod(weights, 0o666 & ~_umask())  # safetensors creates it 0600; every other file follows the umask

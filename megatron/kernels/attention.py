@@ -4,7 +4,10 @@ Inputs follow the backend contract (megatron/attention/base.py): q (B, H, Lq, D)
 with unit stride on D (views straight out of the fused QKV projection are fine), positions
 consecutive (queries at q0 + i, keys at k0 + j). The scheme's DistanceKernel tensors (clamped,
 autograd-attached) are autograd inputs, so their gradients flow back to the raw parameters.
-Parameter gradients are reduced without atomics: per-key-block partials, then a torch sum."""
+Parameter gradients are reduced without atomics: per-key-block partials, then a torch sum.
+A log/power bias is evaluated per score (inline) or loaded from a per-call table over distance
+(kernels/bias_table.py: which one, and why the table's gradients need no per-distance partials);
+block sizes, warps and stages come from kernels/tuning.py (cached per GPU, dtype, head dim, length)."""
 from __future__ import annotations
 
 import os
@@ -15,28 +18,30 @@ import triton
 from megatron.attention.mask import check_row_starts
 from megatron.kernels.attention_bwd import attention_bwd_dkdv_kernel, attention_bwd_dq_kernel
 from megatron.kernels.attention_fwd import attention_fwd_kernel
+from megatron.kernels.bias_table import BIAS_PARAMS, bias_jacobians, bias_path, bias_table, table_length
 from megatron.kernels.distance_bias import BIAS_CODES
+from megatron.kernels.tuning import LaunchConfig, Tuner
+from megatron.positional.distance_kernel import DistanceKernel
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-def block_sizes(head_dim: int, device: torch.device) -> tuple[int, int, int, int]:
-    """(forward BLOCK_M, BLOCK_N, backward BLOCK_M, BLOCK_N). KERPLE_TRITON_BLOCKS="fm,fn,bm,bn"
-    overrides (for tuning on a new GPU). The interpreter gets small blocks so tests stay quick
-    and still cross block boundaries."""
-    env = os.environ.get("KERPLE_TRITON_BLOCKS")
-    if env:
-        try:
-            fm, fn, bm, bn = (int(x) for x in env.split(","))
-        except ValueError:
-            raise ValueError(f"KERPLE_TRITON_BLOCKS={env!r}: expected four integers 'fwd_m,fwd_n,bwd_m,bwd_n', "
-                             "each a power of two >= 16") from None
-        return fm, fn, bm, bn
-    if device.type != "cuda":
-        return 16, 16, 16, 16
-    if head_dim <= 64:
-        return 128, 64, 64, 64
-    return 64, 64, 64, 32
+_TUNER = Tuner()  # launch configurations: megatron/kernels/tuning.py
+
+
+def _gpu_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+
+
+def _launch_config(pass_name: str, q, lk: int, run) -> LaunchConfig:
+    """This call's configuration; `run(config)` launches the pass (timed only when autotuning)."""
+    def measure(cfg: LaunchConfig) -> float:
+        from triton.testing import do_bench
+
+        return do_bench(lambda: run(cfg), warmup=5, rep=25) / 1000.0  # ms -> s
+
+    return _TUNER.config(pass_name, _gpu_name(q.device), q.dtype, q.shape[-1], max(q.shape[2], lk),
+                         measure=measure, interpreter=_INTERPRET)
 
 
 def _vec(x: torch.Tensor | None, device) -> torch.Tensor:
@@ -46,12 +51,14 @@ def _vec(x: torch.Tensor | None, device) -> torch.Tensor:
     return x.detach().float().contiguous()
 
 
-def _meta(kernel, head_dim: int, dtype: torch.dtype) -> dict:
-    maxd = kernel.max_distance if kernel.bias == "lookup" else 0
+def _meta(kernel, head_dim: int, dtype: torch.dtype, table_len: int = 0) -> dict:
+    """The launch's constexprs (and MAXD). table_len > 0: the bias is a table over distances
+    0..table_len-1 (the table path), read as a lookup; its parameters are not loaded."""
+    maxd = kernel.max_distance if kernel.bias == "lookup" else table_len - 1 if table_len else 0
     return dict(
         D=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
-        BIAS=BIAS_CODES[kernel.bias],
-        HAS_R2=kernel.r2 is not None, HAS_R3=kernel.r3 is not None,
+        BIAS=BIAS_CODES["lookup" if table_len else kernel.bias],
+        HAS_R2=kernel.r2 is not None and not table_len, HAS_R3=kernel.r3 is not None and not table_len,
         HAS_WEIGHT=kernel.has_weight, HAS_WA=kernel.w_a is not None, HAS_WP=kernel.w_p is not None,
         MAXD=maxd,
         # fp32 inputs must not be rounded to TF32 inside tl.dot, or fp32 results drift ~1e-3;
@@ -67,8 +74,9 @@ class _TritonAttention(torch.autograd.Function):
         B, H, LQ, D = q.shape
         LK = k.shape[2]
         dev = q.device
-        fm, fn, bm, bn = block_sizes(D, dev)
-        meta = _meta(kernel, D, q.dtype)
+        tabulate = bias_path(kernel) == "table"
+        n_table = table_length(q0, LQ, k0) if tabulate else 0
+        meta = _meta(kernel, D, q.dtype, n_table)
         meta["HAS_STARTS"] = row_starts is not None  # padded rows (megatron/attention/mask.py)
         starts = (row_starts.to(device=dev, dtype=torch.int64).contiguous() if row_starts is not None
                   else torch.empty(0, dtype=torch.int64, device=dev))
@@ -78,6 +86,13 @@ class _TritonAttention(torch.autograd.Function):
         if kernel.bias == "lookup":
             with torch.no_grad():
                 lut = kernel.lookup_values().to(dev).contiguous()  # (H, max_distance + 1)
+        # Table path (kernels/bias_table.py): the bias at every distance of this call, and the
+        # names of the bias parameters whose derivative tables the backward will need.
+        jac_names = []
+        if tabulate:
+            lut = bias_table(kernel, n_table, dev)  # (H, n_table)
+            jac_names = [name for i, name in enumerate(BIAS_PARAMS)
+                         if getattr(kernel, name) is not None and ctx.needs_input_grad[7 + i]]
         if kernel.learned_table:
             bucket = kernel.bucket_of.to(device=dev, dtype=torch.int32).contiguous()
         # The kernel writes O in fp32: the backward's delta = rowsum(dO * O) then comes from the
@@ -88,7 +103,6 @@ class _TritonAttention(torch.autograd.Function):
         lse = torch.empty(B * H, LQ, dtype=torch.float32, device=dev)
         scale = 1.0 / D**0.5
         common = (H, LQ, LK, q0, k0, window or 0, scale)
-        grid = (triton.cdiv(LQ, fm), B * H)
         # The backward's delta = rowsum(dO * O) equals sum_j P_ij dP_ij only if O is P @ V for
         # the P the backward recomputes. With P rounded to bf16/fp16 before P @ V (the usual
         # FlashAttention forward) the two differ by ~2^-9 per row; a bias parameter's gradient
@@ -96,19 +110,24 @@ class _TritonAttention(torch.autograd.Function):
         # in the T5 table's gradient on an H100 (bf16, window 512). When the scheme's parameters
         # need gradients, P @ V is done as hi(P) @ V + lo(P) @ V: P to ~2^-17, one more product.
         exact_pv = q.dtype != torch.float32 and any(ctx.needs_input_grad[7:13])
-        attention_fwd_kernel[grid](
-            q, k, v, out, lse, *params, lut, starts,
-            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
-            *common, BLOCK_M=fm, BLOCK_N=fn, HAS_WINDOW=window is not None, EXACT_PV=exact_pv, **meta)
+
+        def run(cfg: LaunchConfig) -> None:
+            attention_fwd_kernel[(triton.cdiv(LQ, cfg.block_m), B * H)](
+                q, k, v, out, lse, *params, lut, starts,
+                *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
+                *common, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HAS_WINDOW=window is not None,
+                EXACT_PV=exact_pv, **meta, **cfg.launch_options())
+
+        run(_launch_config("fwd", q, LK, run))
         ctx.save_for_backward(q, k, v, out, lse, *params, lut, bucket, starts)
         ctx.info = (q0, k0, window, kernel.bias, kernel.table_scale,
-                    0 if table is None else table.shape[0], meta, (bm, bn))
+                    0 if table is None else table.shape[0], meta, jac_names)
         return out.to(q.dtype)
 
     @staticmethod
     def backward(ctx, grad_out):
         q, k, v, out, lse, r1, r2, r3, w_a, w_p, lut, bucket, starts = ctx.saved_tensors
-        q0, k0, window, bias_kind, table_scale, num_buckets, meta, (bm, bn) = ctx.info
+        q0, k0, window, bias_kind, table_scale, num_buckets, meta, jac_names = ctx.info
         B, H, LQ, D = q.shape
         LK = k.shape[2]
         dev = q.device
@@ -117,32 +136,48 @@ class _TritonAttention(torch.autograd.Function):
         dq = torch.empty_like(q, memory_format=torch.contiguous_format)
         dk = torch.empty_like(k, memory_format=torch.contiguous_format)
         dv = torch.empty_like(v, memory_format=torch.contiguous_format)
-        n_key_blocks = triton.cdiv(LK, bn)
         nslot = max(8, triton.next_power_of_2(max(num_buckets, 1)))
-        part = torch.empty(B * H, n_key_blocks, nslot, dtype=torch.float32, device=dev)
         scale = 1.0 / D**0.5
         common = (H, LQ, LK, q0, k0, window or 0, scale)
         params = (r1, r2, r3, w_a, w_p, lut)
-        attention_bwd_dkdv_kernel[(n_key_blocks, B * H)](
-            q, k, v, do, lse, delta, dk, dv, part, *params, bucket, starts,
-            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
-            *dk.stride()[:3], *dv.stride()[:3], *common, n_key_blocks,
-            BLOCK_M=bm, BLOCK_N=bn, HAS_WINDOW=window is not None, NSLOT=nslot,
-            LUT_GRAD=num_buckets > 0, **meta)
-        attention_bwd_dq_kernel[(triton.cdiv(LQ, bm), B * H)](
-            q, k, v, do, lse, delta, dq, *params, starts,
-            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dq.stride()[:3],
-            *common, BLOCK_M=bm, BLOCK_N=bn, HAS_WINDOW=window is not None, **meta)
+        jac = torch.empty(0, dtype=torch.float32, device=dev)
+        if jac_names:  # the table path's derivative tables, from the saved (clamped) parameters
+            by_name = {n: (x if x.numel() else None) for n, x in zip(BIAS_PARAMS, (r1, r2, r3))}
+            desc = DistanceKernel(bias=bias_kind, **by_name)
+            jac = bias_jacobians(desc, jac_names, meta["MAXD"] + 1, dev)  # (len(jac_names), H, n)
 
+        def run(cfg: LaunchConfig) -> torch.Tensor:
+            """Both backward kernels with one configuration; the partials (B*H, key blocks, NSLOT)."""
+            n_key_blocks = triton.cdiv(LK, cfg.block_n)
+            part = torch.empty(B * H, n_key_blocks, nslot, dtype=torch.float32, device=dev)
+            blocks = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HAS_WINDOW=window is not None,
+                          **meta, **cfg.launch_options())
+            attention_bwd_dkdv_kernel[(n_key_blocks, B * H)](
+                q, k, v, do, lse, delta, dk, dv, part, *params, jac, bucket, starts,
+                *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
+                *dk.stride()[:3], *dv.stride()[:3], *common, n_key_blocks,
+                NSLOT=nslot, LUT_GRAD=num_buckets > 0, N_JAC=len(jac_names), **blocks)
+            attention_bwd_dq_kernel[(triton.cdiv(LQ, cfg.block_m), B * H)](
+                q, k, v, do, lse, delta, dq, *params, starts,
+                *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dq.stride()[:3],
+                *common, **blocks)
+            return part
+
+        part = run(_launch_config("bwd", q, LK, run))
         # The deterministic reduction: a plain sum over batch and key blocks, fixed order.
-        total = part.view(B, H, n_key_blocks, nslot).sum(dim=(0, 2))  # (H, nslot)
+        total = part.view(B, H, -1, nslot).sum(dim=(0, 2))  # (H, nslot)
         needs = ctx.needs_input_grad
         grads = [None] * 6  # r1, r2, r3, w_a, w_p, table
         if bias_kind == "lookup":
             if needs[12]:
                 grads[5] = (total[:, :num_buckets] * table_scale).t().contiguous()  # (buckets, H)
         else:
-            for i, slot in enumerate((0, 1, 2, 3, 4)):
+            # Inline: parameter i's gradient is in slot i. Table path: bias parameter jac_names[k]'s
+            # is in slot k (the kernel's k-th derivative table); the weight's stay in slots 3, 4.
+            slots = {i: i for i in range(5)}
+            if jac_names:
+                slots.update({BIAS_PARAMS.index(n): k for k, n in enumerate(jac_names)})
+            for i, slot in slots.items():
                 if needs[7 + i]:
                     grads[i] = total[:, slot].contiguous()
         return (dq, dk, dv, None, None, None, None, *grads, None)

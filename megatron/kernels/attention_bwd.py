@@ -13,11 +13,14 @@ With S = S_raw * w + bias (S_raw = q.k * scale) and dS = P * (dP - delta), delta
   d(bias param) = sum dS * d bias/d param,  d(weight param) = sum dS * S_raw * d w/d param
 Slots: log bias 0 = r1, 1 = r2, 2 = r3; power bias 1 = r2, 2 = r3; weight 3 = w_a, 4 = w_p;
 lookup bias with a learned table (LUT_GRAD): slot t = the T5 bucket t (gradient of table[t, h]
-before the table's scale); a fixed tabulated lookup (Sandwich) has no parameter gradient."""
+before the table's scale); a fixed tabulated lookup (Sandwich) has no parameter gradient.
+The table path (a log/power bias tabulated per distance, kernels/bias_table.py; N_JAC > 0): slot k
+= sum dS * JAC[k, h, d], the bias table's derivative by its k-th parameter, read like the table."""
 import triton
 import triton.language as tl
 
-from megatron.kernels.distance_bias import cast, load_head_params, mm, pow_and_log, score_bias, score_weight
+from megatron.kernels.bands import band_bounds, key_walk, query_walk
+from megatron.kernels.distance_bias import LN2, LOG2E, cast, load_head_params, mm, pow_and_log, score_bias, score_weight
 
 
 @triton.jit
@@ -25,17 +28,20 @@ def _probabilities(q, k, q_pos, cols, lse, row_ok, col_ok, r1, r2, r3, w_a, w_p,
                    K0, WINDOW, sm_scale, start_b,
                    BIAS: tl.constexpr, HAS_R2: tl.constexpr, HAS_R3: tl.constexpr,
                    HAS_WEIGHT: tl.constexpr, HAS_WA: tl.constexpr, HAS_WP: tl.constexpr,
-                   HAS_WINDOW: tl.constexpr, MAXD: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-                   HAS_STARTS: tl.constexpr):
-    """Recompute (P, S_raw, w, d, d_index) for a (query block, key block) tile as the forward did."""
-    s_raw = mm(q, tl.trans(k), PRECISION, UPCAST) * sm_scale  # (BM, BN) fp32
+                   HAS_WINDOW: tl.constexpr, MAXD, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+                   HAS_STARTS: tl.constexpr, MASKED: tl.constexpr):
+    """Recompute (P, S_raw, w, d, d_index) for a (query block, key block) tile as the forward did,
+    in log2 units like the forward (exp2; attention_fwd.py says why): S_raw is returned in log2
+    units too (times log2 e); only the weight's gradient needs it, and converts it back."""
+    s_raw = mm(q, tl.trans(k), PRECISION, UPCAST) * (sm_scale * LOG2E)  # (BM, BN) fp32
     d_index = q_pos[:, None] - (K0 + cols)[None, :]
-    allowed = (d_index >= 0) & col_ok[None, :] & row_ok[:, None]
-    if HAS_WINDOW:
-        allowed = allowed & (d_index < WINDOW)
-    if HAS_STARTS:  # padded rows: megatron/attention/mask.py
-        allowed = allowed & (((K0 + cols)[None, :] >= start_b) | (d_index == 0))
-    d_index = tl.maximum(d_index, 0)
+    if MASKED:  # else the caller knows every pair of the tile is allowed (kernels/bands.py)
+        allowed = (d_index >= 0) & col_ok[None, :] & row_ok[:, None]
+        if HAS_WINDOW:
+            allowed = allowed & (d_index < WINDOW)
+        if HAS_STARTS:  # padded rows: megatron/attention/mask.py
+            allowed = allowed & (((K0 + cols)[None, :] >= start_b) | (d_index == 0))
+        d_index = tl.maximum(d_index, 0)
     d = d_index.to(tl.float32)
     s = s_raw
     w = 1.0
@@ -43,23 +49,25 @@ def _probabilities(q, k, q_pos, cols, lse, row_ok, col_ok, r1, r2, r3, w_a, w_p,
         w = score_weight(d, w_a, w_p, HAS_WA, HAS_WP)
         s = s * w
     if BIAS != 0:
-        s = s + score_bias(d, d_index, r1, r2, r3, lut_row, BIAS, HAS_R2, HAS_R3, MAXD)
-    p = tl.where(allowed, tl.exp(s - lse[:, None]), 0.0)
+        s = s + score_bias(d, d_index, r1, r2, r3, lut_row, BIAS, HAS_R2, HAS_R3, MAXD) * LOG2E
+    p = tl.exp2(s - (lse * LOG2E)[:, None])
+    if MASKED:
+        p = tl.where(allowed, p, 0.0)
     return p, s_raw, w, d, d_index
 
 
 @triton.jit
 def attention_bwd_dkdv_kernel(
     Q, K, V, DO, LSE, DELTA, DK, DV, PART,
-    R1, R2, R3, WA, WP, LUT, BUCKET, STARTS,
+    R1, R2, R3, WA, WP, LUT, JAC, BUCKET, STARTS,
     sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom,
     sdkb, sdkh, sdkn, sdvb, sdvh, sdvn,
     H, LQ, LK, Q0, K0, WINDOW, sm_scale, N_KEY_BLOCKS,
     D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BIAS: tl.constexpr, HAS_R2: tl.constexpr, HAS_R3: tl.constexpr,
     HAS_WEIGHT: tl.constexpr, HAS_WA: tl.constexpr, HAS_WP: tl.constexpr,
-    HAS_WINDOW: tl.constexpr, MAXD: tl.constexpr, NSLOT: tl.constexpr, LUT_GRAD: tl.constexpr,
-    PRECISION: tl.constexpr, UPCAST: tl.constexpr, HAS_STARTS: tl.constexpr,
+    HAS_WINDOW: tl.constexpr, MAXD, NSLOT: tl.constexpr, LUT_GRAD: tl.constexpr,
+    PRECISION: tl.constexpr, UPCAST: tl.constexpr, HAS_STARTS: tl.constexpr, N_JAC: tl.constexpr,
 ):
     start_n = tl.program_id(0)
     bh = tl.program_id(1)
@@ -90,71 +98,77 @@ def attention_bwd_dkdv_kernel(
     slots = tl.arange(0, NSLOT)
     g_table = tl.zeros([NSLOT], dtype=tl.float32)
 
-    # Queries that see a key of this block: Q0 + i >= K0 + first key; windowed: d < WINDOW.
-    lo = tl.maximum(0, K0 + start_n * BLOCK_N - Q0)
-    lo = (lo // BLOCK_M) * BLOCK_M
-    hi = LQ
-    if HAS_WINDOW:
-        hi = tl.minimum(LQ, K0 + (start_n + 1) * BLOCK_N - 1 + WINDOW - Q0)
-    for start_m in range(lo, hi, BLOCK_M):
-        rows = start_m + offs_m
-        row_ok = rows < LQ
-        q_mask = row_ok[:, None] & d_ok[None, :]
-        q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqm + offs_d[None, :], mask=q_mask, other=0.0)
-        do = tl.load(DO + b * sdob + h * sdoh + rows[:, None] * sdom + offs_d[None, :], mask=q_mask, other=0.0)
-        lse = tl.load(LSE + bh * LQ + rows, mask=row_ok, other=0.0)
-        delta = tl.load(DELTA + bh * LQ + rows, mask=row_ok, other=0.0)
-        p, s_raw, w, d, d_index = _probabilities(
-            q, k, Q0 + rows, cols, lse, row_ok, col_ok, r1, r2, r3, w_a, w_p, lut_row, K0, WINDOW,
-            sm_scale, start_b, BIAS, HAS_R2, HAS_R3, HAS_WEIGHT, HAS_WA, HAS_WP, HAS_WINDOW, MAXD, PRECISION,
-            UPCAST, HAS_STARTS)
-        dv += mm(tl.trans(cast(p, do.dtype, UPCAST)), do, PRECISION, UPCAST)
-        dp = mm(do, tl.trans(v), PRECISION, UPCAST)
-        ds = p * (dp - delta[:, None])  # dL/dS, 0 where masked
+    # The query blocks that see this key block, and those that need no mask (kernels/bands.py).
+    lo, hi, full_lo, full_hi = query_walk(start_n, Q0, K0, LQ, LK, WINDOW, BLOCK_M, BLOCK_N, HAS_WINDOW, HAS_STARTS)
+    for band in tl.static_range(3):
+        band_lo, band_hi = band_bounds(lo, hi, full_lo, full_hi, BLOCK_M, band)
+        for start_m in range(band_lo, band_hi, BLOCK_M):
+            rows = start_m + offs_m
+            row_ok = rows < LQ
+            q_mask = row_ok[:, None] & d_ok[None, :]
+            q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqm + offs_d[None, :], mask=q_mask, other=0.0)
+            do = tl.load(DO + b * sdob + h * sdoh + rows[:, None] * sdom + offs_d[None, :], mask=q_mask, other=0.0)
+            lse = tl.load(LSE + bh * LQ + rows, mask=row_ok, other=0.0)
+            delta = tl.load(DELTA + bh * LQ + rows, mask=row_ok, other=0.0)
+            p, s_raw, w, d, d_index = _probabilities(
+                q, k, Q0 + rows, cols, lse, row_ok, col_ok, r1, r2, r3, w_a, w_p, lut_row, K0, WINDOW,
+                sm_scale, start_b, BIAS, HAS_R2, HAS_R3, HAS_WEIGHT, HAS_WA, HAS_WP, HAS_WINDOW, MAXD, PRECISION,
+                UPCAST, HAS_STARTS, band != 1)
+            dv += mm(tl.trans(cast(p, do.dtype, UPCAST)), do, PRECISION, UPCAST)
+            dp = mm(do, tl.trans(v), PRECISION, UPCAST)
+            ds = p * (dp - delta[:, None])  # dL/dS, 0 where masked
 
-        if BIAS == 1:  # -r1 * log(1 + r2 x), x = d**r3
-            x, log_d = pow_and_log(d, r3, HAS_R3)
-            den = 1.0 + r2 * x
-            g_r1 += tl.sum(tl.sum(-ds * tl.log(den), 1), 0)
-            g_r2 += tl.sum(tl.sum(-ds * r1 * x / den, 1), 0)
-            if HAS_R3:
-                g_r3 += tl.sum(tl.sum(-ds * r1 * r2 * x * log_d / den, 1), 0)
-        if BIAS == 2:  # -r2 * x, x = d**r3
-            x, log_d = pow_and_log(d, r3, HAS_R3)
-            g_r2 += tl.sum(tl.sum(-ds * x, 1), 0)
-            if HAS_R3:
-                scale_r2 = 1.0
-                if HAS_R2:
-                    scale_r2 = r2
-                g_r3 += tl.sum(tl.sum(-ds * scale_r2 * x * log_d, 1), 0)
-        if LUT_GRAD:  # table[bucket(d), h]: sum dS per bucket
-            bucket = tl.load(BUCKET + tl.minimum(d_index, MAXD))
-            # Buckets grow with d, so the tile only touches those between its smallest and largest
-            # distance: one pass per such bucket (a single one once the tile is past max_distance).
-            d_lo = tl.maximum(Q0 + start_m - (K0 + start_n * BLOCK_N + BLOCK_N - 1), 0)
-            d_hi = tl.maximum(Q0 + start_m + BLOCK_M - 1 - (K0 + start_n * BLOCK_N), 0)
-            b_lo = tl.load(BUCKET + tl.minimum(d_lo, MAXD))
-            b_hi = tl.load(BUCKET + tl.minimum(d_hi, MAXD))
-            for t in range(b_lo, b_hi + 1):
-                g_t = tl.sum(tl.sum(tl.where(bucket == t, ds, 0.0), 1), 0)
-                g_table += tl.where(slots == t, g_t, 0.0)
-        if HAS_WEIGHT:  # w = exp(-w_a y), y = d**w_p; dL/dw = dS * S_raw
-            y, log_d = pow_and_log(d, w_p, HAS_WP)
-            dw = ds * s_raw * w
-            g_wa += tl.sum(tl.sum(-dw * y, 1), 0)
-            if HAS_WP:
-                scale_wa = 1.0
-                if HAS_WA:
-                    scale_wa = w_a
-                g_wp += tl.sum(tl.sum(-dw * scale_wa * y * log_d, 1), 0)
-            ds = ds * w
-        dk += mm(tl.trans(cast(ds, q.dtype, UPCAST)), q, PRECISION, UPCAST)
+            if BIAS == 1:  # -r1 * log(1 + r2 x), x = d**r3
+                x, log_d = pow_and_log(d, r3, HAS_R3)
+                den = 1.0 + r2 * x
+                g_r1 += tl.sum(tl.sum(-ds * tl.log(den), 1), 0)
+                g_r2 += tl.sum(tl.sum(-ds * r1 * x / den, 1), 0)
+                if HAS_R3:
+                    g_r3 += tl.sum(tl.sum(-ds * r1 * r2 * x * log_d / den, 1), 0)
+            if BIAS == 2:  # -r2 * x, x = d**r3
+                x, log_d = pow_and_log(d, r3, HAS_R3)
+                g_r2 += tl.sum(tl.sum(-ds * x, 1), 0)
+                if HAS_R3:
+                    scale_r2 = 1.0
+                    if HAS_R2:
+                        scale_r2 = r2
+                    g_r3 += tl.sum(tl.sum(-ds * scale_r2 * x * log_d, 1), 0)
+            if N_JAC > 0:  # table path: JAC[k, h, d] = d table[h, d] / d param k (kernels/bias_table.py)
+                jac = JAC + h * (MAXD + 1) + tl.minimum(d_index, MAXD)
+                jac_stride = H * (MAXD + 1)
+                g_r1 += tl.sum(tl.sum(ds * tl.load(jac), 1), 0)
+                if N_JAC > 1:
+                    g_r2 += tl.sum(tl.sum(ds * tl.load(jac + jac_stride), 1), 0)
+                if N_JAC > 2:
+                    g_r3 += tl.sum(tl.sum(ds * tl.load(jac + 2 * jac_stride), 1), 0)
+            if LUT_GRAD:  # table[bucket(d), h]: sum dS per bucket
+                bucket = tl.load(BUCKET + tl.minimum(d_index, MAXD))
+                # Buckets grow with d, so the tile only touches those between its smallest and largest
+                # distance: one pass per such bucket (a single one once the tile is past max_distance).
+                d_lo = tl.maximum(Q0 + start_m - (K0 + start_n * BLOCK_N + BLOCK_N - 1), 0)
+                d_hi = tl.maximum(Q0 + start_m + BLOCK_M - 1 - (K0 + start_n * BLOCK_N), 0)
+                b_lo = tl.load(BUCKET + tl.minimum(d_lo, MAXD))
+                b_hi = tl.load(BUCKET + tl.minimum(d_hi, MAXD))
+                for t in range(b_lo, b_hi + 1):
+                    g_t = tl.sum(tl.sum(tl.where(bucket == t, ds, 0.0), 1), 0)
+                    g_table += tl.where(slots == t, g_t, 0.0)
+            if HAS_WEIGHT:  # w = exp(-w_a y), y = d**w_p; dL/dw = dS * S_raw
+                y, log_d = pow_and_log(d, w_p, HAS_WP)
+                dw = ds * (s_raw * LN2) * w  # S_raw back to natural units
+                g_wa += tl.sum(tl.sum(-dw * y, 1), 0)
+                if HAS_WP:
+                    scale_wa = 1.0
+                    if HAS_WA:
+                        scale_wa = w_a
+                    g_wp += tl.sum(tl.sum(-dw * scale_wa * y * log_d, 1), 0)
+                ds = ds * w
+            dk += mm(tl.trans(cast(ds, q.dtype, UPCAST)), q, PRECISION, UPCAST)
 
     tl.store(DK + b * sdkb + h * sdkh + cols[:, None] * sdkn + offs_d[None, :],
              cast(dk * sm_scale, DK.dtype.element_ty, UPCAST), mask=kv_mask)
     tl.store(DV + b * sdvb + h * sdvh + cols[:, None] * sdvn + offs_d[None, :],
              cast(dv, DV.dtype.element_ty, UPCAST), mask=kv_mask)
-    if BIAS != 3:
+    if not LUT_GRAD:
         g_table = tl.where(slots == 0, g_r1, g_table)
         g_table = tl.where(slots == 1, g_r2, g_table)
         g_table = tl.where(slots == 2, g_r3, g_table)
@@ -172,7 +186,7 @@ def attention_bwd_dq_kernel(
     D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BIAS: tl.constexpr, HAS_R2: tl.constexpr, HAS_R3: tl.constexpr,
     HAS_WEIGHT: tl.constexpr, HAS_WA: tl.constexpr, HAS_WP: tl.constexpr,
-    HAS_WINDOW: tl.constexpr, MAXD: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    HAS_WINDOW: tl.constexpr, MAXD, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     HAS_STARTS: tl.constexpr,
 ):
     start_m = tl.program_id(0)
@@ -196,26 +210,26 @@ def attention_bwd_dq_kernel(
     r1, r2, r3, w_a, w_p = load_head_params(R1, R2, R3, WA, WP, h, BIAS, HAS_R2, HAS_R3, HAS_WA, HAS_WP)
     lut_row = LUT + h * (MAXD + 1)
 
-    hi = tl.minimum(LK, Q0 + (start_m + 1) * BLOCK_M - K0)
-    lo = 0
-    if HAS_WINDOW:
-        lo = tl.maximum(0, Q0 + start_m * BLOCK_M - K0 - WINDOW + 1)
-        lo = (lo // BLOCK_N) * BLOCK_N
+    # The key blocks this query block sees, and those that need no mask (kernels/bands.py).
+    lo, hi, full_lo, full_hi = key_walk(start_m, Q0, K0, LQ, LK, WINDOW, BLOCK_M, BLOCK_N, HAS_WINDOW,
+                                        HAS_STARTS, True)
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    for start_n in range(lo, hi, BLOCK_N):
-        cols = start_n + offs_n
-        col_ok = cols < LK
-        kv_mask = col_ok[:, None] & d_ok[None, :]
-        k = tl.load(K + b * skb + h * skh + cols[:, None] * skn + offs_d[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(V + b * svb + h * svh + cols[:, None] * svn + offs_d[None, :], mask=kv_mask, other=0.0)
-        p, s_raw, w, d, d_index = _probabilities(
-            q, k, Q0 + rows, cols, lse, row_ok, col_ok, r1, r2, r3, w_a, w_p, lut_row, K0, WINDOW,
-            sm_scale, start_b, BIAS, HAS_R2, HAS_R3, HAS_WEIGHT, HAS_WA, HAS_WP, HAS_WINDOW, MAXD, PRECISION,
-            UPCAST, HAS_STARTS)
-        dp = mm(do, tl.trans(v), PRECISION, UPCAST)
-        ds = p * (dp - delta[:, None])
-        if HAS_WEIGHT:
-            ds = ds * w
-        dq += mm(cast(ds, k.dtype, UPCAST), k, PRECISION, UPCAST)
+    for band in tl.static_range(3):
+        band_lo, band_hi = band_bounds(lo, hi, full_lo, full_hi, BLOCK_N, band)
+        for start_n in range(band_lo, band_hi, BLOCK_N):
+            cols = start_n + offs_n
+            col_ok = cols < LK
+            kv_mask = col_ok[:, None] & d_ok[None, :]
+            k = tl.load(K + b * skb + h * skh + cols[:, None] * skn + offs_d[None, :], mask=kv_mask, other=0.0)
+            v = tl.load(V + b * svb + h * svh + cols[:, None] * svn + offs_d[None, :], mask=kv_mask, other=0.0)
+            p, s_raw, w, d, d_index = _probabilities(
+                q, k, Q0 + rows, cols, lse, row_ok, col_ok, r1, r2, r3, w_a, w_p, lut_row, K0, WINDOW,
+                sm_scale, start_b, BIAS, HAS_R2, HAS_R3, HAS_WEIGHT, HAS_WA, HAS_WP, HAS_WINDOW, MAXD, PRECISION,
+                UPCAST, HAS_STARTS, band != 1)
+            dp = mm(do, tl.trans(v), PRECISION, UPCAST)
+            ds = p * (dp - delta[:, None])
+            if HAS_WEIGHT:
+                ds = ds * w
+            dq += mm(cast(ds, k.dtype, UPCAST), k, PRECISION, UPCAST)
     tl.store(DQ + b * sdqb + h * sdqh + rows[:, None] * sdqm + offs_d[None, :],
              cast(dq * sm_scale, DQ.dtype.element_ty, UPCAST), mask=q_mask)

@@ -12,13 +12,65 @@ exp(-1e30 - m) = 0). Every real row has its diagonal, so every stored row saw an
 Padded batches (HAS_STARTS): key K0 + j of batch row b is hidden when it precedes STARTS[b], except
 from the query at its own position (megatron/attention/mask.py, the one rule).
 EXACT_PV (half-precision inputs whose positional parameters need gradients) multiplies P by V in
-two halves so O is P @ V to ~2^-17 (the backward's delta relies on it)."""
+two halves so O is P @ V to ~2^-17 (the backward's delta relies on it).
+The online softmax runs in log2 units (exp2, log2 e folded into the scale); LSE is stored in
+natural units, as the backward kernels read it."""
 import triton
 import triton.language as tl
 
-from megatron.kernels.distance_bias import cast, load_head_params, mm, score_bias, score_weight
+from megatron.kernels.bands import band_bounds, key_walk
+from megatron.kernels.distance_bias import LN2, LOG2E, cast, load_head_params, mm, score_bias, score_weight
 
 NEG = tl.constexpr(-1.0e30)  # a constexpr global: compiled Triton refuses plain globals
+
+@triton.jit
+def _fwd_band(acc, m_i, l_i, q, k_base, v_base, skn, svn, lo, hi, q_pos, offs_n, offs_d, d_ok, LK, K0,
+              WINDOW, start_b, qk_scale, r1, r2, r3, w_a, w_p, lut_row, MAXD,
+              BLOCK_N: tl.constexpr, BIAS: tl.constexpr, HAS_R2: tl.constexpr, HAS_R3: tl.constexpr,
+              HAS_WEIGHT: tl.constexpr, HAS_WA: tl.constexpr, HAS_WP: tl.constexpr,
+              HAS_WINDOW: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+              EXACT_PV: tl.constexpr, HAS_STARTS: tl.constexpr, MASKED: tl.constexpr):
+    """The online softmax over the key blocks starting at lo, lo + BLOCK_N, ... < hi. MASKED False:
+    the caller guarantees every (query, key) pair of these tiles is allowed (keys in range, before
+    the block's first query, inside the window, no padding), so no mask and no clamp is computed."""
+    for start_n in range(lo, hi, BLOCK_N):
+        cols = start_n + offs_n
+        if MASKED:
+            col_ok = cols < LK
+            kv_mask = col_ok[:, None] & d_ok[None, :]
+        else:
+            kv_mask = d_ok[None, :]
+        k = tl.load(k_base + cols[:, None] * skn + offs_d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(v_base + cols[:, None] * svn + offs_d[None, :], mask=kv_mask, other=0.0)
+        s = mm(q, tl.trans(k), PRECISION, UPCAST) * qk_scale  # (BM, BN) fp32, log2 units
+
+        d_index = q_pos[:, None] - (K0 + cols)[None, :]
+        if MASKED:
+            allowed = (d_index >= 0) & col_ok[None, :]
+            if HAS_WINDOW:
+                allowed = allowed & (d_index < WINDOW)
+            if HAS_STARTS:
+                allowed = allowed & (((K0 + cols)[None, :] >= start_b) | (d_index == 0))
+            d_index = tl.maximum(d_index, 0)
+        d = d_index.to(tl.float32)
+        if HAS_WEIGHT:
+            s = s * score_weight(d, w_a, w_p, HAS_WA, HAS_WP)
+        if BIAS != 0:  # one fused multiply-add into log2 units
+            s = s + score_bias(d, d_index, r1, r2, r3, lut_row, BIAS, HAS_R2, HAS_R3, MAXD) * LOG2E
+        if MASKED:
+            s = tl.where(allowed, s, NEG)
+
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        p_hi = cast(p, v.dtype, UPCAST)
+        pv = mm(p_hi, v, PRECISION, UPCAST)
+        if EXACT_PV:  # P = hi + lo, both in V's dtype (kernels/attention.py says why)
+            pv += mm(cast(p - p_hi.to(tl.float32), v.dtype, UPCAST), v, PRECISION, UPCAST)
+        acc = acc * alpha[:, None] + pv
+        m_i = m_new
+    return acc, m_i, l_i
 
 
 @triton.jit
@@ -30,7 +82,7 @@ def attention_fwd_kernel(
     D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BIAS: tl.constexpr, HAS_R2: tl.constexpr, HAS_R3: tl.constexpr,
     HAS_WEIGHT: tl.constexpr, HAS_WA: tl.constexpr, HAS_WP: tl.constexpr,
-    HAS_WINDOW: tl.constexpr, MAXD: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    HAS_WINDOW: tl.constexpr, MAXD, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     EXACT_PV: tl.constexpr, HAS_STARTS: tl.constexpr,
 ):
     start_m = tl.program_id(0)
@@ -49,53 +101,29 @@ def attention_fwd_kernel(
     lut_row = LUT + h * (MAXD + 1)
 
     q_pos = Q0 + offs_m
+    # Scores are kept in log2 units (S * log2 e) so the softmax uses exp2, which is what the GPU
+    # computes natively: tl.exp would multiply by log2 e once per score again. The weight is a
+    # factor (unit-free); the bias is scaled in the same multiply-add that adds it.
+    qk_scale = sm_scale * LOG2E
     start_b = 0
     if HAS_STARTS:
         start_b = tl.load(STARTS + b)
-    # Keys j with K0 + j <= the block's last query position; windowed: d < WINDOW for its first.
-    hi = tl.minimum(LK, Q0 + (start_m + 1) * BLOCK_M - K0)
-    lo = 0
-    if HAS_WINDOW:
-        lo = tl.maximum(0, Q0 + start_m * BLOCK_M - K0 - WINDOW + 1)
-        lo = (lo // BLOCK_N) * BLOCK_N
-
+    lo, hi, full_lo, full_hi = key_walk(start_m, Q0, K0, LQ, LK, WINDOW, BLOCK_M, BLOCK_N, HAS_WINDOW,
+                                        HAS_STARTS, False)  # kernels/bands.py
     m_i = tl.full([BLOCK_M], NEG, dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    for start_n in range(lo, hi, BLOCK_N):
-        cols = start_n + offs_n
-        col_ok = cols < LK
-        kv_mask = col_ok[:, None] & d_ok[None, :]
-        k = tl.load(K + b * skb + h * skh + cols[:, None] * skn + offs_d[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(V + b * svb + h * svh + cols[:, None] * svn + offs_d[None, :], mask=kv_mask, other=0.0)
-        s = mm(q, tl.trans(k), PRECISION, UPCAST) * sm_scale  # (BM, BN) fp32
-
-        d_index = q_pos[:, None] - (K0 + cols)[None, :]
-        allowed = (d_index >= 0) & col_ok[None, :]
-        if HAS_WINDOW:
-            allowed = allowed & (d_index < WINDOW)
-        if HAS_STARTS:
-            allowed = allowed & (((K0 + cols)[None, :] >= start_b) | (d_index == 0))
-        d_index = tl.maximum(d_index, 0)
-        d = d_index.to(tl.float32)
-        if HAS_WEIGHT:
-            s = s * score_weight(d, w_a, w_p, HAS_WA, HAS_WP)
-        if BIAS != 0:
-            s = s + score_bias(d, d_index, r1, r2, r3, lut_row, BIAS, HAS_R2, HAS_R3, MAXD)
-        s = tl.where(allowed, s, NEG)
-
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.exp(m_i - m_new)
-        p = tl.exp(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        p_hi = cast(p, v.dtype, UPCAST)
-        pv = mm(p_hi, v, PRECISION, UPCAST)
-        if EXACT_PV:  # P = hi + lo, both in V's dtype (kernels/attention.py says why)
-            pv += mm(cast(p - p_hi.to(tl.float32), v.dtype, UPCAST), v, PRECISION, UPCAST)
-        acc = acc * alpha[:, None] + pv
-        m_i = m_new
+    k_base = K + b * skb + h * skh
+    v_base = V + b * svb + h * svh
+    for band in tl.static_range(3):
+        band_lo, band_hi = band_bounds(lo, hi, full_lo, full_hi, BLOCK_N, band)
+        acc, m_i, l_i = _fwd_band(
+            acc, m_i, l_i, q, k_base, v_base, skn, svn, band_lo, band_hi, q_pos, offs_n, offs_d, d_ok, LK,
+            K0, WINDOW, start_b, qk_scale, r1, r2, r3, w_a, w_p, lut_row, MAXD,
+            BLOCK_N, BIAS, HAS_R2, HAS_R3, HAS_WEIGHT, HAS_WA, HAS_WP, HAS_WINDOW, PRECISION, UPCAST,
+            EXACT_PV, HAS_STARTS, band != 1)
 
     out = acc / l_i[:, None]
     tl.store(OUT + b * sob + h * soh + offs_m[:, None] * som + offs_d[None, :], out.to(OUT.dtype.element_ty),
              mask=row_ok[:, None] & d_ok[None, :])
-    tl.store(LSE + bh * LQ + offs_m, m_i + tl.log(l_i), mask=row_ok)
+    tl.store(LSE + bh * LQ + offs_m, (m_i + tl.log2(l_i)) * LN2, mask=row_ok)  # natural log, for the backward

@@ -33,20 +33,23 @@ KERNELS = {
 TRITON_DTYPES = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16"}
 # Pointer arguments that hold the activations' dtype; the other pointers are float32 (BUCKET int32).
 ACTIVATION_PTRS = {"Q", "K", "V", "DO", "DK", "DV", "DQ"}
-FLOAT32_PTRS = {"OUT", "LSE", "DELTA", "PART", "R1", "R2", "R3", "WA", "WP", "LUT"}
+FLOAT32_PTRS = {"OUT", "LSE", "DELTA", "PART", "R1", "R2", "R3", "WA", "WP", "LUT", "JAC"}
 FLOAT_SCALARS = {"sm_scale"}
 # Scheme kinds as the launcher's constexprs (megatron/kernels/attention.py _meta).
 SCHEMES = {
-    "plain": dict(BIAS=0, HAS_R2=False, HAS_R3=False, HAS_WEIGHT=False, HAS_WA=False, HAS_WP=False, MAXD=0),
-    "kerple_log": dict(BIAS=1, HAS_R2=True, HAS_R3=False, HAS_WEIGHT=False, HAS_WA=False, HAS_WP=False, MAXD=0),
-    "kerple_log_3para": dict(BIAS=1, HAS_R2=True, HAS_R3=True, HAS_WEIGHT=False, HAS_WA=False, HAS_WP=False, MAXD=0),
-    "kerple_power_ap_": dict(BIAS=2, HAS_R2=True, HAS_R3=True, HAS_WEIGHT=False, HAS_WA=False, HAS_WP=False, MAXD=0),
-    "kerple_power_ap_ap": dict(BIAS=2, HAS_R2=True, HAS_R3=True, HAS_WEIGHT=True, HAS_WA=True, HAS_WP=True, MAXD=0),
-    "alibi": dict(BIAS=2, HAS_R2=True, HAS_R3=False, HAS_WEIGHT=False, HAS_WA=False, HAS_WP=False, MAXD=0),
-    "rpe": dict(BIAS=3, HAS_R2=False, HAS_R3=False, HAS_WEIGHT=False, HAS_WA=False, HAS_WP=False, MAXD=128,
+    "plain": dict(BIAS=0, HAS_R2=False, HAS_R3=False, HAS_WEIGHT=False, HAS_WA=False, HAS_WP=False),
+    "kerple_log": dict(BIAS=1, HAS_R2=True, HAS_R3=False, HAS_WEIGHT=False, HAS_WA=False, HAS_WP=False),
+    "kerple_log_3para": dict(BIAS=1, HAS_R2=True, HAS_R3=True, HAS_WEIGHT=False, HAS_WA=False, HAS_WP=False),
+    "kerple_power_ap_": dict(BIAS=2, HAS_R2=True, HAS_R3=True, HAS_WEIGHT=False, HAS_WA=False, HAS_WP=False),
+    "kerple_power_ap_ap": dict(BIAS=2, HAS_R2=True, HAS_R3=True, HAS_WEIGHT=True, HAS_WA=True, HAS_WP=True),
+    "alibi": dict(BIAS=2, HAS_R2=True, HAS_R3=False, HAS_WEIGHT=False, HAS_WA=False, HAS_WP=False),
+    "rpe": dict(BIAS=3, HAS_R2=False, HAS_R3=False, HAS_WEIGHT=False, HAS_WA=False, HAS_WP=False,
                 LUT_GRAD=True),
     "sandwich": dict(BIAS=3, HAS_R2=False, HAS_R3=False, HAS_WEIGHT=False, HAS_WA=False, HAS_WP=False,
-                     MAXD=4095, LUT_GRAD=False),
+                     LUT_GRAD=False),
+    # kerple_log_3para on the table path (kernels/bias_table.py): a lookup plus 3 derivative tables.
+    "kerple_log_3para_table": dict(BIAS=3, HAS_R2=False, HAS_R3=False, HAS_WEIGHT=False, HAS_WA=False,
+                                   HAS_WP=False, LUT_GRAD=False, N_JAC=3),
 }
 
 
@@ -89,7 +92,8 @@ def compile_variant(kernel: str, scheme: str, dtype: str, head_dim: int, window:
                     num_stages: int = 2, padded: bool = False) -> Compiled:
     """Compile one kernel variant for sm_<arch>; raises triton's CompilationError on bad code."""
     fn = KERNELS[kernel]
-    constexprs = dict({"LUT_GRAD": False, **SCHEMES[scheme]}, D=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
+    constexprs = dict({"LUT_GRAD": False, "N_JAC": 0, **SCHEMES[scheme]},
+                      D=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
                       BLOCK_M=blocks[0], BLOCK_N=blocks[1], HAS_WINDOW=window,
                       PRECISION="ieee" if dtype == "fp32" else None, UPCAST=False,
                       EXACT_PV=dtype != "fp32",  # half precision: the training path's extra product
@@ -111,12 +115,15 @@ def compile_variant(kernel: str, scheme: str, dtype: str, head_dim: int, window:
 # One variant per kernel with the riskiest features (3 parameters, weight, lookup, window, head
 # dim 128, every dtype) and both GPU generations: what the test suite compiles.
 # (kernel, scheme, dtype, head dim, window, arch, padded rows): each kernel's padded-rows branch
-# (HAS_STARTS) compiles at least once.
+# (HAS_STARTS) and its unpadded key bands (kernels/bands.py) compile at least once.
 QUICK = [
     ("fwd", "kerple_log", "bf16", 64, False, 90, True),
     ("bwd_dkdv", "kerple_power_ap_ap", "fp16", 128, True, 90, True),
     ("bwd_dq", "rpe", "fp32", 64, True, 90, True),
     ("bwd_dkdv", "kerple_log_3para", "bf16", 64, False, 80, False),
+    ("bwd_dkdv", "kerple_log_3para_table", "bf16", 64, True, 90, False),
+    ("fwd", "kerple_log_3para_table", "bf16", 64, True, 90, False),  # the three key bands, windowed
+    ("bwd_dq", "kerple_log_3para_table", "fp16", 64, True, 80, False),
 ]
 
 

@@ -8,6 +8,9 @@ import triton
 import triton.language as tl
 
 BIAS_CODES = {"none": 0, "log": 1, "power": 2, "lookup": 3}
+# The kernels' softmax works in log2 units (exp2): scores and biases are scaled by LOG2E.
+LOG2E = tl.constexpr(1.4426950408889634)
+LN2 = tl.constexpr(0.6931471805599453)
 
 
 @triton.jit
@@ -33,7 +36,7 @@ def score_weight(d, w_a, w_p, HAS_WA: tl.constexpr, HAS_WP: tl.constexpr):
 
 @triton.jit
 def score_bias(d, d_index, r1, r2, r3, lut_row, BIAS: tl.constexpr, HAS_R2: tl.constexpr,
-               HAS_R3: tl.constexpr, MAXD: tl.constexpr):
+               HAS_R3: tl.constexpr, MAXD):
     """The additive bias block. lut_row points at this head's lookup values (lookup kind only);
     d_index is the integer distance block used to index it."""
     if BIAS == 3:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from megatron.attention.mask import consecutive_starts, row_positions
+from megatron.attention.mask import consecutive_starts, query_blocks, row_positions
 from megatron.attention.resolve import long_cpu_inference, resolve_backend
 from megatron.model.linear import column_parallel, row_parallel
 from megatron.positional.logn import scale_queries
@@ -128,24 +128,40 @@ class SelfAttention(nn.Module):
         q, k, v = qkv.transpose(1, 2).chunk(3, dim=-1)  # each (B, H, L, D)
         # With a cache, k holds only the new tokens (positions q_pos); cached keys are already
         # rotated, so rotary sees each key once, at its own absolute position. A scheme whose
-        # rotation depends on the whole call (rotate_after_cache: xPos) caches raw keys instead.
-        after = ctx.cache is not None and ctx.scheme.rotate_after_cache
-        if not after:
+        # rotation depends on the whole call (rotate_after_cache: xPos) caches raw keys and is
+        # rotated in _attend, per query block.
+        late = ctx.scheme.rotate_after_cache
+        if not late:
             q, k = ctx.scheme.rotate_qk(q, k, ctx.q_pos, ctx.q_pos if ctx.cache is not None else ctx.k_pos)
         # Log-n scaling multiplies query rows (a per-row scalar: it commutes with any rotation),
         # so every backend computes s_i * q.k / sqrt(D).
         q = scale_queries(q, ctx.q_scale)
         if ctx.cache is not None:
             k, v = ctx.cache.update(k, v)  # (B, H, L_kept + L, D)
-        if after:
-            q, k = ctx.scheme.rotate_qk(q, k, ctx.q_pos, ctx.k_pos)
         with ctx.dropout_rng(x.device):
-            out = ctx.backend.forward(
-                q, k, v, ctx.scheme, ctx.q_pos, ctx.k_pos,
+            out = self._attend(q, k, v, ctx, late)  # (B, H_local, L, D)
+        return self.dense(out.transpose(1, 2).reshape(B, L, -1))
+
+    def _attend(self, q, k, v, ctx: AttentionContext, late: bool) -> torch.Tensor:
+        """The backend over all queries; for a late-rotated scheme, in the query blocks its
+        rotation holds (xPos: finite factors, mask.query_blocks), each rotated with its own centre
+        and seeing the keys up to its last query. One block is the unblocked call."""
+        span = ctx.scheme.max_query_span(q.dtype) if late else None
+        outs = []
+        for rows, keys in query_blocks(ctx.q_pos, ctx.k_pos, span):
+            q_pos, k_pos = ctx.q_pos[rows], ctx.k_pos[keys]
+            qb, kb, vb = q[:, :, rows], k[:, :, keys], v[:, :, keys]
+            if late:
+                qb, kb = ctx.scheme.rotate_qk(qb, kb, q_pos, k_pos)
+            prepared = ctx.prepared
+            if prepared is not None and rows != slice(None):  # the shared one is for the whole call
+                prepared = ctx.backend.prepare(ctx.scheme, q_pos, k_pos, ctx.window, ctx.row_starts)
+            outs.append(ctx.backend.forward(
+                qb, kb, vb, ctx.scheme, q_pos, k_pos,
                 window=ctx.window,
                 softmax_in_fp32=ctx.softmax_in_fp32,
                 dropout_p=ctx.dropout_p if self.training else 0.0,
-                prepared=ctx.prepared,
+                prepared=prepared,
                 row_starts=ctx.row_starts,
-            )  # (B, H_local, L, D)
-        return self.dense(out.transpose(1, 2).reshape(B, L, -1))
+            ))  # (B, H_local, L_block, D)
+        return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)

@@ -88,6 +88,12 @@ class PositionalScheme(nn.Module):
     # centre): a kv-cache then keeps this scheme's keys unrotated and each call rotates all of them.
     rotate_after_cache: bool = False
 
+    def max_query_span(self, dtype) -> int | None:
+        """The most positions one rotate_qk call's queries may span in `dtype` (None: any). A
+        scheme whose rotation scales q and k (xPos) overflows beyond it; the attention then runs
+        in query blocks of this span (megatron/attention/mask.py: query_blocks)."""
+        return None
+
     # Upper bound on the sequence length the scheme can represent (None = any length).
     def max_length(self) -> int | None:
         return None

@@ -56,7 +56,8 @@ class RotaryPositions(PositionalScheme):
                 scale: torch.Tensor | None = None) -> torch.Tensor:
         # x: (B, H, L, D); cos/sin (and xPos's per-dimension scale): (L, nd) broadcast over B and H
         nd = self.rotary_ndims
-        x_rot, x_pass = x[..., :nd].float(), x[..., nd:]
+        # fp32 at least (a float64 model keeps float64: tests' references)
+        x_rot, x_pass = x[..., :nd].to(torch.promote_types(x.dtype, torch.float32)), x[..., nd:]
         x_rot = x_rot * cos + rotate_half(x_rot) * sin
         if scale is not None:
             x_rot = x_rot * scale

@@ -7,18 +7,23 @@ a query at position m is scaled by zeta_i^(m/scale_base) and a key at n by zeta_
 so their product decays as zeta_i^((m-n)/scale_base) with the distance (m >= n, causal).
 
 Overflow: zeta^(-n/scale_base) alone is exp(160) at n = 64k (gamma 0.4, scale base 512), beyond
-fp32 and bf16. Only the product matters, so every call scales relative to a centre c (the middle
-of the positions it sees, as torchscale does): q by zeta^((m-c)/sb), k by zeta^(-(n-c)/sb). Each
-factor is then at most zeta_min^(-span/2/sb): finite up to a span of ~72k positions at the
-defaults, and every causal product (m >= n) is <= 1. Entries above the diagonal (n > m) may still
-overflow beyond ~36k positions; backends mask them by selection (reference, SDPA's causal path),
-but a float-mask path (SDPA with a window) would add -inf to +inf: beyond the train length use
-the paper's blockwise causal attention (evaluate.py --blockwise-causal), whose calls span at most
-the train length.
+fp32 and bf16. Only the product matters, so every call scales relative to a centre c, the middle
+of its QUERY positions: q by zeta^((m-c)/sb), k by zeta^(-(n-c)/sb). A query factor is then at
+most e^T with T = |ln zeta_0| * span / 2 / sb (span: the queries' extent), a causal key's (n <=
+max query) at most e^T too, and keys far behind the queries only underflow towards 0 (their true
+product with a query is below e^(T - 87): nothing lost). One elementwise scaling per call cannot
+do better: exactness on every causal pair forces factors linear in the position, so a span of L
+needs factors up to e^(|ln zeta_0| L / 2 / sb), inf past 6,338 positions with sb 64, gamma 0.2.
+So `max_query_span` bounds T by ln(dtype max) / 4 (products above the diagonal, masked but
+computed, stay finite: e^2T * |q||k|), and the attention runs longer calls in query blocks of
+that span, each with its own centre (megatron/model/attention.py; 18k positions per block at the
+defaults in fp32/bf16, so common lengths are one block, as before).
 
 Because c depends on the call's positions, the kv-cache keeps xPos keys unrotated and every call
 rotates all of them (`rotate_after_cache`), as torchscale's incremental decoding does."""
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -48,20 +53,29 @@ class XPos(RotaryPositions):
         i = torch.arange(half, dtype=torch.float32, device=device)
         return torch.log((i / half + self.gamma) / (1 + self.gamma))
 
-    def _decay(self, positions: torch.Tensor, centre: torch.Tensor, sign: float) -> torch.Tensor:
-        """zeta^(sign * (positions - centre) / scale_base) as (L, nd), laid out like cos/sin."""
-        rel = (positions.to(torch.float32) - centre) / self.scale_base  # (L,), |rel| <= span / 2 / sb
-        scale = torch.exp(sign * rel[:, None] * self.log_zeta(positions.device)[None, :])  # (L, nd/2)
+    def max_query_span(self, dtype) -> int | None:
+        """Query positions per call whose factors stay within e^T, T = ln(max of dtype) / 4 (module
+        docstring): 1,584 positions at sb 64, gamma 0.2 in fp32; 18,130 at the defaults."""
+        if self.rotary_ndims == 0:
+            return None
+        bound = math.log(torch.finfo(dtype).max) / 4
+        steepest = -float(self.log_zeta("cpu").min()) / self.scale_base  # |ln zeta_0| / sb
+        return max(int(2 * bound / steepest), 1)
+
+    def _decay(self, positions: torch.Tensor, centre: torch.Tensor, sign: float, dtype) -> torch.Tensor:
+        """zeta^(sign * (positions - centre) / scale_base) as (L, nd), laid out like cos/sin, in
+        fp32 (float64 for a float64 model: its range holds ~8x the span)."""
+        rel = (positions.to(dtype) - centre) / self.scale_base  # (L,), |rel| <= span / 2 / sb
+        scale = torch.exp(sign * rel[:, None] * self.log_zeta(positions.device).to(dtype)[None, :])  # (L, nd/2)
         return torch.cat([scale, scale], dim=-1)
 
     def rotate_qk(self, q, k, q_pos, k_pos):
         # q: (B, H, Lq, D), k: (B, H, Lk, D)
         if self.rotary_ndims == 0:
             return q, k
-        lo = torch.minimum(q_pos.min(), k_pos.min()).to(torch.float32)
-        hi = torch.maximum(q_pos.max(), k_pos.max()).to(torch.float32)
-        centre = (lo + hi) / 2  # no host sync
+        wide = torch.promote_types(q.dtype, torch.float32)  # the dtype _rotate computes in
+        centre = (q_pos.min() + q_pos.max()).to(wide) / 2  # no host sync
         cos_q, sin_q = self._cos_sin(q_pos)
         cos_k, sin_k = self._cos_sin(k_pos)
-        return (self._rotate(q, cos_q, sin_q, self._decay(q_pos, centre, 1.0)),
-                self._rotate(k, cos_k, sin_k, self._decay(k_pos, centre, -1.0)))
+        return (self._rotate(q, cos_q, sin_q, self._decay(q_pos, centre, 1.0, wide)),
+                self._rotate(k, cos_k, sin_k, self._decay(k_pos, centre, -1.0, wide)))

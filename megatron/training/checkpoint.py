@@ -28,12 +28,23 @@ import shutil
 import numpy as np
 import torch
 
-from megatron.atomic_io import fsync_path
+from megatron.atomic_io import fsync_path, remove_quietly
 from megatron.checkpoint import writer
 from megatron.checkpoint.client import CHECKED_ARGS, model_args
+from megatron.checkpoint.compat import differences, refuse_shape_change, saved_model, strict_load_error
 from megatron.checkpoint.errors import CheckpointError, CheckpointSaveError
 from megatron.checkpoint.layout import detect_layout, is_neox
-from megatron.checkpoint.tags import LATEST, clean_stale_tmp, read_latest, resolve_tag, step_of, tag_for, write_latest
+from megatron.checkpoint.tags import (
+    LATEST,
+    clean_stale_tmp,
+    describe_steps,
+    missing_latest,
+    read_latest,
+    resolve_tag,
+    steps_in,
+    tag_for,
+    write_latest,
+)
 
 INCOMPLETE = ".incomplete"  # suffix of a tag directory that is still being written
 
@@ -142,25 +153,27 @@ class Checkpointer:
         keep = self.ccfg.keep_last_n_checkpoints
         if not keep:
             return
-        steps = sorted(n for d in os.listdir(save_dir) if (n := step_of(d)) is not None)
-        for step in steps[:-keep]:
+        for step in steps_in(save_dir)[:-keep]:
             if tag_for(step) != latest:
                 shutil.rmtree(os.path.join(save_dir, tag_for(step)), ignore_errors=True)
 
     def load(self, engine) -> dict | None:
-        """Restore the engine from `load`; returns the client state, or None for a fresh start."""
+        """Restore the engine from `load`; returns the client state, or None for a fresh start.
+        A run that does not resume from `save` must not overwrite the checkpoints already there
+        (_claim_save_dir)."""
         c = self.ccfg
-        if not c.load:
-            return None
-        # `latest` is read once (and validated): every later read uses this tag
-        tag = resolve_tag(c.load, tag_for(c.iteration)) if c.iteration is not None else read_latest(c.load)
+        tag = self._tag_to_load()
+        if tag is None or not _same_dir(c.load, c.save):
+            self._claim_save_dir()
         if tag is None:
-            print(f"[checkpoint] no `latest` in {c.load!r}: starting from scratch", flush=True)
+            if c.load:
+                print(f"[checkpoint] no checkpoint in {c.load!r}: starting from scratch", flush=True)
             return None
         if not os.path.isdir(os.path.join(c.load, tag)):
             raise CheckpointError(f"checkpoint {os.path.join(c.load, tag)} does not exist (iteration: {c.iteration})")
         if is_neox(detect_layout(os.path.join(c.load, tag))):
             return self._load_foreign(engine, tag)
+        self._check_saved_model(os.path.join(c.load, tag))  # before DeepSpeed's strict load
         path, client = self._engine_load(engine, tag)
         if path is None:
             raise CheckpointError(f"DeepSpeed could not load {os.path.join(c.load, tag)}")
@@ -172,10 +185,60 @@ class Checkpointer:
             client["iteration"] = 0
         return client
 
+    def _tag_to_load(self) -> str | None:
+        """The step to resume (`iteration:`, else the one `latest` names; read once, validated), or
+        None to start from scratch. Step directories without `latest` are refused: starting from
+        scratch would overwrite them (unless `overwrite-checkpoints` starts over in `save`)."""
+        c = self.ccfg
+        if not c.load:
+            return None
+        if c.iteration is not None:
+            return resolve_tag(c.load, tag_for(c.iteration))
+        tag = read_latest(c.load)
+        steps = steps_in(c.load) if tag is None else []
+        if steps and not (c.overwrite_checkpoints and _same_dir(c.load, c.save)):
+            raise CheckpointError(
+                f"load: {missing_latest(c.load, steps)}, or resume from any of them with `iteration: {steps[-1]}` "
+                f"(-o iteration={steps[-1]}); to start over instead, set `overwrite-checkpoints: true` (deletes them) "
+                "or give this run another `save` / run-dir")
+        return tag
+
+    def _claim_save_dir(self) -> None:
+        """This run does not resume from `save`: refuse if `save` holds checkpoints (the run would
+        replace them step by step, and `latest` would move backwards), or delete them when
+        overwrite-checkpoints asks to start over. Every rank looks before rank 0 deletes."""
+        c = self.ccfg
+        if not c.save:
+            return
+        steps = steps_in(c.save)
+        if steps and not c.overwrite_checkpoints:
+            latest = read_latest(c.save)
+            raise CheckpointError(
+                f"save: {c.save!r} already holds checkpoints {describe_steps(steps)}"
+                + (f" (`latest` names {latest})" if latest else "")
+                + f", and this run does not resume from them (load: {c.load or 'not set'}), so it would overwrite "
+                f"them; resume them with `load: {c.save}`, give this run its own `save` (or run-dir), or set "
+                "`overwrite-checkpoints: true` to start over (they are deleted first)")
+        _barrier()
+        if steps and self.is_rank0:
+            print(f"[checkpoint] overwrite-checkpoints: deleting {describe_steps(steps)} in {c.save}: "
+                  "this run starts over", flush=True)
+            remove_quietly(os.path.join(c.save, LATEST))  # first: `latest` never names a deleted step
+            for step in steps:
+                shutil.rmtree(os.path.join(c.save, tag_for(step)))
+        _barrier()
+
+    def _weights_only_error(self, tag_dir: str) -> CheckpointError:
+        return CheckpointError(
+            f"load: {tag_dir} holds the weights only, no optimizer state (a merged or converted checkpoint: "
+            "tools/merge_tp_checkpoint.py, tools/convert_neox_checkpoint.py), so training cannot resume from it "
+            "as it is; start from its weights with `finetune: true` (iteration 0, a new LR schedule) or "
+            "`no-load-optim: true` (keeps its iteration count; a fresh optimizer and LR schedule)")
+
     def _engine_load(self, engine, tag: str):
         """engine.load_checkpoint with every file read by the safe reader (megatron/checkpoint/deepspeed_engine.py)."""
         from megatron.checkpoint.deepspeed_engine import install_safe_loading, safe_zero_to_fp32
-        from megatron.checkpoint.safe_load import TRUST_HINT, trusted_from_env
+        from megatron.checkpoint.trust import TRUST_HINT, trusted_from_env
 
         c = self.ccfg
         trust = trusted_from_env()
@@ -185,19 +248,57 @@ class Checkpointer:
         tag_dir = os.path.join(c.load, tag)
         install_safe_loading(engine, trust, c.allow_nonfinite_weights, tag_dir)
         load_optim = not (c.no_load_optim or c.finetune)
-        with safe_zero_to_fp32(trust, c.allow_nonfinite_weights, tag_dir):
-            return engine.load_checkpoint(
-                c.load, tag=tag,
-                load_optimizer_states=load_optim,
-                load_lr_scheduler_states=load_optim,
-                load_module_strict=True,
-            )
+        # ZeRO finds no optimizer partitions in a weights-only step and silently starts a fresh
+        # optimizer; without ZeRO DeepSpeed fails deep inside torch (AttributeError on None): the
+        # file is read again only then.
+        zero = self.cfg.optimizer.zero_optimization.get("stage", 0) >= 1
+        if load_optim and zero and not writer.holds_optimizer_state(tag_dir, trust):
+            raise self._weights_only_error(tag_dir)
+        try:
+            with safe_zero_to_fp32(trust, c.allow_nonfinite_weights, tag_dir):
+                return engine.load_checkpoint(
+                    c.load, tag=tag,
+                    load_optimizer_states=load_optim,
+                    load_lr_scheduler_states=load_optim,
+                    load_module_strict=True,
+                )
+        except (AttributeError, KeyError, TypeError) as e:
+            if load_optim and not zero and not writer.holds_optimizer_state(tag_dir, trust):
+                raise self._weights_only_error(tag_dir) from e
+            raise
+        except RuntimeError as e:  # a model key outside the checked ones changed
+            err = strict_load_error(e, tag_dir)
+            if err is None:
+                raise
+            raise err from e
+
+    def _check_saved_model(self, tag_dir: str) -> None:
+        """The checkpoint's saved model against this config's, from its resolved_config.yml: one
+        message for every changed shape key, and for a changed seq-length (the sample order)."""
+        saved = saved_model(tag_dir)
+        if saved is None:  # not written by this stack's Checkpointer: _check_args after the load
+            return
+        m = self.cfg.model
+        restart = ("Set them back to resume this run, or start a new run (another run-dir / save, without "
+                   "load:); `finetune: true` starts from its weights only when just seq-length changed")
+        refuse_shape_change(tag_dir, {k: getattr(saved, k) for k in CHECKED_ARGS}, self.args, restart)
+        if saved.seq_length == m.seq_length or self.ccfg.finetune:
+            return
+        change = differences({"seq_length": saved.seq_length}, {"seq_length": m.seq_length}, ["seq_length"])[0]
+        if not self.ccfg.allow_seq_length_change:
+            raise CheckpointError(
+                f"checkpoint {tag_dir} was trained with another sequence length ({change}): samples are cut at "
+                "seq-length, so resuming would continue from the saved data position in a different sample order "
+                "(some text seen twice, some never). Set seq-length back, set `allow-seq-length-change: true` to "
+                "resume anyway, or `finetune: true` to start from its weights at iteration 0")
+        print(f"[checkpoint] resuming with another sequence length ({change}; allow-seq-length-change: true): "
+              "the sample order from here on differs from the saved run's", flush=True)
 
     def _load_foreign(self, engine, tag: str) -> dict:
         """A NeoX / KERPLE checkpoint: module weights only (its optimizer state is DeepSpeed's
         from another codebase), as a fine-tune start at iteration 0."""
         from megatron.checkpoint.reader import read_tp1_state
-        from megatron.checkpoint.safe_load import trusted_from_env
+        from megatron.checkpoint.trust import trusted_from_env
 
         c = self.ccfg
         if self.cfg.parallel.model_parallel_size > 1 or self.cfg.parallel.pipe_parallel_size >= 1:
@@ -218,10 +319,11 @@ class Checkpointer:
         return {"iteration": 0}
 
     def _check_args(self, saved: dict, where: str) -> None:
-        bad = [f"{k}: checkpoint {saved[k]!r} != config {self.args[k]!r}"
-               for k in CHECKED_ARGS + ("padded_vocab_size",) if k in saved and saved[k] != self.args[k]]
-        if bad:
-            raise CheckpointError(f"checkpoint {where} does not match the config: " + "; ".join(bad))
+        refuse_shape_change(where, saved, self.args, "Set them back to the checkpoint's values, or start a new run")
+
+
+def _same_dir(a: str | None, b: str | None) -> bool:
+    return bool(a and b) and os.path.realpath(a) == os.path.realpath(b)
 
 
 def _barrier() -> None:
@@ -242,8 +344,9 @@ def _all_ranks_ok(ok: bool) -> bool:
     """True when `ok` on every rank (a barrier that also carries one bit: did anyone fail?)."""
     if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
         return ok
-    device = "cuda" if torch.distributed.get_backend() == "nccl" else "cpu"
-    flag = torch.tensor([1 if ok else 0], device=device)
+    from megatron.device import collective_device
+
+    flag = torch.tensor([1 if ok else 0], device=collective_device())
     torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MIN)
     return bool(flag.item())
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from megatron.data.gpt_dataset import GPTDataset, build_train_valid_test_datasets
+from megatron.data.identity import check_tokenizer
 from megatron.data.indexed import MMapIndexedDataset
 
 
@@ -24,20 +25,35 @@ def _single(paths: list[str] | None, key: str) -> str | None:
     return paths[0]
 
 
+def _prefixes(d) -> tuple:
+    """(train, valid, test) prefixes of the per-split keys (None where unset)."""
+    return (_single(d.train_data_paths, "train-data-paths"),
+            _single(d.valid_data_paths, "valid-data-paths"),
+            _single(d.test_data_paths, "test-data-paths"))
+
+
+def check_data_tokenizer(cfg) -> None:
+    """Refuse data written by another tokenizer than the config's (identity.py), for every prefix
+    training reads. The trainer calls it before building the engine (no heavy work first)."""
+    d = cfg.data
+    for prefix in [d.data_path] if d.data_path else _prefixes(d):
+        if prefix:
+            check_tokenizer(prefix, d)
+
+
 def build_datasets(cfg, train_batch_size: int, vocab_size: int | None = None):
     """Returns (train, valid, test) datasets; an entry is None when its sample count is 0.
     Samples holding token ids outside [0, vocab_size) are refused, naming the data file."""
     d, t, m = cfg.data, cfg.training, cfg.model
     counts = sample_counts(cfg, train_batch_size)
     val_len = t.seq_length_val or m.seq_length
+    check_data_tokenizer(cfg)
     if d.data_path:
         return build_train_valid_test_datasets(
             d.data_path, d.split, m.seq_length, t.seed, num_samples=counts,
             seq_length_val=t.seq_length_val, cache_dir=d.data_cache_dir, vocab_size=vocab_size,
         )
-    prefixes = (_single(d.train_data_paths, "train-data-paths"),
-                _single(d.valid_data_paths, "valid-data-paths"),
-                _single(d.test_data_paths, "test-data-paths"))
+    prefixes = _prefixes(d)
     if not any(prefixes):
         raise ValueError("no training data configured: set `data-path` (one prefix, split by `split`) "
                          "or `train-data-paths`/`valid-data-paths`/`test-data-paths`; "

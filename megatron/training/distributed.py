@@ -35,31 +35,46 @@ def set_single_process_env() -> None:
 
 
 def set_cpu_defaults() -> None:
-    """On a machine without CUDA: DeepSpeed's CPU accelerator (gloo), and a persistent cache for
-    the ops it JIT-builds on first use (~1 min), so later runs start in seconds."""
-    if not torch.cuda.is_available():
-        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    """A persistent cache for the ops DeepSpeed JIT-builds on first use (~1 min), so later runs
+    start in seconds."""
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(repo, ".venv", "torch_extensions"))
 
 
-def init_distributed() -> DistInfo:
+def init_distributed(device: str | torch.device = "auto", backend: str = "nccl") -> DistInfo:
+    """The process group and this rank's device, chosen together (megatron/device.py): `device` is
+    the config's `device` key, `backend` its `distributed-backend` (used only for CUDA tensors).
+
+    One process joins an existing group if its backend fits the device; a test process that
+    trained on the CPU and now trains on the GPU (or back) gets a new one."""
+    from megatron.device import process_group_backend, resolve_device, select_deepspeed_accelerator
+
     set_cpu_defaults()
     set_single_process_env()
-    import deepspeed
-
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
-    if not torch.distributed.is_initialized():
-        deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
-        atexit.register(shutdown_distributed)
-    rank = torch.distributed.get_rank()
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    if torch.cuda.is_available():
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
-    else:
-        device = torch.device("cpu")
-    return DistInfo(rank, torch.distributed.get_world_size(), local_rank, device)
+    chosen = resolve_device(device, what="device:")
+    if chosen.type == "cuda":
+        if local_rank >= torch.cuda.device_count():
+            from megatron.device import DeviceError
+
+            raise DeviceError(f"rank with LOCAL_RANK {local_rank} needs GPU cuda:{local_rank}, but torch sees "
+                              f"{torch.cuda.device_count()}: use num-gpus <= {torch.cuda.device_count()}, or device: cpu")
+        chosen = torch.device("cuda", local_rank)
+        torch.cuda.set_device(chosen)
+    select_deepspeed_accelerator(chosen)
+    wanted = process_group_backend(chosen, backend)
+    if torch.distributed.is_initialized() and torch.distributed.get_backend() != wanted:
+        if torch.distributed.get_world_size() > 1:
+            raise RuntimeError(f"this process already joined a {torch.distributed.get_backend()} group of "
+                               f"{torch.distributed.get_world_size()} ranks; a {chosen.type} run needs {wanted}")
+        shutdown_distributed()
+        os.environ["MASTER_PORT"] = str(free_port())  # the old group's store may still hold its port
+    if not torch.distributed.is_initialized():
+        import deepspeed
+
+        deepspeed.init_distributed(dist_backend=wanted, auto_mpi_discovery=False)
+        atexit.register(shutdown_distributed)
+    return DistInfo(torch.distributed.get_rank(), torch.distributed.get_world_size(), local_rank, chosen)
 
 
 def shutdown_distributed() -> None:

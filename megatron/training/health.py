@@ -37,6 +37,9 @@ def weights_finite(model: torch.nn.Module, device: torch.device) -> bool:
     ok = all(bool(torch.isfinite(getattr(p, "ds_tensor", p)).all()) for p in model.parameters())
     flag = torch.tensor([1 if ok else 0], dtype=torch.int32, device=device)
     if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+        from megatron.device import collective_device
+
+        flag = flag.to(collective_device())
         torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MIN)
     return bool(flag.item())
 

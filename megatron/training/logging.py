@@ -95,20 +95,32 @@ class MetricsLogger:
             self.bar.update(1)
             self.bar.set_postfix(loss=f"{metrics.get('lm_loss', float('nan')):.3f}", refresh=False)
         if iteration % self.cfg.log_interval == 0:
-            parts = [f"iteration {iteration}"] + [f"{k}: {v / self.count:.4E}" for k, v in self.sums.items()]
-            step_ms = self.sums.get("elapsed_time_per_iteration_ms")
-            if step_ms is not None and self.total_iters > iteration:
-                parts.append(f"eta: {format_eta((self.total_iters - iteration) * step_ms / self.count / 1000)}")
-            self.console(" | ".join(parts) + " |")
+            self._console_line(iteration, {k: v / self.count for k, v in self.sums.items()})
             self.sums.clear()
             self.count = 0
+        elif iteration < self.cfg.log_interval and iteration & (iteration - 1) == 0:
+            # Steps 1, 2, 4, 8, ... before the first interval: a new run shows that it trains and
+            # how long it will take within seconds, not after log_interval steps (minutes on CPU).
+            # This step's own values; the interval's average is still printed at log_interval.
+            self._console_line(iteration, metrics)
 
-    def log_eval(self, iteration: int, chart: str, metrics: dict[str, float], prefix: str) -> None:
+    def _console_line(self, iteration: int, values: dict[str, float]) -> None:
+        """NeoX's line: `iteration N | key: value | ... | eta: hh:mm:ss |` (ETA at this step time)."""
+        parts = [f"iteration {iteration}"] + [f"{k}: {v:.4E}" for k, v in values.items()]
+        step_ms = values.get("elapsed_time_per_iteration_ms")
+        if step_ms is not None and self.total_iters > iteration:
+            parts.append(f"eta: {format_eta((self.total_iters - iteration) * step_ms / 1000)}")
+        self.console(" | ".join(parts) + " |")
+
+    def log_eval(self, iteration: int, chart: str, metrics: dict[str, float], prefix: str,
+                 console: bool = True) -> None:
+        """console False: the caller prints these figures itself (the harness's results table)."""
         if not self.enabled:
             return
         self._row({"iteration": iteration, "kind": chart, **metrics})
-        line = f" {chart} results at {prefix} | " + " | ".join(f"{k} value: {v:.6E}" for k, v in metrics.items()) + " |"
-        self.console("-" * len(line) + "\n" + line + "\n" + "-" * len(line))
+        if console:
+            line = f" {chart} results at {prefix} | " + " | ".join(f"{k} value: {v:.6E}" for k, v in metrics.items()) + " |"
+            self.console("-" * len(line) + "\n" + line + "\n" + "-" * len(line))
         for k, v in metrics.items():
             if self.tb:
                 self.tb.add_scalar(f"{chart}/{k}", v, iteration)

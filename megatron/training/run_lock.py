@@ -1,4 +1,7 @@
-"""One training run per run directory: an exclusive flock on `<run_dir>/train.lock`.
+"""One training run per run directory: an exclusive flock on `<run_dir>/train.lock`; and one per
+checkpoint directory: `<save>.lock` beside it (a second run with its own run-dir but the same
+`save` would replace the first one's checkpoints step by step). The save lock sits next to the
+directory, not in it, so a checkpoint directory holds exactly NeoX's layout (latest, global_step*).
 
 The lock belongs to the process, not to the file: the kernel drops it on any exit, SIGKILL and
 power loss included, so a lock file left behind by a dead run is simply locked again (and said so).
@@ -43,14 +46,43 @@ def describe(holder: dict) -> str:
             f"running since {holder.get('since', '?')}")
 
 
-class RunLock:
-    """acquire() takes the lock or raises RunDirInUse naming the holder; release() (or exit) frees it."""
+STOP_TRAINING = "wait for it to finish, stop it (kill {pid} saves and exits at the next step), or "
+RUN_DIR_FIX = STOP_TRAINING + "give this run its own directory (-o run-dir=runs/<new name>)"
 
-    def __init__(self, run_dir: str):
+
+class RunLock:
+    """acquire() takes the lock or raises RunDirInUse naming the holder; release() (or exit) frees it.
+    `path`: the lock file (default <run_dir>/train.lock); `what`, `holder` and `fix` (where {pid}
+    is the holder's pid) word the refusal."""
+
+    def __init__(self, run_dir: str, path: str | None = None, what: str | None = None, fix: str = RUN_DIR_FIX,
+                 holder: str = "training run"):
         self.run_dir = run_dir
-        self.path = os.path.join(run_dir, LOCK_NAME)
+        self.path = path or os.path.join(run_dir, LOCK_NAME)
+        self.what = what or f"run directory {run_dir!r}"
+        self.fix = fix
+        self.holder = holder
         self.fd: int | None = None
         self.stale: dict | None = None  # the dead holder whose lock file this run took over
+
+    def _in_use(self, fd: int) -> RunDirInUse:
+        holder = _read_holder(fd)
+        os.close(fd)
+        return RunDirInUse(f"{self.what} is in use by another {self.holder} ({describe(holder)}; lock file "
+                           f"{self.path}); " + self.fix.format(pid=holder.get("pid", "<pid>")))
+
+    def check_free(self) -> None:
+        """Raise as acquire() would, without taking the lock or writing anything: for deepy.py,
+        which writes into the run directory before its training process takes the lock."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise self._in_use(fd) from None
+        os.close(fd)  # frees the probe's lock
 
     def acquire(self) -> RunLock:
         os.makedirs(self.run_dir, exist_ok=True)
@@ -58,13 +90,7 @@ class RunLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = _read_holder(fd)
-            os.close(fd)
-            raise RunDirInUse(
-                f"run directory {self.run_dir!r} is in use by another training run ({describe(holder)}; "
-                f"lock file {self.path}); wait for it to finish, stop it (kill {holder.get('pid', '<pid>')} "
-                "saves and exits at the next step), or give this run its own directory "
-                "(-o run-dir=runs/<new name>)") from None
+            raise self._in_use(fd) from None
         previous = _read_holder(fd)
         self.stale = previous if previous.get("pid") else None  # its holder died without releasing
         os.ftruncate(fd, 0)
@@ -94,3 +120,20 @@ class RunLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def save_dir_lock(save: str) -> RunLock:
+    """The lock of checkpoint directory `save`: `<save>.lock` beside it (through symlinks, so two
+    spellings of one directory share one lock)."""
+    real = os.path.realpath(save)
+    return RunLock(os.path.dirname(real), path=real + ".lock", what=f"checkpoint directory {save!r}",
+                   fix=STOP_TRAINING + "give this run its own `save` directory (or leave `save` unset: "
+                   "<run-dir>/checkpoints)")
+
+
+def training_locks(cfg) -> list[RunLock]:
+    """The locks of what a training run writes: its run directory and its checkpoint directory."""
+    locks = [RunLock(cfg.logging.run_dir)]
+    if cfg.checkpoint.save:
+        locks.append(save_dir_lock(cfg.checkpoint.save))
+    return locks

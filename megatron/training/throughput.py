@@ -75,8 +75,9 @@ def full_parameter_count(model: torch.nn.Module, mpu, dp_size: int) -> int:
                 if first_tp or is_model_parallel_parameter(p))
     if not (torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1):
         return local
-    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-    total = torch.tensor([local], dtype=torch.int64, device=device)
+    from megatron.device import collective_device
+
+    total = torch.tensor([local], dtype=torch.int64, device=collective_device())
     torch.distributed.all_reduce(total)
     return int(total.item()) // dp_size
 

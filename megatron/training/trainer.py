@@ -10,6 +10,7 @@ import math
 import os
 import random
 import signal
+import sys
 import time
 
 import numpy as np
@@ -17,13 +18,15 @@ import torch
 
 from megatron.checkpoint.tags import read_latest, tag_for
 from megatron.data.loader import batch_loader, loss_mask_for
+from megatron.device import describe as describe_device
 from megatron.errors import is_out_of_memory, out_of_memory
 from megatron.model import GPTModel, count_parameters
 from megatron.parallel import context_for
 from megatron.tokenizer import build_tokenizer, padded_vocab_size
 from megatron.training import health, norms, throughput
 from megatron.training.checkpoint import Checkpointer
-from megatron.training.data_setup import build_datasets
+from megatron.training.data_setup import build_datasets, check_data_tokenizer
+from megatron.training.disk import check_run_room
 from megatron.training.distributed import init_distributed
 from megatron.training.logging import MetricsLogger
 from megatron.training.optim import build_optimizer
@@ -36,7 +39,7 @@ from megatron.training.pipeline_step import (
     uses_pipeline,
 )
 from megatron.training.projection import project_positional
-from megatron.training.run_lock import RunLock, describe
+from megatron.training.run_lock import RunLock, describe, training_locks
 from megatron.training.schedule import build_scheduler
 from megatron.training.signals import PreemptionHandler
 from megatron.training.throughput import Throughput
@@ -59,10 +62,20 @@ def resolve_vocab(cfg):
     return tok, size
 
 
-def check_precision_supported(cfg) -> None:
-    if cfg.precision.dtype == "fp16" and not torch.cuda.is_available():
-        raise ValueError("fp16 training needs a GPU: DeepSpeed's CPU accelerator has no fp16 support; "
-                         "on CPU use bf16 (`fp16: {enabled: true, type: bfloat16}` or `precision: bfloat16`) or fp32")
+# The one answer for CPUs (the README's too): bf16 is emulated there unless the CPU has AVX512-BF16.
+CPU_PRECISION = ("on CPU train in fp32 (`precision: fp32`, or drop the fp16/bf16 sections): bf16 matmuls run "
+                 "10-100x slower than fp32 on CPUs without AVX512-BF16; bf16 and fp16 are for GPUs")
+
+
+def check_precision_supported(cfg, device: torch.device) -> str | None:
+    """Refuses fp16 off CUDA; returns a warning for bf16 on CPU (it works, ~35x slower here), else None."""
+    if device.type == "cuda":
+        return None
+    if cfg.precision.dtype == "fp16":
+        raise ValueError(f"fp16 training needs a GPU: DeepSpeed's CPU accelerator has no fp16 support; {CPU_PRECISION}")
+    if cfg.precision.dtype == "bf16":
+        return f"[precision] warning: bf16 on CPU runs 10-100x slower than fp32; {CPU_PRECISION}"
+    return None
 
 
 class Trainer:
@@ -70,35 +83,47 @@ class Trainer:
         import deepspeed
 
         self.cfg = cfg
-        check_precision_supported(cfg)
-        self.dist = init_distributed()
-        self.lock = self._lock_run_dir()
+        self.dist = init_distributed(cfg.parallel.device, cfg.parallel.distributed_backend)
+        precision_warning = check_precision_supported(cfg, self.dist.device)
+        if precision_warning and self.dist.is_rank0:
+            print(precision_warning, file=sys.stderr, flush=True)
+        self.locks = self._lock_outputs()
         try:
             self._setup(deepspeed)
         except BaseException:
             self.release()
             raise
 
-    def _lock_run_dir(self) -> RunLock | None:
-        """One run per run directory, held by rank 0 until train() ends or the process dies."""
+    def _lock_outputs(self) -> list[RunLock]:
+        """One run per run directory and per checkpoint directory (what it writes), held by rank 0
+        until train() ends or the process dies."""
         if not self.dist.is_rank0:
-            return None
-        lock = RunLock(self.cfg.logging.run_dir).acquire()
-        if lock.stale:
-            print(f"[lock] took over {lock.path}: its holder ({describe(lock.stale)}) is no longer running",
-                  flush=True)
-        return lock
+            return []
+        check_run_room(self.cfg)  # a full disk: one message naming the directory (disk.py)
+        locks = []
+        try:
+            for lock in training_locks(self.cfg):
+                locks.append(lock.acquire())
+                if lock.stale:
+                    print(f"[lock] took over {lock.path}: its holder ({describe(lock.stale)}) is no longer running",
+                          flush=True)
+        except BaseException:
+            for lock in locks:
+                lock.release()
+            raise
+        return locks
 
     def release(self) -> None:
-        """Let another run use the run directory (train() does this when it ends)."""
-        if self.lock is not None:
-            self.lock.release()
+        """Let another run use the run and checkpoint directories (train() does this when it ends)."""
+        for lock in self.locks:
+            lock.release()
 
     def _setup(self, deepspeed) -> None:
         cfg = self.cfg
         set_seed(cfg.training.seed)
         self.par = context_for(cfg, self.dist)  # tensor-parallel groups; data-parallel rank/size
         self.tokenizer, self.vocab_size = resolve_vocab(cfg)
+        check_data_tokenizer(cfg)  # another tokenizer's data: refused before the engine is built
         self.run_dir = cfg.logging.run_dir
         self.pipe = uses_pipeline(cfg)  # NeoX: pipe-parallel-size >= 1 -> DeepSpeed's pipeline engine
         self.engine, model, self.par = self._build_engine(deepspeed)
@@ -108,12 +133,14 @@ class Trainer:
         self.checkpointer = Checkpointer(cfg, self.vocab_size, self.dist.is_rank0)
         client = self.checkpointer.load(self.engine)
         self.iteration = client["iteration"] if client else 0
+        self._validated = (None, None)  # (iteration, metrics) of the last interval's validation
         self._restore_tp_rng(client)
         self.datasets = build_datasets(cfg, self.batch, self.tokenizer.vocab_size if self.tokenizer else self.vocab_size)
         self.loss_watch = health.LossWatch(cfg.training.max_nonfinite_loss_steps)
         self.log = MetricsLogger(cfg, self.run_dir, self.dist.is_rank0, cfg.training.train_iters, self.iteration)
         self._grads: dict[str, float] = {}  # filled by _gradient_norms before each optimizer step
         self.throughput = self._throughput()
+        self.log.console(f"device {describe_device(self.dist.device)} | process group {torch.distributed.get_backend()}")
         self.log.console(f"model: {count_parameters(model):,} parameters | pos-emb {cfg.model.pos_emb} | "
                          f"attention backend {model.backend(self.dist.device, self._dtype()).name} | "
                          f"batch {self.batch} = micro {self.micro} x gas {self.gas} x dp {self.par.dp_size}"
@@ -306,8 +333,9 @@ class Trainer:
             if path:
                 self.log.console(f"[checkpoint] saved {path}")
         if t.eval_interval and self.iteration % t.eval_interval == 0 and self.datasets[1] is not None:
-            self.evaluate("validation", self.datasets[1], f"iteration {self.iteration}",
-                          round_index=self.iteration // t.eval_interval)
+            metrics = self.evaluate("validation", self.datasets[1], f"iteration {self.iteration}",
+                                    round_index=self.iteration // t.eval_interval)
+            self._validated = (self.iteration, metrics)
 
     def final_evaluation(self) -> dict:
         """NeoX's end of training: save if this step was not saved yet, then validation and test."""
@@ -315,7 +343,10 @@ class Trainer:
         if self.cfg.checkpoint.save and self.iteration > 0 and not self._saved_at(self.iteration):
             self._save()
         eval_round = self.iteration // max(self.cfg.training.eval_interval, 1)
-        if self.datasets[1] is not None:
+        done_at, metrics = self._validated
+        if done_at == self.iteration:  # the last interval's evaluation: the same batches, already printed
+            out["validation"] = metrics
+        elif self.datasets[1] is not None:
             out["validation"] = self.evaluate("validation", self.datasets[1],
                                               "the end of training for val data", eval_round)
         if self.datasets[2] is not None:
@@ -380,6 +411,9 @@ class Trainer:
 
     def _all_reduce_mean(self, x: torch.Tensor) -> torch.Tensor:
         if self.dist.world_size > 1:
+            from megatron.device import collective_device
+
+            x = x.to(collective_device())
             torch.distributed.all_reduce(x)
             x = x / self.dist.world_size
         return x

@@ -52,3 +52,17 @@ def last_iteration(run_dir) -> int:
         return max(train_losses(run_dir), default=0)
     except (FileNotFoundError, DataError):
         return 0
+
+
+def train_checkpoint(tmp, **over) -> tuple[dict, str]:
+    """(config dict, checkpoint dir) of a tiny run trained in this process: 4 steps saved at 2 and
+    4 (global_step2, global_step4, `latest` -> global_step4) unless `over` says otherwise."""
+    from megatron.config import load_config
+    from megatron.training.trainer import Trainer
+    from tests.conftest import train_config_dict, write_token_dataset
+
+    data = write_token_dataset(str(tmp / "tiny_text_document"))
+    ck = str(tmp / "ck")
+    conf = train_config_dict(tmp, data, **{"train_iters": 4, "save": ck, "save_interval": 2, "eval_iters": 1, **over})
+    Trainer(load_config([write_yaml(tmp / "t.yml", conf)])).train()
+    return conf, ck

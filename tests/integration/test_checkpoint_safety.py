@@ -13,8 +13,8 @@ from megatron.checkpoint.errors import CheckpointError, CheckpointSaveError, Uns
 from megatron.checkpoint.safe_load import safe_torch_load
 from megatron.checkpoint.tags import read_latest
 from megatron.config import load_config
-from tests.conftest import ROOT, hyphenate, train_config_dict, write_token_dataset, write_yaml
-from tests.integration.fault_helpers import child_env
+from tests.conftest import ROOT, hyphenate, train_config_dict, write_yaml
+from tests.integration.fault_helpers import child_env, train_checkpoint
 
 MODEL_FILE = "mp_rank_00_model_states.pt"
 
@@ -32,15 +32,7 @@ class _CreatesMarker:
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """(config dict, checkpoint dir with global_step2 and global_step4), written by the Trainer."""
-    from megatron.training.trainer import Trainer
-
-    tmp = tmp_path_factory.mktemp("safety")
-    data = write_token_dataset(str(tmp / "tiny_text_document"))
-    ck = str(tmp / "ck")
-    conf = train_config_dict(tmp, data, train_iters=4, save=ck, save_interval=2, eval_iters=1,
-                             zero_optimization={"stage": 2})
-    Trainer(load_config([write_yaml(tmp / "t.yml", conf)])).train()
-    return conf, ck
+    return train_checkpoint(tmp_path_factory.mktemp("safety"), zero_optimization={"stage": 2})
 
 
 @pytest.fixture
@@ -181,7 +173,7 @@ def test_failed_save_says_disk_full_and_keeps_latest(trained, tmp_path, monkeypa
     monkeypatch.setattr(writer, "free_bytes", lambda path: 3 << 20)
     stale = os.path.join(save, "latest.tmp999999999")  # left by a killed writer (no such pid)
     with pytest.raises(CheckpointSaveError) as err:
-        os.makedirs(save)
+        os.makedirs(save, exist_ok=True)  # the trainer made it already (its disk-space check)
         open(stale, "w").close()
         trainer.train()
     msg = str(err.value)

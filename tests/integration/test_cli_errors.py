@@ -6,9 +6,6 @@ import os
 import subprocess
 import sys
 
-import pytest
-import torch
-
 from tests.conftest import ROOT, train_config_dict, write_yaml
 from tests.integration.fault_helpers import child_env
 
@@ -29,7 +26,6 @@ def one_message(proc: subprocess.CompletedProcess, prog: str, *words: str) -> No
     assert "--debug" in proc.stderr  # the hint
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="fp16 training is refused on CPU only")
 def test_train_error_is_one_message_and_debug_shows_the_traceback(tmp_path, token_dataset):
     conf = write_yaml(tmp_path / "fp16.yml", dict(train_config_dict(tmp_path, token_dataset), fp16={"enabled": True}))
     one_message(cli("train.py", conf), "train.py", "fp16 training needs a GPU")

@@ -33,6 +33,7 @@ def test_evaluate_cli_writes_schema(tmp_path, token_dataset):
     for name in ("eval.csv", "eval.md", "positionwise.csv"):
         assert (out / name).stat().st_size > 0
     assert "| 128 | 4 |" in (out / "eval.md").read_text()
+    assert "full causal attention" in (out / "eval.md").read_text().splitlines()[0] and "full causal" in proc.stdout
     assert rec["seed"] == 1234 and rec["dataset"] == "tiny" and rec["mode"] == "non-overlapping"
     assert rec["train_speed"]["sec_per_step"] > 0
 
@@ -49,6 +50,9 @@ def test_evaluate_cli_writes_schema(tmp_path, token_dataset):
     assert strided["window_order"] == "contiguous" and rec["window_order"] == "shuffled"
     assert rec["data_seed"] == rec["seed"] == 1234
     assert [r["tokens"] for r in strided["results"]] == [256, 256]
+    # a strided evaluation says so, in the console and in eval.md's header (it is not comparable with the above)
+    assert "strided evaluation, stride 16" in (multi / "ck" / "eval.md").read_text().splitlines()[0]
+    assert proc.stdout.count("strided evaluation, stride 16") == 4  # per checkpoint: its first line and its table
 
     # only the long documents: recorded in eval.json; a threshold no document reaches is one clear error
     cmd = [sys.executable, os.path.join(ROOT, "evaluate.py"), "--checkpoint", ck, "--lengths", "32",

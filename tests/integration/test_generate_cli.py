@@ -68,3 +68,12 @@ def test_filters():
     kept = ~torch.isinf(filter_logits(logits, top_p=0.8)[0])
     assert kept.tolist() == [True, True, False, False, False] and probs[:2].sum() >= 0.8
     torch.testing.assert_close(filter_logits(logits, temperature=2.0), logits / 2)
+
+
+def test_a_request_beyond_memory_is_refused_at_once(trained):
+    """Issue 23: --max-new-tokens 1000000000000 ran until memory ran out; its kv-cache needs more
+    than any machine here has, so it is refused before the first token, saying what fits."""
+    proc = _run(["--checkpoint", trained, "--prompt", "abc", "--max-new-tokens", str(10**12)])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "--max-new-tokens 1000000000000: the kv-cache" in proc.stderr and "new tokens fit" in proc.stderr
+    assert proc.stdout == ""

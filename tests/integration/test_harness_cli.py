@@ -66,6 +66,7 @@ def test_evaluate_py_tasks_writes_results_beside_the_perplexity_ones(trained):
     rows = [json.loads(line) for line in open(os.path.join(os.path.dirname(ck), "metrics.jsonl"))]
     harness = [r for r in rows if r.get("kind") == "harness"]
     assert harness and harness[-1]["kerple_docstring_choice/acc"] == m["kerple_docstring_choice/acc"]
+    assert "harness results at" not in proc.stdout  # the scores are printed once: the harness's table
 
 
 def test_deepy_eval_py_reads_load_from_the_config(trained, tmp_path):
@@ -81,6 +82,39 @@ def test_deepy_eval_py_reads_load_from_the_config(trained, tmp_path):
     # the training run's resolved config (none here: trained in-process) is left alone; eval's goes to run/eval/
     assert not os.path.exists(os.path.join(run_dir, "resolved_config.yml"))
     assert os.path.isfile(os.path.join(run_dir, "eval", "resolved_config.yml"))
+
+
+def test_users_own_tasks_quietly_with_the_harness_bootstrap(trained, tmp_path):
+    """--include-path DIR (lm-eval's --include_path) runs the user's own task YAML with local data, through
+    evaluate.py and deepy.py eval.py; --quiet leaves no progress bar (make eval-tasks wrote 50 KB of
+    them); stderr is bootstrapped as the stock harness does (its default iterations, recorded)."""
+    import inspect
+
+    from lm_eval.evaluator import simple_evaluate
+
+    from tests.unit.test_harness_local_tasks import write_user_task
+
+    cfg_path, ck = trained
+    user = write_user_task(tmp_path / "mine")
+    out = str(tmp_path / "out")
+    proc = run("evaluate.py", "--checkpoint", ck, "--tasks", "my_own_task", "--include-path", user, "--limit", "3",
+               "--out", out, "--quiet")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "|my_own_task" in proc.stdout
+    assert "it/s]" not in proc.stderr and "\r" not in proc.stderr and len(proc.stderr) < 5000, proc.stderr[-3000:]
+    rec = json.loads(open(os.path.join(out, "harness.json")).read())
+    assert rec["include_paths"] == [os.path.abspath(user)] and rec["tasks"] == ["my_own_task"]
+    default = inspect.signature(simple_evaluate).parameters["bootstrap_iters"].default
+    assert rec["bootstrap_iters"] == default == 100000
+    prefix = str(tmp_path / "neox")
+    proc = run("deepy.py", "eval.py", cfg_path, "-o", f"load={ck}", "--eval_tasks", "my_own_task",
+               "--include_path", user, "--limit", "2", "--quiet", "--bootstrap-iters", "0", "--eval_results_prefix", prefix)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "it/s]" not in proc.stderr, proc.stderr[-3000:]
+    (path,) = glob.glob(prefix + "_eval_results_*.json")
+    assert json.loads(open(path).read())["bootstrap_iters"] == 0
+    proc = run("evaluate.py", "--checkpoint", ck, "--tasks", "my_own_task", "--include-path", str(tmp_path / "none"))
+    assert proc.returncode == 2 and "is not a directory: pass a directory holding your lm-eval task" in proc.stderr
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -120,28 +154,18 @@ def test_max_length_past_learned_positions_is_refused(tmp_path):
     assert "--max-length 64: pos-emb learned represents at most 32 positions" in proc.stderr
 
 
-def import_hflm():
-    """The harness's own `hf` model class. lm_eval/models/huggingface.py imports `accelerate` (lm-eval's
-    [hf] extra) at the top; where it is not installed, those four names are stood in by functions that
-    raise: an HFLM given a model instance and a fixed batch size calls none of them (if it ever did,
-    this test fails loudly rather than passing on a stand-in)."""
-    import types
+def test_the_readme_lm_eval_hf_recipe_imports():
+    """`lm_eval --model hf` (the README's recipe on an export) imports accelerate, lm-eval's [hf]
+    extra: it is a pinned requirement, installed at that version."""
+    from importlib.metadata import version
 
-    import transformers  # noqa: F401 - before the stand-in: transformers probes accelerate's __spec__
+    import accelerate  # noqa: F401
+    from lm_eval.api.registry import get_model
 
-    try:
-        import accelerate  # noqa: F401
-    except ImportError:
-        def unavailable(*args, **kwargs):
-            raise RuntimeError("accelerate is not installed; the test's HFLM path must not need it")
-
-        acc, utils = types.ModuleType("accelerate"), types.ModuleType("accelerate.utils")
-        acc.Accelerator = acc.InitProcessGroupKwargs = acc.find_executable_batch_size = unavailable
-        utils.get_max_memory, acc.utils = unavailable, utils
-        sys.modules.update({"accelerate": acc, "accelerate.utils": utils})
-    from lm_eval.models.huggingface import HFLM
-
-    return HFLM
+    lines = [line.split("#")[0].strip() for line in open(os.path.join(ROOT, "requirements.txt"))]
+    pins = dict(line.split("==") for line in lines if "==" in line)
+    assert pins["accelerate"] == version("accelerate")
+    assert get_model("hf").__name__ == "HFLM"  # what --model hf resolves to
 
 
 def per_request_loglikelihoods(results, task):
@@ -159,14 +183,14 @@ def test_adapter_agrees_with_the_harness_hf_model_on_our_export(trained, tmp_pat
     import torch
     import transformers
     from lm_eval.evaluator import simple_evaluate
+    from lm_eval.models.huggingface import HFLM
 
     from megatron.evaluation.harness.adapter import KerpleLM
-    from megatron.evaluation.harness.run import task_manager
+    from megatron.evaluation.harness.task_checks import task_manager
     from megatron.evaluation.load import load_checkpoint_model
     from megatron.interop.hf_export import export_hf
     from megatron.tokenizer import build_tokenizer
 
-    HFLM = import_hflm()
     model, cfg, _ = load_checkpoint_model(trained[1])
     export_hf(model, cfg, str(tmp_path / "hf"))
     manager = task_manager(LOCAL, str(tmp_path / "tasks"))

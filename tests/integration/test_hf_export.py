@@ -149,17 +149,10 @@ def test_exported_files_follow_the_umask_and_autotokenizer_loads(tmp_path, tiny_
     0666 & ~umask; and the README's AutoTokenizer line (trust_remote_code=True) loads the tokenizer."""
     import stat
 
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-
     from megatron.interop.hf_export import export_hf
     from megatron.tokenizer import build_tokenizer
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel()
-    tok.train_from_iterator(["def main(): return 1\n"] * 20, trainers.BpeTrainer(
-        vocab_size=300, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tok.save(str(tmp_path / "tokenizer.json"))
-    cfg = tiny_config(tokenizer_type="HFTokenizer", vocab_file=str(tmp_path / "tokenizer.json"), padded_vocab_size=384)
+    cfg = hf_tokenizer_config(tmp_path, tiny_config)
     model = GPTModel(cfg.model, 384).eval()
     old = os.umask(0o022)
     try:
@@ -172,3 +165,55 @@ def test_exported_files_follow_the_umask_and_autotokenizer_loads(tmp_path, tiny_
     hf_tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"), trust_remote_code=True)
     ours = build_tokenizer("HFTokenizer", str(tmp_path / "tokenizer.json"), None)
     assert hf_tok("def main(): pass")["input_ids"] == ours.tokenize("def main(): pass")
+
+
+def test_xpos_export_is_finite_past_one_calls_range(tmp_path, tiny_config):
+    """Issue 23: the exported xPos runs calls past max_query_span in query blocks, as ours does
+    (scale base 2: 70 query positions per block in fp32, so 300 tokens overflowed in one call)."""
+    from megatron.interop.hf_export import export_hf
+
+    torch.manual_seed(0)
+    cfg = tiny_config(pos_emb="xpos", xpos_scale_base=2.0)
+    model = GPTModel(cfg.model, 128).eval()
+    export_hf(model, cfg, str(tmp_path / "hf"))
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf"), trust_remote_code=True,
+                                                           dtype=torch.float32).eval()
+    tokens = torch.randint(1, 100, (1, 300))
+    with torch.no_grad():
+        ours, theirs = model(tokens), hf(tokens).logits
+    assert bool(theirs.isfinite().all())
+    torch.testing.assert_close(theirs, ours, rtol=0, atol=1e-4)
+
+
+def hf_tokenizer_config(tmp_path, tiny_config):
+    """A tiny config whose tokenizer is a byte-level BPE tokenizer.json (HFTokenizer), so the export carries it."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel()
+    tok.train_from_iterator(["def main(): return 1\n"] * 20, trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.save(str(tmp_path / "tokenizer.json"))
+    return tiny_config(tokenizer_type="HFTokenizer", vocab_file=str(tmp_path / "tokenizer.json"), padded_vocab_size=384)
+
+
+def test_exported_tokenizer_pads_batched_generate_on_the_left(tmp_path, tiny_config):
+    """The usual HF recipe, tokenizer(prompts, padding=True) then generate(**batch), works on the export
+    as it is: pad = the end-of-document token, padded on the left; each row continues as its prompt alone."""
+    from generate import generate_tokens
+    from megatron.interop.hf_export import export_hf
+
+    cfg = hf_tokenizer_config(tmp_path, tiny_config)
+    model = GPTModel(cfg.model, 384).eval()
+    export_hf(model, cfg, str(tmp_path / "hf"))
+    tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"), trust_remote_code=True)
+    assert tok.pad_token == tok.eos_token == "<|endoftext|>" and tok.padding_side == "left"
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf"), trust_remote_code=True,
+                                                           dtype=torch.float32).eval()
+    prompts = ["def main(): return 1", "def"]
+    batch = tok(prompts, return_tensors="pt", padding=True)
+    new = 4
+    got = hf.generate(**batch, max_new_tokens=new, min_new_tokens=new, do_sample=False)
+    for b, text in enumerate(prompts):
+        ids = tok(text)["input_ids"]
+        assert got[b, batch["input_ids"].shape[1]:].tolist() == generate_tokens(model, ids, new, greedy=True), b

@@ -39,7 +39,7 @@ def _init(rank: int, world: int, port: int) -> None:
     torch.set_num_threads(1)
     from megatron.training.distributed import init_distributed
 
-    init_distributed()
+    init_distributed("cpu")  # a CPU (gloo) test, on a GPU machine too
 
 
 def _loaders(cfg, dp_rank: int, dp: int):

@@ -33,7 +33,7 @@ def test_norms_throughput_eta_and_tensorboard(tmp_path, token_dataset, capsys):
         # the global norm (from p.grad) and the per-parameter norms (DeepSpeed's safe_get_full_grad)
         assert row["grad_norm"] == pytest.approx(math.sqrt(sum(v * v for v in grads.values())), rel=1e-5)
         assert row["param_norm"] == pytest.approx(math.sqrt(sum(v * v for v in params.values())), rel=1e-6)
-        assert ("mfu" in row) == torch.cuda.is_available()
+        assert "mfu" not in row  # a CPU run (train_config_dict says device: cpu), on a GPU machine too
     assert "grad_norm/" not in out  # per-parameter figures stay out of the console line
     # tensorboard-dir not set: <run-dir>/tensorboard (megatron/config/paths.py)
     assert glob.glob(str(tmp_path / "run" / "tensorboard" / "events.out.tfevents.*"))
@@ -45,8 +45,23 @@ def test_param_norm_only_when_asked(tmp_path, token_dataset):
     assert not [k for k in rows[0] if "/" in k]
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="MFU is logged on CUDA only")
-def test_mfu_on_cuda(tmp_path, token_dataset, capsys):
-    rows = train(tmp_path, token_dataset, train_iters=3, precision="bfloat16")
-    assert "[throughput] MFU against" in capsys.readouterr().out
+def test_mfu_on_cuda(tmp_path, token_dataset, capsys, monkeypatch):
+    monkeypatch.delenv("DS_ACCELERATOR", raising=False)  # the suite's CPU pin (tests/conftest.py)
+    rows = train(tmp_path, token_dataset, train_iters=3, precision="bfloat16", device="cuda")
+    out = capsys.readouterr().out
+    assert "device cuda:0" in out and "process group nccl" in out and "[throughput] MFU against" in out
     assert all(0 < row["mfu"] < 1 for row in rows)
+
+
+def test_the_final_validation_is_printed_once(tmp_path, token_dataset, capsys):
+    """train-iters a multiple of eval-interval: the last interval's validation is the end-of-training
+    one (NeoX evaluated the same batches twice and printed both); metrics.jsonl holds it once too."""
+    train(tmp_path, token_dataset, train_iters=4, eval_interval=2, eval_iters=1)
+    out = capsys.readouterr().out
+    assert out.count("validation results at") == 2, out  # iterations 2 and 4, the latter also the final one
+    assert "validation results at iteration 4" in out and "the end of training for test data" in out
+    with open(tmp_path / "run" / "metrics.jsonl") as f:
+        rows = [row for row in map(json.loads, f) if row["kind"] == "validation"]
+    assert [row["iteration"] for row in rows] == [2, 4]

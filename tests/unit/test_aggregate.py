@@ -198,6 +198,17 @@ def test_table3_says_which_windows_and_flags_short_lengths(tmp_path):
     assert "web 512 kerple_log" not in text
 
 
+def test_a_nonfinite_perplexity_is_refused_not_averaged(results_dir):
+    """Issue 23: a NaN ppl (an evaluation from before evaluate.py refused NaN losses) made its cell
+    'nan ± nan' silently; the record is now refused, naming the file and the lengths."""
+    path = results_dir / "code" / "alibi_s2" / "eval" / "eval.json"
+    rec = json.loads(path.read_text())
+    rec["results"][1]["ppl"] = float("nan")
+    path.write_text(json.dumps(rec))
+    with pytest.raises(ValueError, match=rf"{path}: perplexity at lengths \[1024\] is not finite \(nan\).*evaluate\.py"):
+        load_results([str(results_dir)])
+
+
 def test_a_test_on_fewer_seeds_shows_the_reference_mean_over_the_paired_seeds(tmp_path):
     """kerple_log on 5 seeds, alibi on 3: the table shows kerple_log's mean over seeds 1-3 next to
     alibi's test, and the CSV carries it."""

@@ -49,18 +49,27 @@ def no_flex(monkeypatch):
     """The tool always adds flex rows; flex's first CPU call compiles for ~8 s, which is the flex
     tests' business (test_attention_backends), not this file's. `reference` is kept."""
     monkeypatch.setattr(attn, "ALWAYS_BACKENDS", ("reference",))
+    monkeypatch.setattr(attn, "BASELINE_ROWS", tuple(r for r in attn.BASELINE_ROWS if r != attn.FLEX_ALIBI))
 
 
-def table_lines(text: str) -> list[list[str]]:
-    """The markdown table's rows (header first) as lists of stripped cells."""
-    rows = [ln for ln in text.splitlines() if ln.startswith("|")]
-    return [[c.strip() for c in ln.strip("|").split(" | ")] for ln in rows if not ln.startswith("|---")]
+def table_lines(text: str, first: str | None = None) -> list[list[str]]:
+    """A markdown table's rows (header first) as lists of stripped cells: the table whose header
+    starts with the cell `first`, or the first table of the text."""
+    tables, current = [], []
+    for ln in text.splitlines() + [""]:
+        if ln.startswith("|"):
+            if not ln.startswith("|---"):
+                current.append([c.strip() for c in ln.strip("|").split(" | ")])
+        elif current:
+            tables.append(current)
+            current = []
+    return next(t for t in tables if first is None or t[0][0] == first)
 
 
 def test_attention_table_rows_columns_and_ratios():
     args = attn.parse_args(ATTN_TINY + ["--schemes", "kerple_log", "--backends", "sdpa", "reference"])
     rows, baseline, text = attn.run(args)
-    lines = table_lines(text)
+    lines = table_lines(text, "scheme")
     assert lines[0] == attn.HEADERS
     assert all(len(r) == len(attn.HEADERS) for r in lines)
     measured = {(r.scheme, r.backend, r.length) for r in rows if r.length is not None}
@@ -82,6 +91,86 @@ def test_attention_table_rows_columns_and_ratios():
     assert all(ln[9] == "1.00x" for ln in base_rows if ln[2] != "128")
     flash = [ln for ln in lines[1:] if ln[1] == "flash"]  # always a row: measured, or skipped with why
     assert flash and (flash_ran or (flash[0][2] == "all" and flash[0][-1].startswith("skipped:")))
+
+
+def test_attention_default_schemes_cover_every_fused_kind():
+    """Every kind of work the fused kernel does appears in the default table: a new scheme with a
+    new kind (or combination) fails here until it is added to FUSED_SCHEMES."""
+    from megatron.positional.base import PositionalSpec
+    from megatron.positional.registry import build_scheme, scheme_names
+
+    spec = PositionalSpec(num_heads=4, head_dim=8, hidden_size=32, max_position_embeddings=64)
+
+    def signature(name):
+        k = build_scheme(name, spec).fused_kernel()
+        return None if k is None or k.is_plain else (k.bias, k.has_weight, k.r1 is not None, k.r3 is not None,
+                                                     k.tabulate is None)
+
+    fused = {signature(n) for n in scheme_names()} - {None}
+    assert fused == {signature(n) for n in attn.FUSED_SCHEMES}
+    assert attn.parse_args([]).schemes == attn.FUSED_SCHEMES and attn.parse_args(["--quick"]).schemes == ["kerple_log"]
+
+
+def test_attention_baseline_order():
+    """flash-attn ALiBi when its fwd+bwd ran, else FlexAttention ALiBi, else SDPA without a bias;
+    a triton bias-path row is never the baseline."""
+    args = attn.parse_args(["--quick"])
+
+    def row(pair, fb, variant=None):
+        return attn.Row(*pair, 64, fb_tflops=fb, variant=variant)
+
+    flex, flash, sdpa = row(attn.FLEX_ALIBI, 2.0), row(attn.FLASH_ALIBI, None), row(attn.NO_BIAS, 3.0)
+    assert attn.choose_baseline(args, [sdpa, flash, flex]) == attn.FLEX_ALIBI
+    assert attn.choose_baseline(args, [sdpa, row(attn.FLASH_ALIBI, 1.0), flex]) == attn.FLASH_ALIBI
+    assert attn.choose_baseline(args, [sdpa, row(attn.FLEX_ALIBI, None)]) == attn.NO_BIAS
+    assert attn.choose_baseline(args, [row(("alibi", "flex"), 1.0, "table")]) == attn.NO_BIAS
+    args.baseline = ("kerple_log", "sdpa")
+    assert attn.choose_baseline(args, [flex]) == ("kerple_log", "sdpa")
+
+
+def test_attention_triton_bias_rows_and_environment(monkeypatch):
+    """--triton-bias both: two triton rows where the path changes the kernel's work (not for T5's
+    lookup); each runs with KERPLE_TRITON_BIAS set, and the variable is restored afterwards."""
+    args = attn.parse_args(ATTN_TINY + ["--schemes", "kerple_log", "rpe", "--backends", "triton", "sdpa",
+                                        "--triton-bias", "both"])
+    got = attn.cases(args)
+    assert ("kerple_log", "triton", "table") in got and ("kerple_log", "triton", "inline") in got
+    assert ("rpe", "triton", None) in got and ("kerple_log", "sdpa", None) in got
+    seen = []
+
+    class Recorder(AttentionBackend):
+        def forward(self, q, *a, **k):
+            seen.append(os.environ.get(attn.BIAS_ENV))
+            return q * 1.0
+
+    Recorder.name, Recorder.priority = "recorder", 4999
+    monkeypatch.setitem(registry._REGISTRY, "recorder", Recorder)
+    monkeypatch.setitem(registry._PRIORITY, "recorder", 4999)
+    monkeypatch.setenv(attn.BIAS_ENV, "auto")
+    rows = attn.run_case("kerple_log", "recorder", args, lambda msg: None, variant="inline")
+    assert set(seen) == {"inline"} and os.environ[attn.BIAS_ENV] == "auto"
+    assert all(r.variant == "inline" for r in rows)
+    assert attn.backend_label(rows[0]) == "recorder [inline]"
+
+
+def test_attention_slow_cells_skip_longer_lengths():
+    args = attn.parse_args(ATTN_TINY + ["--schemes", "kerple_log", "--backends", "sdpa", "--max-call-seconds", "1e-9"])
+    rows = attn.run_case("kerple_log", "sdpa", args, lambda msg: None)
+    first, *rest = rows
+    assert first.length == 32 and first.fwd_tflops is not None and first.fb_tflops is not None
+    assert any("one call (> 1e-09 s)" in n for n in first.notes)
+    assert all(r.fwd_cell == "skipped" for r in rest) and rest[0].fb_cell == "skipped"
+    assert any("fwd+bwd skipped: > 1e-09 s per call at L=32" in n for n in rest[0].notes)
+
+
+def test_attention_summaries_put_baselines_and_triton_side_by_side():
+    r = attn.Row
+    rows = [r("none", "sdpa", 64, fb_tflops=100.0, fwd_tflops=50.0, fb_ratio=1.0, fwd_ratio=1.0),
+            r("kerple_log", "triton", 64, fb_tflops=50.0, fb_ratio=0.5, variant="table"),
+            r("kerple_log", "flex", 64, fb_tflops=1.0), r("alibi", "flash", None)]
+    lines = table_lines(attn.summary(rows, train=True))
+    assert lines == [["L", "SDPA no-bias", "ours kerple_log [table]"], ["64", "100 (1.00x)", "50 (0.50x)"]]
+    assert table_lines(attn.summary(rows, train=False))[1] == ["64", "50 (1.00x)", "-"]
 
 
 def test_attention_refused_and_failing_backends_do_not_stop_the_run(monkeypatch):
@@ -108,7 +197,7 @@ def test_attention_refused_and_failing_backends_do_not_stop_the_run(monkeypatch)
     assert any("kernel exploded" in n for n in by_backend["boom"].notes)
     assert by_backend["oomy"].fwd_cell == "OOM" and by_backend["oomy"].fb_cell == "OOM"
     assert by_backend["reference"].fb_tflops is not None  # cells after the failures still ran
-    line = next(ln for ln in table_lines(text) if ln[1] == "sdpa" and ln[0].startswith("kerple_power_ap_ap"))
+    line = next(ln for ln in table_lines(text, "scheme") if ln[1] == "sdpa" and ln[0].startswith("kerple_power_ap_ap"))
     assert line[2] == "all" and "score_weight" in line[-1]
 
 
@@ -156,6 +245,27 @@ def test_train_step_table_and_overhead_against_none():
     assert [ln[0] for ln in lines[1:]] == ["kerple_log", "rotary", "none"]
     assert lines[-1][6] == "+0.0%"
     assert "1 layers, hidden 32, 2 heads, vocab 128" in text and "CPU figures" in text
+
+
+def test_train_step_table4_ratios():
+    """The paper's Table 4 ratios: ours from the same run's sec/step, the paper's from its column,
+    a pair shown only when both schemes ran; goals judged against our ratio."""
+    args = train.parse_args(TRAIN_TINY + ["--schemes", "kerple_log", "alibi", "none"])
+    results, text = train.run(args)
+    sec = {r.scheme: r.sec_per_step for r in results}
+    rows = {r[0]: r for r in train.ratio_rows(results, judge=False)}
+    assert set(rows) == {"kerple_log vs alibi", "kerple_log vs none"}
+    assert rows["kerple_log vs alibi"][1] == f"{(sec['kerple_log'] / sec['alibi'] - 1) * 100:+.1f}%"
+    assert rows["kerple_log vs alibi"][2] == "+1.7%"  # 0.307 / 0.302
+    assert rows["kerple_log vs none"][2] == "- (no such row)"
+    assert rows["kerple_log vs none"][3] == "<= +5%: a GPU goal, not judged here"  # a CPU run
+    judged = {r[0]: r for r in train.ratio_rows(results, judge=True)}
+    met = sec["kerple_log"] / sec["none"] - 1 <= 0.05
+    assert judged["kerple_log vs none"][3] == f"<= +5%: {'met' if met else 'not met'}"
+    assert "paper Table 4 (A100, unfused)" in text and "| kerple_log vs alibi |" in text
+    assert "a GPU goal, not judged here" in text
+    fake = [train.Result("kerple_log", sec_per_step=0.2), train.Result("sinusoidal", sec_per_step=0.1)]
+    assert train.ratio_rows(fake) == [["kerple_log vs sinusoidal", "+100.0%", "+3.0%", "-"]]
 
 
 def test_train_step_refused_backend_shows_reason():

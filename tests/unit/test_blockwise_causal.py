@@ -44,8 +44,16 @@ def test_block_defaults_to_half_the_train_length_and_refuses_a_window(tiny_confi
         blockwise_causal_losses(model, torch.zeros(1, 8, dtype=torch.long), torch.zeros(1, 8, dtype=torch.long), 4)
 
 
-@pytest.mark.parametrize("extra,msg", [(["--blockwise-causal", "-3"], "positive block size"),
-                                       (["--blockwise-causal", "--stride", "4"], "drop --stride"),
+def test_negative_block_size_is_argparse_error(tmp_path, capsys):
+    import evaluate
+
+    with pytest.raises(SystemExit) as e:
+        evaluate.main(["--checkpoint", str(tmp_path), "--out", str(tmp_path / "out"), "--blockwise-causal", "-3"])
+    assert e.value.code == 2
+    assert "--blockwise-causal: must be an integer >= 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra,msg", [(["--blockwise-causal", "--stride", "4"], "drop --stride"),
                                        (["--blockwise-causal", "8", "--window", "4"], "drop --stride / --window")])
 def test_evaluate_flag_refusals(tmp_path, extra, msg):
     import evaluate

@@ -133,3 +133,23 @@ def test_pos_emb_choices_are_the_positional_registry_names_only(monkeypatch):
     assert choices_of(KEYS["pos_emb"].field) == tuple(sorted(scheme_names()))
     monkeypatch.setattr(registry, "scheme_names", lambda: ["learned", "rotary"])
     assert choices_of(KEYS["pos_emb"].field) == ("learned", "rotary")
+
+
+def test_a_mistyped_choice_gets_did_you_mean(tmp_path):
+    """`pos-emb: kerple-log` (a hyphen for the underscore) and other near misses name the value meant."""
+    msg = problems([write(tmp_path, "a.yml", tiny_text(**{"pos-emb": "kerple-log", "attention-backend": "sdap"}))])
+    assert "pos-emb = 'kerple-log'" in msg and "did you mean 'kerple_log'?" in msg
+    assert "attention-backend = 'sdap'" in msg and "did you mean 'sdpa'?" in msg
+    far = problems([write(tmp_path, "b.yml", tiny_text(**{"pos-emb": "zzzzzz"}))])
+    assert "did you mean" not in far and "expected one of" in far
+
+
+def test_a_missing_config_file_gets_did_you_mean(tmp_path):
+    """`--conf quickstart.yaml` where quickstart.yml exists (wrong extension, or a near name)."""
+    write(tmp_path, "quickstart.yml", tiny_text())
+    write(tmp_path, "quickstart_rotary.yml", tiny_text())
+    msg = problems([str(tmp_path / "quickstart.yaml")])
+    assert "config file not found" in msg and f"did you mean {tmp_path / 'quickstart.yml'}?" in msg
+    msg = problems([str(tmp_path / "quikstart.yml")])  # a near name: the nearest first
+    assert f"did you mean {tmp_path / 'quickstart.yml'} or {tmp_path / 'quickstart_rotary.yml'}?" in msg
+    assert "did you mean" not in problems([str(tmp_path / "nothing_like_it.yml")])

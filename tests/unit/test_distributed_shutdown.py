@@ -11,7 +11,7 @@ SCRIPT = textwrap.dedent("""
     # registered first, so it runs last (atexit is LIFO): after init_distributed's own handler
     atexit.register(lambda: print("at exit initialized:", torch.distributed.is_initialized(), flush=True))
     from megatron.training.distributed import init_distributed
-    info = init_distributed()
+    info = init_distributed("cpu")
     print("world", info.world_size, flush=True)
 """)
 LAUNCHER_ENV = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}

@@ -17,6 +17,7 @@ from megatron.data.indexed import MMapIndexedDataset
 from megatron.evaluation import load as load_mod
 from megatron.evaluation.lengths import evaluate_length
 from megatron.model import GPTModel
+from tests.conftest import checkpoint_layout
 from tests.unit.test_gpt_dataset import make_dataset
 
 SIZES = [30, 3, 55, 12, 80, 7, 41, 2, 19, 33, 64, 25]
@@ -103,6 +104,7 @@ def test_evaluate_cli_records_order_seed_and_counts_and_warns(tmp_path, tiny_con
     torch.manual_seed(0)
     model = GPTModel(cfg.model, 128).eval()
     monkeypatch.setattr(load_mod, "load_checkpoint_model", lambda *a, **k: (model, cfg, {"iteration": 4}))
+    checkpoint_layout(tmp_path / "ck")
     out = tmp_path / "eval"
     common = ["--checkpoint", str(tmp_path / "ck"), "--lengths", "32,1024", "--max-windows", "4", "--quiet"]
     assert evaluate.main([*common, "--out", str(out)]) == 0

@@ -14,6 +14,7 @@ from megatron.evaluation import lengths as lengths_mod
 from megatron.evaluation import load as load_mod
 from megatron.evaluation.lengths import LengthResult
 from megatron.model import GPTModel
+from tests.conftest import checkpoint_layout
 
 
 @pytest.fixture
@@ -21,11 +22,12 @@ def patched(tmp_path, tiny_config, token_dataset, monkeypatch):
     cfg = tiny_config(data_path=token_dataset)
     model = GPTModel(cfg.model, 128).eval()
     monkeypatch.setattr(load_mod, "load_checkpoint_model", lambda *a, **k: (model, cfg, {"iteration": 4}))
+    checkpoint_layout(tmp_path / "ck")
     calls = []
 
     def fake_evaluate_length(model, prefix, split, split_name, length, seed, max_windows, max_tokens,
                              batch_size=1, device="cpu", cache_dir=None, progress=True, window_order="shuffled",
-                             blockwise_causal=None):
+                             blockwise_causal=None, min_doc_tokens=None):
         calls.append((length, batch_size))
         if length >= 128 and batch_size > 1:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")

@@ -121,6 +121,7 @@ def test_refusals_once_installed(fake_flash):
         backend.unsupported_reason(alibi, CPU, BF16, True)  # dropout itself is supported
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not (torch.cuda.is_available() and HAS_FLASH_ATTN), reason="needs CUDA and flash-attn")
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"Lq{c[0]}-Lk{c[1]}-off{c[2]}-W{c[3]}")
 def test_cuda_alibi_bf16_matches_reference(case):

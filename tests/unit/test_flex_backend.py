@@ -156,6 +156,7 @@ def run_with_grads(backend, scheme, q, k, v, q_pos, k_pos, window, grad_out):
     return [out.detach()] + list(grads)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="flex training runs on CUDA only")
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-4), (torch.bfloat16, 1e-2)], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("name", FUSED)

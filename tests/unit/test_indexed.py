@@ -206,7 +206,7 @@ def test_existing_dataset_is_not_replaced_without_overwrite(tmp_path):
     assert MMapIndexedDataset(prefix)[0].tolist() == [1, 2]
     build(prefix, [[7]], overwrite=True)
     assert MMapIndexedDataset(prefix)[0].tolist() == [7]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds.bin", "ds.idx"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds.bin", "ds.identity.json", "ds.idx"]  # no temporaries
 
 
 def test_empty_result_is_not_published_and_leaves_no_temporaries(tmp_path):
@@ -215,7 +215,7 @@ def test_empty_result_is_not_published_and_leaves_no_temporaries(tmp_path):
     with pytest.raises(IndexedDatasetError, match=r"no items were written.*existing dataset there is unchanged"):
         build(prefix, [], overwrite=True)
     assert MMapIndexedDataset(prefix)[0].tolist() == [1, 2]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds.bin", "ds.idx"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds.bin", "ds.identity.json", "ds.idx"]  # no temporaries
 
 
 def test_failure_inside_the_builder_removes_temporaries(tmp_path):

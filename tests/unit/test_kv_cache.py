@@ -5,6 +5,7 @@ import torch
 
 from megatron.model import GPTModel
 from megatron.positional.registry import scheme_names
+from tests.conftest import KERNEL_DEVICE
 
 
 def _model(tiny_config, **over):
@@ -52,14 +53,16 @@ def test_no_cache_path_unchanged(tiny_config):
         assert torch.equal(model(tokens), model(tokens, positions=torch.arange(8)))
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("pos", ["kerple_log", "kerple_power_ap_ap", "rpe", "sandwich"])
 @pytest.mark.parametrize("window", [None, 4])
 def test_cached_steps_on_the_fused_kernel(tiny_config, pos, window):
-    """The Triton kernel (interpreter on CPU) decodes with a cache: q rows at the end of the keys."""
+    """The Triton kernel (compiled on a GPU, the interpreter on CPU) decodes with a cache: q rows at
+    the end of the keys."""
     pytest.importorskip("triton")
-    model = _model(tiny_config, pos_emb=pos, attention_window=window, attention_backend="triton")
-    reference = _model(tiny_config, pos_emb=pos, attention_window=window, attention_backend="reference")
-    tokens = torch.randint(0, 128, (1, 10))
+    model = _model(tiny_config, pos_emb=pos, attention_window=window, attention_backend="triton").to(KERNEL_DEVICE)
+    reference = _model(tiny_config, pos_emb=pos, attention_window=window, attention_backend="reference").to(KERNEL_DEVICE)
+    tokens = torch.randint(0, 128, (1, 10)).to(KERNEL_DEVICE)
     with torch.no_grad():
         full = reference(tokens)
         steps = _decode(model, tokens, [4] + [1] * 6)

@@ -30,10 +30,7 @@ def test_missing_hostfile_is_a_clear_error(tiny_config):
 
 
 def test_one_process_on_cpu_by_default(tiny_config):
-    import torch
-
-    if torch.cuda.is_available():
-        pytest.skip("a CUDA machine launches one process per visible GPU")
+    # a CPU run (the suite pins DS_ACCELERATOR=cpu): one process, on a GPU machine too
     assert processes_per_node(tiny_config()) == 1
     assert processes_per_node(tiny_config(num_gpus=2)) == 2
 
@@ -57,3 +54,13 @@ def test_overrides_refuse_a_key_twice_and_bad_yaml():
         parse_overrides(["num-layers=2", "num_layers=4"])
     with pytest.raises(ConfigError, match="not valid YAML"):
         parse_overrides(["optimizer={type: Adam"])
+
+
+def test_eval_switches_reach_eval_py_without_a_value():
+    """deepy.py eval.py ... --overwrite: passed on as the bare switch (a 'True' after it would be
+    read by eval.py as a config file)."""
+    from megatron.evaluation.harness.cli import eval_argv
+    from megatron.launcher import parse_args
+
+    args = parse_args(["eval.py", "a.yml", "--eval_tasks", "t1", "t2", "--overwrite", "--limit", "3"])
+    assert eval_argv(args, args.parser) == ["--eval_tasks", "t1", "t2", "--limit", "3.0", "--overwrite"]

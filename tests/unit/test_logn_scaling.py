@@ -10,6 +10,7 @@ import torch
 from megatron.config import ConfigError, load_config
 from megatron.model import GPTModel
 from megatron.positional.distance import causal_distance
+from tests.conftest import KERNEL_DEVICE
 
 TRAIN = 8  # seq-length: the tiny models below run past it, where the factor is > 1
 
@@ -82,7 +83,7 @@ def _backends():
     names = ["sdpa"]
     try:
         import triton  # noqa: F401
-        names.append("triton")
+        names.append(pytest.param("triton", marks=pytest.mark.gpu))  # compiled on a GPU: make test-gpu
     except ImportError:
         pass
     return names
@@ -94,13 +95,14 @@ def _backends():
 def test_backends_agree_with_logn_on(tiny_config, pos, backend, dtype, tol):
     """Logits and every parameter gradient (the positional parameters included) at 3x the
     training length, where the factor reaches log(24)/log(8) = 1.53."""
-    tokens = torch.randint(0, 128, (2, 3 * TRAIN), generator=torch.Generator().manual_seed(1))
-    want = _loss_and_grads(model(tiny_config, pos_emb=pos, attention_backend="reference").to(dtype), tokens)
-    got = _loss_and_grads(model(tiny_config, pos_emb=pos, attention_backend=backend).to(dtype), tokens)
+    device = KERNEL_DEVICE if backend == "triton" else torch.device("cpu")  # the kernel's device here
+    tokens = torch.randint(0, 128, (2, 3 * TRAIN), generator=torch.Generator().manual_seed(1)).to(device)
+    want = _loss_and_grads(model(tiny_config, pos_emb=pos, attention_backend="reference").to(device, dtype), tokens)
+    got = _loss_and_grads(model(tiny_config, pos_emb=pos, attention_backend=backend).to(device, dtype), tokens)
     for a, b in zip((got[0], *got[1]), (want[0], *want[1])):
         err = (a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-6)
         assert err <= tol, f"{pos} {backend} {dtype}: relative error {err:.2e}"
-    off = model(tiny_config, pos_emb=pos, attention_backend="reference", attention_logn_scaling=False).to(dtype)
+    off = model(tiny_config, pos_emb=pos, attention_backend="reference", attention_logn_scaling=False).to(device, dtype)
     with torch.no_grad():  # the factor changes the logits past seq-length, not before
         change = (off(tokens).float() - want[0]).abs().amax(dim=(0, 2))
     assert change[:TRAIN].max() <= tol * want[0].abs().max() and change[TRAIN:].mean() > 1e-2 * want[0].abs().max()

@@ -57,3 +57,18 @@ def test_a_complete_last_row_without_newline_is_kept(tiny_config, tmp_path):
     path.write_text('{"iteration": 1, "kind": "train"}\n{"iteration": 2, "kind": "train"}')
     MetricsLogger(tiny_config(progress_bar=False), str(tmp_path), enabled=True, start_iter=2).close()
     assert path.read_text() == '{"iteration": 1, "kind": "train"}\n{"iteration": 2, "kind": "train"}\n'
+
+
+def test_first_steps_are_logged_with_an_early_eta(tiny_config, tmp_path, capsys):
+    """A run with log_interval 50 says something at steps 1, 2, 4, 8, 16, 32 (each step's own values
+    and an ETA from its time), not two silent minutes until step 50; step 50's line still averages
+    all 50 steps, as NeoX's does."""
+    cfg = tiny_config(log_interval=50, progress_bar=False)
+    log = MetricsLogger(cfg, str(tmp_path), enabled=True, total_iters=400)
+    for i in range(1, 51):
+        log.log_step(i, {"lm_loss": float(i), "elapsed_time_per_iteration_ms": 1000.0})
+    log.close()
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("iteration ")]
+    assert [int(ln.split()[1]) for ln in lines] == [1, 2, 4, 8, 16, 32, 50]
+    assert "lm_loss: 2.0000E+00" in lines[1] and "eta: 00:06:38" in lines[1]  # 398 steps left at 1 s
+    assert "lm_loss: 2.5500E+01" in lines[-1] and "eta: 00:05:50" in lines[-1]  # the mean of 1..50

@@ -8,6 +8,7 @@ import torch
 from megatron.attention.mask import allowed_mask, row_positions, row_starts_from_attention_mask
 from megatron.model import GPTModel
 from megatron.positional.registry import scheme_names
+from tests.conftest import KERNEL_DEVICE
 
 VOCAB, PAD = 128, 0
 LENGTHS = [11, 4, 8]  # a longest row, a short one, one in between
@@ -162,15 +163,16 @@ def test_flash_is_never_given_a_padded_batch():
     assert resolve_backend("auto", scheme, "cpu", torch.float32, False, padded=True).name != "flash"
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("pos", ["kerple_log", "rpe"])
 def test_triton_kernel_takes_padded_batches(tiny_config, pos):
-    """The fused kernel (Triton's interpreter on CPU): a left-padded batch and left-padded kv-cache
-    decoding give each row what it gets alone."""
+    """The fused kernel (compiled on a GPU, Triton's interpreter on CPU): a left-padded batch and
+    left-padded kv-cache decoding give each row what it gets alone."""
     pytest.importorskip("triton")
-    model = _model(tiny_config, pos_emb=pos, attention_backend="triton")
-    seqs = _sequences(5)
+    model = _model(tiny_config, pos_emb=pos, attention_backend="triton").to(KERNEL_DEVICE)
+    seqs = [s.to(KERNEL_DEVICE) for s in _sequences(5)]
     want = _alone(model, seqs)
-    tokens, starts = _left_padded(seqs)
+    tokens, starts = (x.to(KERNEL_DEVICE) for x in _left_padded(seqs))
     with torch.no_grad():
         left = torch.log_softmax(model(tokens, row_starts=starts).float(), -1)
         cache = model.new_cache()

@@ -174,3 +174,33 @@ def test_dead_worker_is_an_error_not_a_hang(tmp_path):
     with pytest.raises(UserError, match=r"a tokenizer worker process died .*in\.jsonl:1 on.*fewer --workers"):
         preprocess([src], DyingTokenizer(), str(tmp_path / "o"), workers=2)
     assert list(tmp_path.glob("o_*")) == []
+
+
+def test_stale_temporaries_of_a_killed_run_are_cleaned_by_the_next(tmp_path):
+    """SIGKILL leaves `<prefix>.bin.tmp<pid>` (nothing runs at SIGKILL); the next run on the same
+    prefix removes those of dead writers and keeps a live writer's."""
+    src = write_jsonl(tmp_path / "in.jsonl", DOCS)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    prefix = tmp_path / "out_text_document"
+    stale = [Path(f"{prefix}.bin.tmp{dead.pid}"), Path(f"{prefix}.idx.tmp{dead.pid}"),
+             Path(f"{prefix}.identity.json.tmp{dead.pid}")]
+    live = Path(f"{prefix}.bin.tmp{os.getppid()}")  # a running process: its writer may still be busy
+    for p in [*stale, live]:
+        p.write_bytes(b"x" * 100)
+    preprocess([src], build_tokenizer("CharLevelTokenizer"), str(tmp_path / "out"))
+    assert not any(p.exists() for p in stale) and live.exists()
+
+
+@pytest.mark.parametrize("flag,value", [("--num-docs", "-1"), ("--num-docs", "0"), ("--workers", "0")])
+def test_negative_counts_name_the_flag(tmp_path, flag, value):
+    """Issue 23: --num-docs -1 ended in islice's traceback-free but flagless ValueError."""
+    src = write_jsonl(tmp_path / "in.jsonl", DOCS)
+    cmd = [sys.executable, str(ROOT / "tools" / "preprocess_data.py"), "--input", src, "--tokenizer-type",
+           "CharLevelTokenizer", "--output-prefix", str(tmp_path / "o"), flag, value]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"argument {flag}: must be an integer >= 1, got '{value}'" in proc.stderr
+    assert not list(tmp_path.glob("o_*"))
+    with pytest.raises(DataError, match=r"num_docs \(--num-docs\) must be >= 1, got -1"):
+        preprocess([src], build_tokenizer("CharLevelTokenizer"), str(tmp_path / "o"), num_docs=-1)

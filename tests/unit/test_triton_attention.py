@@ -13,7 +13,8 @@ from megatron.attention import resolve_backend
 from megatron.positional.base import PositionalSpec
 from megatron.positional.registry import build_scheme
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+pytestmark = [pytest.mark.gpu,  # compiled on a GPU (make test-gpu), Triton's interpreter on CPU
+              pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")]
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 FUSED = ["kerple_log", "kerple_log_3para", "kerple_power_ap_", "kerple_power_ap_ap", "alibi", "rpe", "sandwich"]
 
@@ -95,6 +96,106 @@ def test_zero_row_starts_equal_no_padding():
     assert all(torch.equal(a, b) for a, b in zip((plain[0], *plain[1]), (zeros[0], *zeros[1])))
 
 
+# Schemes whose bias the kernel can evaluate per score (inline) or load from a per-call table over
+# distance (table path, megatron/kernels/bias_table.py): both paths must match the reference.
+TABULATED = ["kerple_log", "kerple_log_3para", "kerple_power_ap_", "kerple_power_ap_ap", "alibi"]
+
+
+@pytest.mark.parametrize("path", ["table", "inline"])
+@pytest.mark.parametrize("name", TABULATED)
+@pytest.mark.parametrize("lq,lk,window,offset", [(40, 40, None, 0), (37, 37, 5, 3), (6, 40, 9, 7)],
+                         ids=["multiblock", "window", "kvcache-window"])
+def test_both_bias_paths_match_reference(monkeypatch, path, name, lq, lk, window, offset):
+    monkeypatch.setenv("KERPLE_TRITON_BIAS", path)
+    compare(name, 2, 2, lq, lk, 8, torch.float32, window=window, offset=offset)
+
+
+@pytest.mark.parametrize("name", ["kerple_log", "alibi"])
+def test_three_key_bands_window(name):
+    """80 x 80 keys, window 40, 16-wide blocks: the last query block has a masked band at the
+    window's edge, an unmasked band in the middle and the diagonal band (attention_fwd.py)."""
+    compare(name, 1, 2, 80, 80, 8, torch.float32, window=40)
+
+
+def test_forward_bands_random_shapes():
+    """The forward's band split (which key blocks skip the mask) against the reference over random
+    lengths, windows and kv-cache offsets, forward only (cheap): a tile wrongly taken as fully
+    allowed lets masked keys into the softmax."""
+    from megatron.kernels.attention import triton_attention
+
+    g = torch.Generator().manual_seed(0)
+    scheme = scheme_for("kerple_log", 2, 8)
+    for _ in range(12):
+        lk = int(torch.randint(1, 90, (1,), generator=g))
+        lq = int(torch.randint(1, lk + 1, (1,), generator=g))
+        window = None if torch.rand(1, generator=g) < 0.3 else int(torch.randint(1, 60, (1,), generator=g))
+        offset = int(torch.randint(0, 50, (1,), generator=g))
+        q, k, v, _, q_pos, k_pos = inputs(1, 2, lq, lk, 8, torch.float32, offset, seed=lq * 100 + lk)
+        with torch.no_grad():
+            got = triton_attention(q, k, v, scheme.fused_kernel(), int(q_pos[0]), int(k_pos[0]), window)
+            want = resolve_backend("reference", scheme, DEVICE, torch.float32, False).forward(
+                q, k, v, scheme, q_pos, k_pos, window=window, softmax_in_fp32=True)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=f"lq={lq} lk={lk} window={window}")
+
+
+def test_backward_bands_random_shapes():
+    """Both backward kernels' band splits (kernels/bands.py), gradients included, over random
+    lengths, windows and kv-cache offsets (lengths not multiples of the 16-wide blocks)."""
+    g = torch.Generator().manual_seed(1)
+    for _ in range(6):
+        lk = int(torch.randint(17, 75, (1,), generator=g))
+        lq = int(torch.randint(1, lk + 1, (1,), generator=g))
+        window = None if torch.rand(1, generator=g) < 0.3 else int(torch.randint(1, 50, (1,), generator=g))
+        offset = int(torch.randint(0, 30, (1,), generator=g))
+        compare("kerple_log", 1, 2, lq, lk, 8, torch.float32, window=window, offset=offset, seed=lq + lk)
+
+
+@pytest.mark.parametrize("path", ["table", "inline"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_both_bias_paths_half_precision(monkeypatch, path, dtype):
+    monkeypatch.setenv("KERPLE_TRITON_BIAS", path)
+    compare("kerple_log_3para", 1, 2, 33, 33, 16, dtype, tol=1e-2)
+
+
+@pytest.mark.parametrize("path, name, table_rows", [
+    ("table", "kerple_log", 2), ("auto", "kerple_log", 2), ("auto", "kerple_power_ap_", 2),
+    ("inline", "kerple_log", 0), ("auto", "alibi", 0), ("table", "alibi", 2), ("table", "rpe", 2)])
+def test_bias_path_is_the_one_asked_for(monkeypatch, path, name, table_rows):
+    """What the kernel was given: a (H, distances) table on the table path (rpe: its own T5 lookup,
+    whatever the option), nothing on the inline path; auto tabulates log and powers with an exponent."""
+    from megatron.kernels.attention import triton_attention
+
+    monkeypatch.setenv("KERPLE_TRITON_BIAS", path)
+    scheme = scheme_for(name, 2, 8)
+    q, k, v, _, q_pos, k_pos = inputs(1, 2, 6, 40, 8, torch.float32, offset=7)
+    out = triton_attention(q.requires_grad_(), k, v, scheme.fused_kernel(), int(q_pos[0]), int(k_pos[0]))
+    lut = out.grad_fn.saved_tensors[10]
+    assert lut.shape[0] == table_rows
+    if table_rows and name != "rpe":
+        assert lut.shape[1] == 40  # distances 0..39: the last query to the first key, no more (O(L))
+        want = scheme.fused_kernel().bias_at(torch.arange(40.0, device=DEVICE)[None])[:, 0]
+        assert torch.equal(lut, want.detach())
+
+
+def test_bad_bias_path_is_refused(monkeypatch):
+    from megatron.kernels.attention import triton_attention
+
+    monkeypatch.setenv("KERPLE_TRITON_BIAS", "tabel")
+    q, k, v, _, q_pos, k_pos = inputs(1, 2, 4, 4, 8, torch.float32)
+    with pytest.raises(ValueError, match="KERPLE_TRITON_BIAS='tabel'.*auto, table, inline"):
+        triton_attention(q, k, v, scheme_for("kerple_log", 2, 8).fused_kernel(), 0, 0)
+
+
+@pytest.mark.parametrize("path", ["table", "inline"])
+def test_parameter_gradients_are_bitwise_reproducible_on_both_paths(monkeypatch, path):
+    monkeypatch.setenv("KERPLE_TRITON_BIAS", path)
+    scheme = scheme_for("kerple_power_ap_", 2, 16)
+    q, k, v, grad_out, q_pos, k_pos = inputs(2, 2, 50, 50, 16, torch.float32)
+    runs = [attend("triton", scheme, q, k, v, q_pos, k_pos, None, grad_out)[1] for _ in range(2)]
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
+
+
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_head_dims(head_dim):
     compare("kerple_log", 1, 2, 33, 33, head_dim, torch.float32)
@@ -159,11 +260,11 @@ def test_dropout_is_refused_with_the_fix():
 
 
 def test_bad_block_override(monkeypatch):
-    from megatron.kernels.attention import block_sizes
+    from megatron.kernels.tuning import manual_blocks
 
     monkeypatch.setenv("KERPLE_TRITON_BLOCKS", "64,64")
     with pytest.raises(ValueError, match="KERPLE_TRITON_BLOCKS='64,64'.*four integers"):
-        block_sizes(64, DEVICE)
+        manual_blocks()
 
 
 def test_auto_never_picks_the_interpreter_on_cpu():

@@ -122,3 +122,25 @@ def test_bad_values_name_the_key(tiny_config, over, key):
     with pytest.raises(ConfigError) as e:
         tiny_config(pos_emb="xpos", **over)
     assert key in str(e.value)
+
+
+def test_long_call_is_finite_and_exact(tiny_config):
+    """Issue 23: with scale base 64 and gamma 0.2 one call's centred fp32 factors overflow past
+    2*64*ln(FLT_MAX)/|ln zeta_0| = 6,338 positions, and a 7,000-token evaluation returned NaN
+    losses. Now every loss is finite and equals a float64 evaluation (whose range holds the whole
+    call in one block)."""
+    torch.manual_seed(0)
+    model = GPTModel(tiny_config(pos_emb="xpos", xpos_scale_base=64.0, xpos_gamma=0.2).model, 128).eval()
+    tokens = torch.randint(0, 128, (1, 7001))
+    got = model.token_losses(tokens[:, :-1], tokens[:, 1:])
+    assert bool(got.isfinite().all())
+    # the paper's blockwise causal evaluation, blocks longer than one call's range (1,584) too
+    from megatron.evaluation.blockwise import blockwise_causal_losses
+
+    blocks = blockwise_causal_losses(model, tokens[:, :-1], tokens[:, 1:], 3000)
+    assert bool(blocks.isfinite().all())
+    model.double()
+    want = model.token_losses(tokens[:, :-1], tokens[:, 1:])
+    torch.testing.assert_close(got, want.float(), rtol=1e-4, atol=1e-4)
+    want = blockwise_causal_losses(model, tokens[:, :-1], tokens[:, 1:], 3000)
+    torch.testing.assert_close(blocks, want.float(), rtol=1e-4, atol=1e-4)

@@ -3,7 +3,8 @@
     adapter.py      KerpleLM: the harness's LM interface over our checkpoints
     batching.py     padded batches: scoring right-padded, generation left-padded through the kv-cache
     local_tasks.py  offline tasks built from the bundled stdlib corpus, registered as harness YAML
-    run.py          task-name checks, the evaluation, the results file, TensorBoard/W&B
+    task_checks.py  finding tasks (local, --include-path, the harness's) and checking them before the model loads
+    run.py          the evaluation, the results file, TensorBoard/W&B
 
 Entry points: `python deepy.py eval.py CONFIG.yml --eval_tasks ...` and
 `python evaluate.py --checkpoint DIR --tasks ...`. Nothing here imports lm_eval at module import

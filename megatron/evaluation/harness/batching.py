@@ -43,6 +43,12 @@ def _score_batch(model, rows: list[Request], device) -> list[tuple[float, bool]]
     # per row (the first n - len(targets) of them are not read).
     pick = torch.stack([torch.arange(len(i) - n, len(i)).clamp_min(0) for i, _ in rows]).to(device)  # (B, n)
     hidden = model.hidden_states(tokens)
+    if not bool(torch.isfinite(hidden).all()):  # lm-eval would rank NaN log-likelihoods silently
+        from megatron.evaluation.lengths import NonFiniteLoss
+
+        raise NonFiniteLoss(f"the model's outputs are not finite on a batch of inputs of up to {width} tokens: "
+                            "its computation overflows at this length and the task scores would be meaningless; "
+                            "lower --max-length")
     hidden = hidden.gather(1, pick[:, :, None].expand(-1, -1, hidden.shape[-1]))  # (B, n, h)
     logprobs = gather_logits(parallel_logits(hidden, model.output_weight(), model.parallel), model.parallel)
     logprobs = torch.log_softmax(logprobs.float(), dim=-1)

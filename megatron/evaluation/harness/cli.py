@@ -4,7 +4,10 @@ as in GPT-NeoX (--eval_tasks, --eval_results_prefix are NeoX's names)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
+
+from megatron.cli_args import int_at_least
 
 TITLE = "downstream tasks (eval.py; lm-evaluation-harness)"
 
@@ -21,10 +24,43 @@ def add_eval_flags(parser: argparse.ArgumentParser, required: bool = False,
     g.add_argument("--max-length", type=int, default=None,
                    help="longest context in tokens (default: the training seq-length; longer extrapolates)")
     if batch_size:
-        g.add_argument("--batch-size", type=int, default=1, help="sequences per forward (of equal length)")
+        g.add_argument("--batch-size", type=int_at_least(1), default=1, help="sequences per forward (of equal length)")
     g.add_argument("--limit", type=float, default=None, help="at most this many documents per task (or a fraction < 1)")
-    g.add_argument("--num-fewshot", type=int, default=None, help="few-shot examples per prompt (default: the task's)")
+    g.add_argument("--num-fewshot", type=int_at_least(0), default=None, help="few-shot examples per prompt (default: the task's)")
+    g.add_argument("--include-path", "--include_path", dest="include_paths", nargs="+", default=None, metavar="DIR",
+                   help="directories of your own lm-eval task YAML files (lm-eval's --include_path); a single "
+                        "task file can also be given to --tasks as its path")
+    g.add_argument("--bootstrap-iters", type=int_at_least(0), default=None, metavar="N",
+                   help="bootstrap resamples for the stderr of non-mean metrics, e.g. perplexity (default: "
+                        "lm-eval's own, so stderr agrees with the stock harness; 0 skips stderr)")
+    g.add_argument("--quiet", action="store_true", help="no progress bars (the harness's and the sweep's)")
+    g.add_argument("--overwrite", action="store_true",
+                   help="replace an earlier evaluation's results in the output directory (without it they are kept "
+                        "and the evaluation is refused before anything is loaded)")
     return g
+
+
+@contextlib.contextmanager
+def progress_bars(enabled: bool):
+    """`with progress_bars(not args.quiet):` no progress bar from any library inside when disabled.
+    lm-eval, datasets and our own code each pass tqdm an explicit `disable=`, which TQDM_DISABLE
+    cannot override, so every tqdm (their classes all derive from tqdm.std.tqdm) is built disabled."""
+    if enabled:
+        yield
+        return
+    from tqdm import std
+
+    init = std.tqdm.__init__
+
+    def disabled(self, *args, **kwargs):
+        kwargs["disable"] = True
+        init(self, *args, **kwargs)
+
+    std.tqdm.__init__ = disabled
+    try:
+        yield
+    finally:
+        std.tqdm.__init__ = init
 
 
 def eval_argv(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[str]:
@@ -34,6 +70,9 @@ def eval_argv(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list
     for action in group._group_actions:
         value = getattr(args, action.dest)
         if value is None or value == action.default:
+            continue
+        if action.nargs == 0:  # a switch (--quiet)
+            out.append(action.option_strings[0])
             continue
         out += [action.option_strings[0], *map(str, value if isinstance(value, list) else [value])]
     return out

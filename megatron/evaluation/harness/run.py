@@ -6,13 +6,13 @@ Used by eval.py (`python deepy.py eval.py CONFIG.yml --eval_tasks ...`) and eval
 """
 from __future__ import annotations
 
-import difflib
+import inspect
 import json
 import os
 import time
 
 from megatron.errors import UserError
-from megatron.evaluation.harness.local_tasks import GROUP, LOCAL_TASKS, write_task_dir
+from megatron.evaluation.harness.task_checks import check_include_paths, check_task_docs, check_tasks, task_manager
 
 SCHEMA = "kerple-harness/1"
 RESULTS_NAME = "harness.json"
@@ -36,28 +36,6 @@ def resolve_max_length(value: int | None, model, cfg) -> int:
         raise UserError(f"--max-length {length}: pos-emb {cfg.model.pos_emb} represents at most {limit} positions "
                         f"(max-position-embeddings); pass --max-length {limit} or less")
     return length
-
-
-def task_manager(names: list[str], task_dir: str):
-    """The harness's TaskManager with the local tasks' YAML in `task_dir`. The harness's own ~15k
-    task files are indexed (~5-10 s) only when a name is not a local one."""
-    from lm_eval.tasks import TaskManager
-
-    local_only = all(n in LOCAL_TASKS or n == GROUP for n in names)
-    return TaskManager(include_path=write_task_dir(task_dir), include_defaults=not local_only)
-
-
-def check_tasks(names: list[str], manager) -> list[str]:
-    """The names, each a task, group or tag the harness knows (glob patterns allowed, as lm_eval's CLI)."""
-    unknown = [n for n in names if not manager.match_tasks([n])]
-    if unknown:
-        hints = []
-        for n in unknown:
-            close = difflib.get_close_matches(n, manager.all_tasks, n=3)
-            hints.append(f"{n!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
-        raise UserError(f"unknown task{'s' if len(unknown) > 1 else ''} {', '.join(hints)}; the offline local "
-                        f"tasks are {', '.join(LOCAL_TASKS)} (group {GROUP}); `lm_eval ls tasks` lists the harness's")
-    return manager.match_tasks(names)
 
 
 def metrics_of(results: dict) -> dict[str, float]:
@@ -88,7 +66,7 @@ def log_scores(cfg, iteration: int | None, metrics: dict[str, float]) -> None:
         return
     logger = MetricsLogger(cfg, lg.run_dir)
     try:
-        logger.log_eval(iteration or 0, "harness", metrics, f"iteration {iteration}")
+        logger.log_eval(iteration or 0, "harness", metrics, f"iteration {iteration}", console=False)  # the table says it
     finally:
         logger.close()
 
@@ -103,15 +81,25 @@ def write_results(record: dict, path: str) -> str:
 
 
 def evaluate_tasks(ckpt: str, tasks: list[str], out_dir: str, *, tag=None, overrides=None, max_length=None,
-                   batch_size: int = 1, limit=None, num_fewshot=None, device="cpu", allow_nonfinite=False,
-                   results_path: str | None = None, log: bool = True) -> dict:
+                   batch_size: int = 1, limit=None, num_fewshot=None, device="auto", allow_nonfinite=False,
+                   results_path: str | None = None, log: bool = True, include_paths=(),
+                   bootstrap_iters: int | None = None, overwrite: bool = True) -> dict:
     """Everything one checkpoint needs; returns the results record (also written to results_path,
-    default <out_dir>/harness.json). Inputs are checked before the model loads where they can be."""
+    default <out_dir>/harness.json, which an earlier evaluation's is only replaced with
+    `overwrite`; the dated prefix files are not checked). Inputs are checked before the model loads
+    where they can be."""
     check_max_length_value(max_length)
     if batch_size < 1:
         raise UserError(f"--batch-size {batch_size} must be at least 1")
-    manager = task_manager(tasks, os.path.join(out_dir, TASK_DIR_NAME))
-    names = check_tasks(tasks, manager)
+    if bootstrap_iters is not None and bootstrap_iters < 0:
+        raise UserError(f"--bootstrap-iters {bootstrap_iters} must be 0 (no stderr) or more")
+    manager = task_manager(tasks, os.path.join(out_dir, TASK_DIR_NAME), include_paths)
+    names = check_tasks(tasks, manager, include_paths)
+    check_task_docs(manager, names)
+    if results_path is None:
+        from megatron.evaluation.outputs import refuse_earlier_results
+
+        refuse_earlier_results(out_dir, [RESULTS_NAME], overwrite)
     from megatron.evaluation.load import load_checkpoint_model
     from megatron.tokenizer import build_tokenizer
 
@@ -127,13 +115,16 @@ def evaluate_tasks(ckpt: str, tasks: list[str], out_dir: str, *, tag=None, overr
 
     start = time.perf_counter()
     lm = KerpleLM(model, tokenizer, length, batch_size, seed=cfg.training.seed)
+    if bootstrap_iters is None:  # the harness's own default: its stderr, not a cheaper estimate
+        bootstrap_iters = inspect.signature(simple_evaluate).parameters["bootstrap_iters"].default
     results = simple_evaluate(lm, tasks=names, num_fewshot=num_fewshot, limit=limit, task_manager=manager,
-                              log_samples=False, bootstrap_iters=1000, random_seed=cfg.training.seed)
+                              log_samples=False, bootstrap_iters=bootstrap_iters, random_seed=cfg.training.seed)
     iteration = client.get("iteration")
     record = {
         "schema": SCHEMA, "checkpoint": os.path.abspath(ckpt), "iteration": iteration,
         "pos_emb": cfg.model.pos_emb, "train_length": cfg.model.seq_length, "max_length": length,
         "batch_size": batch_size, "limit": limit, "num_fewshot": num_fewshot, "device": str(device),
+        "bootstrap_iters": bootstrap_iters, "include_paths": check_include_paths(include_paths),
         "tasks": names, "lm_eval_version": lm_eval.__version__ if hasattr(lm_eval, "__version__") else None,
         "seconds": round(time.perf_counter() - start, 2), "metrics": metrics_of(results),
         **{k: results[k] for k in ("results", "groups", "versions", "n-shot", "higher_is_better", "n-samples")

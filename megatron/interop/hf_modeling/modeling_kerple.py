@@ -28,7 +28,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from .base import PositionalSpec
 from .configuration_kerple import SCHEME_CLASS, KerpleConfig
 from .logn import scale_queries
-from .mask import allowed_mask, row_positions, row_starts_from_attention_mask
+from .mask import allowed_mask, query_blocks, row_positions, row_starts_from_attention_mask
 from .registry import instantiate
 
 
@@ -49,14 +49,22 @@ class Attention(nn.Module):
     def forward(self, x, positions, q_pos, k_pos, cache, row_starts):
         B, L, _ = x.shape
         q, k, v = self.query_key_value(x).view(B, L, self.heads, 3 * self.head_dim).transpose(1, 2).chunk(3, dim=-1)
-        after = cache is not None and positions.rotate_after_cache  # xPos: the cache holds raw keys
-        if not after:
+        late = positions.rotate_after_cache  # xPos: the cache holds raw keys, rotated per query block
+        if not late:
             q, k = positions.rotate_qk(q, k, q_pos, q_pos)  # new keys sit at the new positions
         # log-n scaling, if on (commutes with the rotation), at each row's own positions
         q = scale_queries(q, positions.query_scale(row_positions(q_pos, row_starts), self.window))
         if cache is not None:
             k, v = cache.update(k, v, self.layer_idx)  # (B, H, past + L, D)
-        if after:
+        # A late-rotated scheme holds max_query_span query positions per call (xPos: finite
+        # factors); longer calls run in query blocks, as the training code's attention does.
+        span = positions.max_query_span(q.dtype) if late else None
+        out = torch.cat([self._attend(q[:, :, rows], k[:, :, keys], v[:, :, keys], positions, q_pos[rows], k_pos[keys],
+                                      row_starts, late) for rows, keys in query_blocks(q_pos, k_pos, span)], dim=2)
+        return self.dense(out.transpose(1, 2).reshape(B, L, -1))
+
+    def _attend(self, q, k, v, positions, q_pos, k_pos, row_starts, late):
+        if late:
             q, k = positions.rotate_qk(q, k, q_pos, k_pos)
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(self.head_dim)  # (B, H, Lq, Lk)
         weight = positions.batch_score_weight(q_pos, k_pos, row_starts)
@@ -67,8 +75,7 @@ class Attention(nn.Module):
             scores = scores + bias.to(scores.dtype)
         allowed = allowed_mask(q_pos, k_pos, self.window or None, row_starts)  # (Lq, Lk) / (B, 1, Lq, Lk)
         scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
-        out = F.softmax(scores, dim=-1).to(v.dtype) @ v  # (B, H, Lq, D)
-        return self.dense(out.transpose(1, 2).reshape(B, L, -1))
+        return F.softmax(scores, dim=-1).to(v.dtype) @ v  # (B, H, Lq, D)
 
 
 class MLP(nn.Module):

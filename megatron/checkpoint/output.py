@@ -1,0 +1,30 @@
+"""The output directory of a tool that writes a whole checkpoint (tools/merge_tp_checkpoint.py,
+tools/convert_neox_checkpoint.py), checked before any checkpoint is read. No torch here: a refusal
+is answered before torch loads.
+"""
+from __future__ import annotations
+
+import os
+
+from megatron.atomic_io import refuse_existing_output
+from megatron.checkpoint.errors import CheckpointError
+from megatron.checkpoint.tags import describe_steps, read_latest, steps_in
+
+
+def check_output(output_dir: str, overwrite: bool, input_dir: str | None = None) -> None:
+    """Before any reading: --output must not hold the checkpoint being read, and an existing one
+    (another run's checkpoints: replacing a step would drop its optimizer state and move `latest`
+    backwards) is replaced only with --overwrite."""
+    if input_dir is not None:
+        out, src = os.path.realpath(output_dir), os.path.realpath(input_dir)
+        if src == out or src.startswith(out + os.sep):
+            raise CheckpointError(f"--output {output_dir} holds the checkpoint being read ({input_dir}); "
+                                  "the checkpoint it reads is never overwritten: choose another --output")
+    steps = steps_in(output_dir) if os.path.isdir(output_dir) else []
+    try:
+        latest = read_latest(output_dir) if steps else None
+    except CheckpointError:  # a damaged `latest`: the steps are still worth naming
+        latest = None
+    what = (f"checkpoints {describe_steps(steps)}" + (f" (`latest` names {latest})" if latest else "")
+            + ": the whole directory would be replaced by the one written now") if steps else ""
+    refuse_existing_output(output_dir, overwrite, "--output", what)

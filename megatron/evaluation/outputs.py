@@ -1,0 +1,81 @@
+"""Where evaluation results go, for every entry point that writes them (evaluate.py, eval.py):
+the output directory is proven writable before anything is loaded, earlier results there are never
+replaced silently (refused unless --overwrite), and one evaluation at a time writes into it (a
+second one into the same directory would leave only one of the two results).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+
+from megatron.atomic_io import OutputExists
+from megatron.errors import UserError
+
+LOCK_NAME = "eval.lock"
+
+
+def missing_dirs(path: str) -> list[str]:
+    """`path` and its ancestors that do not exist yet, deepest first (what makedirs would create)."""
+    created, parent = [], os.path.abspath(path)
+    while not os.path.exists(parent) and os.path.dirname(parent) != parent:
+        created.append(parent)
+        parent = os.path.dirname(parent)
+    return created
+
+
+def remove_empty(created: list[str]) -> None:
+    """rmdir the directories this run created, deepest first, as long as they are empty."""
+    for d in created:
+        try:
+            os.rmdir(d)
+        except OSError:
+            break
+
+
+def check_output_dir(path: str) -> None:
+    """Prove now that files can be written in `path`: results must never be computed and then lost.
+    Directories created for the probe are removed again (a failed run leaves no empty eval/)."""
+    created = missing_dirs(path)
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
+            pass
+    except OSError as e:
+        raise UserError(f"cannot write results to the output directory {path!r} ({e.strerror or e}); "
+                        "pass a writable --out directory (nothing was evaluated)") from e
+    finally:
+        remove_empty(created)
+
+
+def refuse_earlier_results(out_dir: str, names: list[str], overwrite: bool) -> None:
+    """OutputExists when out_dir holds an earlier evaluation's results. names[0] is the file
+    written last, that says "evaluated": without it a killed run left no complete result to keep."""
+    found = [n for n in names if os.path.exists(os.path.join(out_dir, n))]
+    if found and found[0] == names[0] and not overwrite:
+        raise OutputExists(f"--out {out_dir} already holds the results of an earlier evaluation ({', '.join(found)}); "
+                           "refusing to replace them: choose another --out (one per checkpoint, window or setting), "
+                           "or pass --overwrite to replace them (nothing was evaluated)")
+
+
+@contextlib.contextmanager
+def output_locks(out_dirs: list[str]):
+    """Each output directory's eval.lock (megatron/training/run_lock.py), held while the evaluation
+    runs. A directory this run created and left with nothing but its lock is removed again."""
+    from megatron.training.run_lock import RunLock
+
+    created, locks = {}, []
+    try:
+        for d in out_dirs:
+            created[d] = missing_dirs(d)
+            locks.append(RunLock(d, path=os.path.join(d, LOCK_NAME), what=f"output directory {d!r}",
+                                 holder="evaluation", fix="wait for it to finish, or give this evaluation its own "
+                                 "output directory (--out)").acquire())
+        yield
+    finally:
+        for lock in locks:
+            lock.release()
+        for d, made in created.items():
+            if made and os.path.isdir(d) and os.listdir(d) == [LOCK_NAME]:
+                os.remove(os.path.join(d, LOCK_NAME))
+                remove_empty(made)

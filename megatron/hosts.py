@@ -1,0 +1,59 @@
+"""The hosts of a multi-node launch, checked before DeepSpeed's runner starts anything.
+
+The runner ssh-checks only the first host of the hostfile and reports it as a RuntimeError
+traceback (another unreachable host fails later, inside pdsh, with the workers half started).
+Here every active host (after include/exclude) is asked `ssh -o BatchMode=yes host true` at once,
+in parallel, with a short timeout: one message lists each unreachable host with ssh's reason.
+"""
+from __future__ import annotations
+
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+
+from megatron.errors import UserError
+
+SSH_TIMEOUT_S = 10
+
+
+def active_hosts(hostfile: str, include: str | None, exclude: str | None) -> list[str]:
+    """The hostfile's hosts left by include/exclude, as DeepSpeed's runner will pick them."""
+    from deepspeed.launcher.runner import fetch_hostfile, parse_inclusion_exclusion
+
+    try:
+        pool = fetch_hostfile(hostfile)
+        return list(parse_inclusion_exclusion(pool, include or "", exclude or "")) if pool else []
+    except ValueError as e:  # the runner's own words name the bad line or host
+        raise UserError(f"hostfile {hostfile!r}: {e}; fix `hostfile:` (lines: `<host> slots=<n>`) or "
+                        "`include:`/`exclude:`") from None
+
+
+def unreachable(host: str, port: int | None = None) -> str | None:
+    """Why `host` cannot be reached by passwordless ssh, or None when it can."""
+    cmd = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_TIMEOUT_S}", *(["-p", str(port)] if port else []),
+           host, "true"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=SSH_TIMEOUT_S + 5, check=False)
+    except FileNotFoundError:
+        return "ssh is not installed on this machine"
+    except subprocess.TimeoutExpired:
+        return f"no answer within {SSH_TIMEOUT_S + 5}s"
+    if proc.returncode == 0:
+        return None
+    lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+    return lines[-1] if lines else f"ssh exited with status {proc.returncode}"
+
+
+def check_hosts(hostfile: str, include: str | None = None, exclude: str | None = None) -> None:
+    """UserError listing every active host of `hostfile` that ssh cannot reach, with the fix."""
+    hosts = active_hosts(hostfile, include, exclude)
+    if not hosts:
+        return
+    with ThreadPoolExecutor(max_workers=min(len(hosts), 32)) as pool:
+        reasons = dict(zip(hosts, pool.map(unreachable, hosts)))
+    bad = {h: r for h, r in reasons.items() if r}
+    if bad:
+        listed = "; ".join(f"{h}: {r}" for h, r in bad.items())
+        raise UserError(f"hostfile {hostfile!r}: {len(bad)} of {len(hosts)} hosts cannot be reached by passwordless "
+                        f"ssh ({listed}). Fix the host names in the hostfile (or drop them with `exclude:`), set up "
+                        "passwordless ssh to them (`ssh <host> true` must work without a prompt), or, on one node, "
+                        "remove `hostfile:`")

@@ -1,0 +1,75 @@
+"""Which tiles a kernel visits, and which of them need the causal/window mask.
+
+Each program walks block starts lo, lo + STEP, ... < hi: the tiles that can hold an allowed pair
+(fully masked tiles are never visited). Of those, the tiles whose every (query, key) pair is
+allowed (behind the diagonal, inside the window, every key in range, no padding; every row in
+range too where junk rows would enter a sum) need no mask, no distance clamp and no select: the
+starts in [full_lo, full_hi). The walk is split into three consecutive bands, 0 (before them,
+masked), 1 (them, unmasked), 2 (after, masked), visited in order, so every sum is formed in the
+same order as one loop would form it. tests/unit/test_triton_attention.py checks these bounds
+against a brute-force reading of the mask."""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def key_walk(start_m, Q0, K0, LQ, LK, WINDOW, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+             HAS_WINDOW: tl.constexpr, HAS_STARTS: tl.constexpr, ROWS_MATTER: tl.constexpr):
+    """(lo, hi, full_lo, full_hi) over key-block starts for query block start_m (forward, dq).
+    ROWS_MATTER: a block with rows past LQ has no unmasked tiles (the dq kernel, where such rows
+    would enter no sum but exp(s - 0) could overflow); the forward never stores those rows."""
+    # Keys j with K0 + j <= the block's last query position; windowed: d < WINDOW for its first.
+    hi = tl.minimum(LK, Q0 + (start_m + 1) * BLOCK_M - K0)
+    lo = 0
+    if HAS_WINDOW:
+        lo = tl.maximum(0, Q0 + start_m * BLOCK_M - K0 - WINDOW + 1)
+        lo = (lo // BLOCK_N) * BLOCK_N
+    full_lo = hi
+    full_hi = hi
+    if not HAS_STARTS:
+        full_lo = 0
+        # the tile's last key at or before the block's first query, and in range
+        full_hi = tl.minimum(Q0 + start_m * BLOCK_M - K0 + 1, LK) - BLOCK_N + 1
+        if HAS_WINDOW:  # the block's last query still sees the tile's first key
+            full_lo = Q0 + (start_m + 1) * BLOCK_M - K0 - WINDOW
+        if ROWS_MATTER:
+            full_hi = tl.where((start_m + 1) * BLOCK_M <= LQ, full_hi, full_lo)
+    return lo, hi, full_lo, full_hi
+
+
+@triton.jit
+def query_walk(start_n, Q0, K0, LQ, LK, WINDOW, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               HAS_WINDOW: tl.constexpr, HAS_STARTS: tl.constexpr):
+    """(lo, hi, full_lo, full_hi) over query-block starts for key block start_n (dk, dv, and the
+    parameter partials, where every row enters a sum: rows past LQ are never unmasked)."""
+    # Queries that see a key of this block: Q0 + i >= K0 + first key; windowed: d < WINDOW.
+    lo = tl.maximum(0, K0 + start_n * BLOCK_N - Q0)
+    lo = (lo // BLOCK_M) * BLOCK_M
+    hi = LQ
+    if HAS_WINDOW:
+        hi = tl.minimum(LQ, K0 + (start_n + 1) * BLOCK_N - 1 + WINDOW - Q0)
+    full_lo = hi
+    full_hi = hi
+    if not HAS_STARTS:
+        full_lo = K0 + (start_n + 1) * BLOCK_N - 1 - Q0  # first query at or after the block's last key
+        full_hi = LQ - BLOCK_M + 1  # every row < LQ
+        if HAS_WINDOW:  # the block's last query still sees the block's first key
+            full_hi = tl.minimum(full_hi, K0 + start_n * BLOCK_N + WINDOW - Q0 - BLOCK_M + 1)
+        full_hi = tl.where((start_n + 1) * BLOCK_N <= LK, full_hi, full_lo)  # every key < LK
+    return lo, hi, full_lo, full_hi
+
+
+@triton.jit
+def band_bounds(lo, hi, full_lo, full_hi, STEP: tl.constexpr, BAND: tl.constexpr):
+    """(first, end) of band BAND of the walk lo, lo + STEP, ... < hi (lo a multiple of STEP)."""
+    mid_lo = tl.minimum(lo + tl.cdiv(tl.maximum(full_lo - lo, 0), STEP) * STEP, hi)
+    mid_hi = tl.maximum(tl.minimum(lo + tl.cdiv(tl.maximum(full_hi - lo, 0), STEP) * STEP, hi), mid_lo)
+    first = lo
+    end = mid_lo
+    if BAND == 1:
+        first = mid_lo
+        end = mid_hi
+    if BAND == 2:
+        first = mid_hi
+        end = hi
+    return first, end

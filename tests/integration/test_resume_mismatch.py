@@ -1,0 +1,62 @@
+"""Issue 23: resuming (or evaluating) a checkpoint with a changed model shape ended in DeepSpeed's or
+torch's strict-load traceback, and a changed seq-length trained on silently (the sample order
+changes). The saved arguments are now compared first: one message naming each differing key and
+its two values; a seq-length change needs `allow-seq-length-change: true`."""
+import pytest
+
+from megatron.checkpoint.errors import CheckpointError
+from megatron.config import load_config
+from tests.conftest import hyphenate, train_config_dict, write_token_dataset, write_yaml
+from tests.integration.test_checkpoint_safety import _assert_refused, _cli
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    from megatron.training.trainer import Trainer
+
+    tmp = tmp_path_factory.mktemp("mismatch")
+    data = write_token_dataset(str(tmp / "tiny_text_document"))
+    ck = str(tmp / "ck")
+    conf = train_config_dict(tmp, data, train_iters=2, save=ck, save_interval=2, eval_iters=1)
+    Trainer(load_config([write_yaml(tmp / "t.yml", conf)])).train()
+    return conf, ck
+
+
+def _resume(trained, tmp_path, **over):
+    from megatron.training.trainer import Trainer
+
+    conf = hyphenate({**trained[0], "run-dir": str(tmp_path / "run"), "save": None, "load": trained[1],
+                      "train-iters": 4, **over})
+    return Trainer(load_config([write_yaml(tmp_path / "load.yml", conf)]))
+
+
+@pytest.mark.parametrize("over,words", [
+    ({"hidden_size": 64}, ["hidden-size: checkpoint 32, config 64"]),
+    ({"num_layers": 3}, ["num-layers: checkpoint 2, config 3"]),
+    ({"pos_emb": "alibi"}, ["pos-emb: checkpoint 'kerple_log', config 'alibi'"]),
+    ({"hidden_size": 64, "num_layers": 3}, ["hidden-size: checkpoint 32, config 64", "num-layers: checkpoint 2"]),
+])
+def test_resume_with_another_shape_names_each_key(trained, tmp_path, over, words):
+    with pytest.raises(CheckpointError) as e:
+        _resume(trained, tmp_path, **over)
+    msg = str(e.value)
+    assert all(w in msg for w in words), msg
+    assert "global_step2" in msg and "start a new run" in msg
+
+
+def test_resume_with_another_seq_length_is_refused_unless_accepted(trained, tmp_path):
+    with pytest.raises(CheckpointError, match=r"seq-length: checkpoint 32, config 16.*allow-seq-length-change: true"):
+        _resume(trained, tmp_path, seq_length=16, max_position_embeddings=32)
+    trainer = _resume(trained, tmp_path, seq_length=16, max_position_embeddings=32, allow_seq_length_change=True)
+    assert trainer.iteration == 2
+    trainer.release()
+
+
+@pytest.mark.parametrize("override,words", [
+    ("hidden-size=64", ["hidden-size: checkpoint 32, -o 64", "Drop those -o overrides"]),
+    ("num-layers=3", ["num-layers: checkpoint 2, -o 3"]),
+])
+def test_evaluate_with_another_shape_is_one_message(trained, tmp_path, override, words):
+    proc = _cli("evaluate.py", "--checkpoint", trained[1], "--lengths", "32", "--out", str(tmp_path / "e"),
+                "-o", override)
+    _assert_refused(proc, *words)

@@ -1,0 +1,117 @@
+#!/usr/bin/env python
+"""Pack what a lent GPU machine lacks to run this stack's tests and benchmarks, into `.device/`.
+
+The device image (Python 3.12, torch, Triton, transformers, pytest-xdist; see the device tool's
+KINDS.md) has no DeepSpeed, megatron-core or lm-eval, and nothing can be fetched there. This
+tool, run here before the device call, writes:
+
+  .device/pure.tar.xz    the installed files of the pure-Python distributions below, taken from
+                         this checkout's .venv (DeepSpeed is published as source only; its JIT op
+                         sources travel with it)
+  .device/wheels/*.whl   cp312 manylinux wheels of the compiled ones, same versions as .venv
+  .device/activate.sh    `source` it there: unpacks both into /tmp/site and sets PYTHONPATH
+
+Then one device call (carry [".device"]) runs, for example:
+
+  source .device/activate.sh && python3 -m pytest -q -m gpu tests 2>&1 | tee $OUT/test-gpu.log
+
+`.device/` is ignored by git; the bundle is ~10 MB, well under the device tool's 64 MiB.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.metadata as md
+import os
+import subprocess
+import sys
+import tarfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, ".device")
+
+# Distributions our code and tests import that the device image lacks (KINDS.md's package list,
+# 2026-11-17), with no compiled code: their installed files work on any Python 3.
+PURE = ["deepspeed", "hjson", "pydantic", "annotated-types", "typing-inspection", "lm-eval", "datasets",
+        "evaluate", "dill", "multiprocess", "sqlitedict", "word2number", "more-itertools", "pytablewriter",
+        "dataproperty", "mbstrdecoder", "pathvalidate", "tabledata", "tcolorpy", "typepy", "chardet",
+        "rouge-score", "nltk", "jsonlines", "lm-dataformat", "pytz", "platformdirs"]
+# ... and the compiled ones: wheels for the device's Python.
+COMPILED = ["megatron-core", "pydantic-core", "zstandard", "ujson"]
+DEVICE_PYTHON = "3.12"
+PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
+             "manylinux1_x86_64"]
+
+ACTIVATE = """# source this on the device machine, in the repository root (tools/device_bundle.py wrote it)
+mkdir -p /tmp/site
+tar -xJf .device/pure.tar.xz -C /tmp/site || return 1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \\
+    .device/wheels/*.whl || return 1
+export PYTHONPATH=/tmp/site:$PWD
+export TORCH_EXTENSIONS_DIR=/tmp/torch_extensions WANDB_MODE=disabled HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+python3 -c "import torch, deepspeed, megatron.core, lm_eval; print('device bundle ready: torch', torch.__version__, \\
+'deepspeed', deepspeed.__version__, 'gpu', torch.cuda.get_device_name(0))"
+"""
+
+
+def installed_files(dist_name: str) -> list[str]:
+    """Paths (relative to site-packages) of one installed distribution, bytecode left out."""
+    dist = md.distribution(dist_name)
+    return sorted({str(f) for f in dist.files or [] if "__pycache__" not in str(f) and not str(f).startswith("..")
+                   and not str(f).endswith(".pyc")})
+
+
+def pack_pure(site: str, out: str) -> int:
+    count = 0
+    with tarfile.open(out, "w:xz") as tar:
+        for name in PURE:
+            for rel in installed_files(name):
+                path = os.path.join(site, rel)
+                if os.path.isfile(path):
+                    tar.add(path, arcname=rel)
+                    count += 1
+    return count
+
+
+def download_wheels(dest: str) -> None:
+    os.makedirs(dest, exist_ok=True)
+    specs = [f"{name}=={md.version(name)}" for name in COMPILED]
+    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+           "--python-version", DEVICE_PYTHON, "--implementation", "cp", "-d", dest, *specs]
+    for p in PLATFORMS:
+        cmd += ["--platform", p]
+    subprocess.run(cmd, check=True)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.parse_args()
+    missing = [n for n in PURE + COMPILED if not _installed(n)]
+    if missing:
+        p.error(f"not installed in this environment: {', '.join(missing)}; run `make setup` and use .venv/bin/python")
+    import sysconfig
+
+    site = sysconfig.get_paths()["purelib"]
+    os.makedirs(OUT, exist_ok=True)
+    n = pack_pure(site, os.path.join(OUT, "pure.tar.xz"))
+    download_wheels(os.path.join(OUT, "wheels"))
+    with open(os.path.join(OUT, "activate.sh"), "w") as f:
+        f.write(ACTIVATE)
+    size = sum(os.path.getsize(os.path.join(d, x)) for d, _, xs in os.walk(OUT) for x in xs)
+    print(f"wrote {OUT}: {n} files of {len(PURE)} pure-Python distributions, wheels of {', '.join(COMPILED)}; "
+          f"{size / 2**20:.1f} MiB in all")
+    return 0
+
+
+def _installed(name: str) -> bool:
+    try:
+        md.distribution(name)
+        return True
+    except md.PackageNotFoundError:
+        return False
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, ROOT)
+    from megatron.errors import run_cli
+
+    run_cli(main, "device_bundle.py")  # a full disk or a failed download is one message
