@@ -126,7 +126,7 @@ def records_report(records_dir: str, out_dir: str, log=print) -> None:
 
 
 def _write(path: str, text: str, log) -> None:
-    with open(path, "w") as f:
+    with atomic_output(path, fsync=False) as tmp, open(tmp, "w") as f:  # whole or not at all, as every output
         f.write(text)
     log(f"wrote {path}")
 
