@@ -12,7 +12,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from megatron.errors import run_cli  # noqa: E402
-from megatron.training.distributed import set_cpu_defaults  # noqa: E402
+from megatron.training.distributed import set_op_cache_dir  # noqa: E402
 
 
 def main() -> int:
@@ -20,7 +20,7 @@ def main() -> int:
 
     from megatron.device import select_deepspeed_accelerator
 
-    set_cpu_defaults()
+    set_op_cache_dir()
     select_deepspeed_accelerator(torch.device("cpu"))
     start = time.perf_counter()
     from deepspeed.accelerator import get_accelerator

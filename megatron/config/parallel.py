@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from megatron.config.fields import key
+from megatron.device import DEVICE_CHOICES
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ class ParallelConfig:
         "sets DS_ACCELERATOR=cpu; else the CPU), `cpu` (also on a GPU machine: DeepSpeed's CPU "
         "accelerator, a gloo process group, one process unless num-gpus says more) or `cuda`. "
         "Evaluation and generation take the same choice as `--device`.",
-        choices=("auto", "cpu", "cuda"))
+        choices=DEVICE_CHOICES)
     distributed_backend: str = key(
         "nccl", "torch.distributed backend of a GPU run; a CPU run (device: cpu, or no GPU) uses gloo "
         "whatever this says, since nccl cannot move CPU tensors.", choices=("nccl", "gloo"))

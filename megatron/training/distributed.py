@@ -34,7 +34,7 @@ def set_single_process_env() -> None:
     os.environ.setdefault("MASTER_PORT", str(free_port()))
 
 
-def set_cpu_defaults() -> None:
+def set_op_cache_dir() -> None:
     """A persistent cache for the ops DeepSpeed JIT-builds on first use (~1 min), so later runs
     start in seconds."""
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -49,7 +49,7 @@ def init_distributed(device: str | torch.device = "auto", backend: str = "nccl")
     trained on the CPU and now trains on the GPU (or back) gets a new one."""
     from megatron.device import process_group_backend, resolve_device, select_deepspeed_accelerator
 
-    set_cpu_defaults()
+    set_op_cache_dir()
     set_single_process_env()
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     chosen = resolve_device(device, what="device:")

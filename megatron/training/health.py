@@ -32,10 +32,10 @@ class NonFiniteWeights(Diverged):
     """The weights hold NaN/inf when a checkpoint is due."""
 
 
-def weights_finite(model: torch.nn.Module, device: torch.device) -> bool:
+def weights_finite(model: torch.nn.Module) -> bool:
     """True when every rank's parameters (ZeRO-3: its partitions) are finite. Collective."""
     ok = all(bool(torch.isfinite(getattr(p, "ds_tensor", p)).all()) for p in model.parameters())
-    flag = torch.tensor([1 if ok else 0], dtype=torch.int32, device=device)
+    flag = torch.tensor([1 if ok else 0], dtype=torch.int32)
     if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
         from megatron.device import collective_device
 

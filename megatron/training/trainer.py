@@ -360,7 +360,7 @@ class Trainer:
             self.log.console(f"[checkpoint] not saving iteration {self.iteration}: its loss is not finite; "
                              f"keeping {self._last_checkpoint() or 'no checkpoint'}")
             return None
-        if not health.weights_finite(self.model, self.dist.device):
+        if not health.weights_finite(self.model):
             raise health.broken_weights(self.iteration, self._last_checkpoint())
         extra = {} if self.cfg.checkpoint.no_save_rng else {"rng_tracker_states": self.par.rng.state_dict()}
         return self.checkpointer.save(self.engine, self.iteration, extra)

@@ -70,7 +70,7 @@ def _parameter_count():
 def _weights_finite():
     from megatron.training.health import weights_finite
 
-    weights_finite(torch.nn.Linear(2, 2), torch.device("cpu"))
+    weights_finite(torch.nn.Linear(2, 2))
 
 
 @pytest.mark.parametrize("call", [_preemption_flag, _validation_mean, _save_barrier, _parameter_count,
