@@ -11,10 +11,13 @@
 
     # the train-length trend (docs/results, reproduction v3): the same tokens per step at every length
     python tools/make_experiments.py ... --train-lengths 128,256 --tokens-per-step 1024 --order dataset
+    # the same with a recipe change for every run (a config key and its value, checked against the base)
+    python tools/make_experiments.py ... --train-lengths 64,128,256 --tokens-per-step 1024 --set warmup=0.1
 
 Then run it locally with tools/run_matrix.py, or on slurm with tools/slurm/matrix.sbatch.
 """
 import argparse
+import json
 import os
 import sys
 
@@ -33,6 +36,28 @@ def parse_seeds(text: str) -> list[int]:
         raise UserError(f"--seeds {text!r}: give a range like 1235-1239 or a list like 1,2,3") from None
 
 
+def parse_settings(items: list[str], base: list[str]) -> dict:
+    """--set KEY=VALUE ... -> {key: value} (VALUE read as JSON when it is JSON: 0.1, true, [0.9, 0.99]),
+    checked by loading the base configs with them, so a misspelt key is refused before any file is written."""
+    out = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--set {item!r} must look like KEY=VALUE (e.g. warmup=0.1)")
+        try:
+            out[key.strip()] = json.loads(text)
+        except ValueError:
+            out[key.strip()] = text
+    if out:
+        from megatron.config import load_config
+
+        try:
+            load_config(base, overrides=out)
+        except UserError as e:
+            raise UserError(f"--set does not fit the base configs: {e}") from None
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="directory for the experiment YAMLs and matrix.json")
@@ -48,6 +73,8 @@ def main() -> int:
                         "settings (megatron/experiments.py length_settings); needs --tokens-per-step")
     p.add_argument("--tokens-per-step", type=int, default=None,
                    help="with --train-lengths: micro batch = this // L, so every length trains on the same tokens")
+    p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", dest="settings",
+                   help="a config key every run of the matrix sets (after the base configs), e.g. warmup=0.1")
     p.add_argument("--order", choices=sorted(ORDERS), default="seed",
                    help="; ".join(f"{k}: {v}" for k, v in ORDERS.items()))
     args = p.parse_args()
@@ -58,8 +85,9 @@ def main() -> int:
     missing = [b for b in args.base if not os.path.isfile(b)]
     if missing:
         raise UserError(f"--base config files not found: {', '.join(missing)}")
+    extra = parse_settings(args.settings, args.base)
     runs = write_matrix(args.schemes.split(","), parse_data(args.data), parse_seeds(args.seeds), args.out,
-                        args.runs_root, args.base, vocab_files=parse_data(args.vocab, "NAME=TOKENIZER_FILE"),
+                        args.runs_root, args.base, extra=extra, vocab_files=parse_data(args.vocab, "NAME=TOKENIZER_FILE"),
                         train_lengths=lengths, tokens_per_step=args.tokens_per_step, order=args.order)
     print(f"wrote {len(runs)} experiment configs and {os.path.join(args.out, 'matrix.json')}")
     return 0

@@ -8,6 +8,7 @@ from its checkpoint (each experiment sets load = save). Run it in parts or in th
         --eval-args "--max-factor 32 --max-tokens 65536 --batch-size 4" --windowed 128
     python tools/run_matrix.py MATRIX --index 3          # one run (what the slurm array job does)
     python tools/run_matrix.py MATRIX --records docs/results/runs ...
+    python tools/run_matrix.py MATRIX --shard 1/2 & python tools/run_matrix.py MATRIX --shard 2/2  # two cores
 
 With --records DIR, each finished run is also reduced to DIR/<run name>/ (evaluations, training
 trajectory with each head's positional parameters, learned kernel: megatron/evaluation/run_record.py)
@@ -83,6 +84,19 @@ def run_one(base: list[str], r, eval_args: list[str], windowed: str | None, reco
     return f"done in {seconds:.0f}s"
 
 
+def parse_shard(text: str) -> tuple[int, int]:
+    """--shard K/N -> (K, N), 1 <= K <= N: this process takes every N-th run from the K-th on, so N
+    processes share one matrix without two of them training the same run."""
+    k, sep, n = text.partition("/")
+    try:
+        k, n = int(k), int(n)
+    except ValueError:
+        k = n = 0
+    if not sep or not 1 <= k <= n:
+        raise UserError(f"--shard {text!r}: give K/N with 1 <= K <= N, e.g. 1/2 and 2/2 for two processes")
+    return k, n
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("matrix", help="matrix.json written by tools/make_experiments.py")
@@ -93,9 +107,12 @@ def main() -> int:
                    help="with --windowed: only for runs whose scheme is this (e.g. kerple_log, the paper's Fig. 5)")
     p.add_argument("--index", type=int, default=None, help="run only this entry (0-based)")
     p.add_argument("--only", default=None, help="run only entries whose name contains this text")
+    p.add_argument("--shard", default=None, metavar="K/N",
+                   help="run only the K-th of every N runs (N processes, one per core, share the matrix)")
     p.add_argument("--records", default=None, metavar="DIR",
                    help="write each finished run's record to DIR/<run name>/ and skip runs whose record is complete")
     args = p.parse_args()
+    shard = parse_shard(args.shard) if args.shard else None
     base, runs = read_matrix(args.matrix)
     if args.index is not None:
         if not 0 <= args.index < len(runs):
@@ -103,6 +120,8 @@ def main() -> int:
         runs = [runs[args.index]]
     if args.only:
         runs = [r for r in runs if args.only in r.name]
+    if shard:
+        runs = runs[shard[0] - 1::shard[1]]
     for i, r in enumerate(runs):
         print(f"[{i + 1}/{len(runs)}] {r.name}: ", end="", flush=True)
         windowed = args.windowed if (not args.windowed_only or r.scheme == args.windowed_only) else None

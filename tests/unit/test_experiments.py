@@ -83,3 +83,28 @@ def test_train_length_matrix_names_order_and_configs(tmp_path):
         write_matrix(["alibi"], data, [1], str(tmp_path / "e2"), "r", PAPER, train_lengths=[128])
     with pytest.raises(ValueError, match="order"):
         write_matrix(["alibi"], data, [1], str(tmp_path / "e3"), "r", PAPER, order="scheme")
+
+
+def test_set_gives_every_run_a_checked_config_key(tmp_path):
+    """--set KEY=VALUE (the v3 trend's warmup=0.1): JSON values, checked against the base configs
+    before any file is written; a misspelt key names the fix."""
+    import subprocess
+    import sys
+
+    base = os.path.join(ROOT, "configs", "repro_cpu_v2", "base.yml")
+    tool = os.path.join(ROOT, "tools", "make_experiments.py")
+    cmd = [sys.executable, tool, "--base", base, "--schemes", "alibi", "--data", "latex=d/latex", "--seeds", "1",
+           "--train-lengths", "64,128", "--tokens-per-step", "1024"]
+    ok = subprocess.run(cmd + ["--out", str(tmp_path / "ok"), "--set", "warmup=0.1", "min-lr=0.0005"], capture_output=True, text=True, cwd=ROOT)
+    assert ok.returncode == 0, ok.stderr
+    _, runs = read_matrix(str(tmp_path / "ok" / "matrix.json"))
+    cfg = load_config([base, runs[1].config])
+    assert cfg.optimizer.warmup == 0.1 and cfg.optimizer.min_lr == 0.0005 and cfg.model.seq_length == 128
+    for bad, words in ((["warmpu=0.1"], ("unknown key 'warmpu'", "did you mean 'warmup'")),
+                       (["warmup=abc"], ("warmup", "expected float")),
+                       (["warmup"], ("KEY=VALUE",))):
+        out = subprocess.run(cmd + ["--out", str(tmp_path / "bad"), "--set", *bad], capture_output=True, text=True,
+                             cwd=ROOT)
+        assert out.returncode == 2 and "Traceback" not in out.stderr
+        assert all(w in out.stderr for w in ("--set", *words)), out.stderr
+        assert not (tmp_path / "bad").exists()  # refused before anything was written

@@ -191,3 +191,26 @@ def test_run_matrix_window_of_L_is_each_runs_train_length(tmp_path):
     assert window_size("L", path) == 16 and window_size("64", path) == 64 and window_size(None, path) is None
     with pytest.raises(UserError, match="give a window size or L"):
         window_size("x", path)
+
+
+def test_run_matrix_shards_split_the_matrix_without_overlap(tmp_path):
+    """--shard K/N: N processes (one per core) take disjoint runs that together cover the matrix."""
+    from megatron.experiments import write_matrix
+
+    runs = write_matrix(["kerple_log", "alibi", "rotary"], {"tiny": str(tmp_path / "no_such_data")}, [1, 2],
+                        str(tmp_path / "exp"), str(tmp_path / "runs"), [])
+    for r in runs:  # every run already recorded: the shards only list what they would run
+        (tmp_path / "records" / r.name).mkdir(parents=True)
+        (tmp_path / "records" / r.name / "record.json").write_text("{}")
+    cmd = [sys.executable, os.path.join(ROOT, "tools", "run_matrix.py"), str(tmp_path / "exp" / "matrix.json"),
+           "--records", str(tmp_path / "records")]
+    taken = []
+    for k in (1, 2):
+        out = subprocess.run(cmd + ["--shard", f"{k}/2"], capture_output=True, text=True, cwd=ROOT)
+        assert out.returncode == 0, out.stderr
+        taken.append([line.split("] ")[1].split(":")[0] for line in out.stdout.splitlines()])
+    assert taken[0] == [r.name for r in runs[0::2]] and taken[1] == [r.name for r in runs[1::2]]
+    for bad in ("3/2", "0/2", "1", "a/b"):
+        out = subprocess.run(cmd + ["--shard", bad], capture_output=True, text=True, cwd=ROOT)
+        assert out.returncode == 2 and "--shard" in out.stderr and "1/2 and 2/2" in out.stderr
+        assert "Traceback" not in out.stderr
