@@ -5,10 +5,13 @@
 #   nice -n 10 env OMP_NUM_THREADS=1 sh configs/repro_cpu_v3/run.sh
 set -e
 PY=${PY:-.venv/bin/python}
-# 1. The train-length trend: LaTeX then code, seed-major, L = 128 before 256 (the matrix's order).
-#    Equal windows at every length (the paper's 320, fewer where the split has fewer); windowed@L.
-$PY tools/run_matrix.py configs/repro_cpu_v3/trend/matrix.json --records docs/results/runs \
-    --eval-args "--max-windows 320 --batch-size 1 --data-seed 1234" --windowed L --windowed-only kerple_log
+# 1. The train-length trend with warmup 10% at every length (the 2% of v2 trained L = 128 and 256 worse,
+#    docs/results/README.md, v3 pilots): LaTeX then code, seed-major, L = 64, 128, 256; equal windows at
+#    every length (the paper's 320, fewer where the split has fewer); windowed@L. Two processes, one per core.
+TREND="$PY tools/run_matrix.py configs/repro_cpu_v3/trend_warmup10/matrix.json --records docs/results/runs --windowed L --windowed-only kerple_log"
+$TREND --eval-args "--max-windows 320 --batch-size 1 --data-seed 1234" --shard 1/2 & first=$!
+$TREND --eval-args "--max-windows 320 --batch-size 1 --data-seed 1234" --shard 2/2
+wait $first
 # 2. Train length 64 additions, scored as v2's train-length-64 runs they are paired with
 #    (131,072 tokens per length): kerple_power_ap_ seeds 4-5, then T5 with max distance = L.
 for m in l64_power_seeds_4_5 l64_rpe_scaled; do
