@@ -101,12 +101,20 @@ def significant_lengths(cells: list[dict], dataset: str, train_length: int, sche
                   (dataset, train_length, scheme) and c["better"])
 
 
+def has_points(gaps: dict, dataset: str) -> bool:
+    """Whether any gap of this dataset has a recorded pair (a planned-only dataset has none)."""
+    return any(g["points"] for (d, _, _), g in gaps.items() if d == dataset)
+
+
 def trend_markdown(gaps: dict, cells: list[dict]) -> str:
     if not gaps:
         return "No dataset has kerple_log records at two or more train lengths yet.\n"
     lines = []
     for d in sorted({d for d, _, _ in gaps}):
         Ls = sorted({L for (dd, _, _), g in gaps.items() if dd == d for L in g["missing"]})
+        if not has_points(gaps, d):  # planned only: no table of dashes, no significance list
+            lines += [f"## {d}", "", f"No pair recorded yet (train lengths {', '.join(map(str, Ls))} planned).", ""]
+            continue
         lines += [f"## {d}", "", "Gap = 100 (ppl_A / ppl_B - 1) in %, mean ± std over paired seeds (negative: A "
                   "better). Slope: change of the gap per doubling of L (least squares over every seed), ± its "
                   "standard error, p; given once two train lengths have two seeds or more.", "",

@@ -95,7 +95,8 @@ def test_set_gives_every_run_a_checked_config_key(tmp_path):
     tool = os.path.join(ROOT, "tools", "make_experiments.py")
     cmd = [sys.executable, tool, "--base", base, "--schemes", "alibi", "--data", "latex=d/latex", "--seeds", "1",
            "--train-lengths", "64,128", "--tokens-per-step", "1024"]
-    ok = subprocess.run(cmd + ["--out", str(tmp_path / "ok"), "--set", "warmup=0.1", "min-lr=0.0005"], capture_output=True, text=True, cwd=ROOT)
+    ok = subprocess.run(cmd + ["--out", str(tmp_path / "ok"), "--set", "warmup=0.1", "min-lr=0.0005"],
+                        capture_output=True, text=True, cwd=ROOT)
     assert ok.returncode == 0, ok.stderr
     _, runs = read_matrix(str(tmp_path / "ok" / "matrix.json"))
     cfg = load_config([base, runs[1].config])

@@ -67,6 +67,20 @@ def test_planned_runs_without_a_record_are_named_missing(tmp_path):
         (1, "kerple_log"), (1, "kerple_power_ap_"), (4, "kerple_log"), (4, "kerple_power_ap_")]
 
 
+def test_a_planned_only_dataset_gets_one_line_not_a_table_of_dashes(tmp_path):
+    from megatron.evaluation.trend import has_points, planned_runs
+    from megatron.experiments import write_matrix
+
+    write_matrix(["kerple_log", "alibi"], {"code_warmup10": "d/code"}, [1], str(tmp_path / "m"), "r", [],
+                 train_lengths=[64, 128], tokens_per_step=1024)
+    gaps = gap_points(trend_runs(), planned_runs([str(tmp_path / "m" / "matrix.json")]))
+    assert has_points(gaps, "latex") and not has_points(gaps, "code_warmup10")
+    md = trend_markdown(gaps, table3_cells(trend_runs()))
+    code, latex = md.split("## latex")  # sections in dataset order: code_warmup10 first
+    assert code.split("## code_warmup10")[1].strip() == "No pair recorded yet (train lengths 64, 128 planned)."
+    assert "| windowed - full | 8x | -10.0" in latex
+
+
 def test_no_trend_from_one_train_length():
     runs = [r for r in trend_runs() if r.train_length == 64]
     assert gap_points(runs) == {}
