@@ -44,6 +44,19 @@ def checkpoint_layout(path, step: int = 4) -> str:
     return str(path)
 
 
+def deepy_exit(monkeypatch, capsys, config: str) -> tuple[int, str]:
+    """`python deepy.py train.py CONFIG` in this process, as a user sees it: (exit code, stderr)."""
+    import sys
+
+    from megatron import errors, launcher
+
+    monkeypatch.delenv(errors.DEBUG_ENV, raising=False)
+    monkeypatch.setattr(sys, "argv", ["deepy.py", "train.py", config])
+    with pytest.raises(SystemExit) as e:
+        errors.run_cli(launcher.main, "deepy.py")
+    return e.value.code, capsys.readouterr().err
+
+
 def write_yaml(path, data: dict) -> str:
     """Atomically: the ranks of a multi-process test each write the same file, and one must never
     read another's half-written copy."""

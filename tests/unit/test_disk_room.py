@@ -2,7 +2,6 @@
 traceback). The start now says which directory, how much is free there and the fix, exit 1."""
 import errno
 import shutil
-import sys
 
 import pytest
 
@@ -16,18 +15,13 @@ def _full(monkeypatch, free=3 << 20):
 
 
 def test_a_full_run_dir_is_named_before_anything_is_written(tmp_path, monkeypatch, capsys, token_dataset):
-    from megatron import launcher
-    from tests.conftest import train_config_dict, write_yaml
+    from tests.conftest import deepy_exit, train_config_dict, write_yaml
 
     run = tmp_path / "run"
     conf = write_yaml(tmp_path / "c.yml", train_config_dict(tmp_path, token_dataset))
     _full(monkeypatch)
-    monkeypatch.delenv(errors.DEBUG_ENV, raising=False)
-    monkeypatch.setattr(sys, "argv", ["deepy.py", "train.py", conf])
-    with pytest.raises(SystemExit) as e:
-        errors.run_cli(launcher.main, "deepy.py")
-    err = capsys.readouterr().err
-    assert e.value.code == errors.EXIT_SYSTEM_ERROR and "Traceback" not in err
+    code, err = deepy_exit(monkeypatch, capsys, conf)
+    assert code == errors.EXIT_SYSTEM_ERROR and "Traceback" not in err
     assert f"run-dir '{run}': the disk is full (3 MiB free there" in err and "-o run-dir=" in err
     assert not run.exists() or list(run.iterdir()) == []  # no config, no lock
 

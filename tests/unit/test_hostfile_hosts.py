@@ -1,7 +1,6 @@
 """Issue 23: an unreachable hostfile host ended in DeepSpeed's runner traceback (it ssh-checks only
 the first host). deepy.py now asks every active host first and names each unreachable one with
 ssh's reason and the fix, exit 2, before the runner starts anything."""
-import sys
 
 import pytest
 
@@ -29,17 +28,12 @@ def test_a_bad_hostfile_line_is_one_message(tmp_path):
 
 
 def test_deepy_refuses_before_the_runner(tmp_path, monkeypatch, capsys, token_dataset):
-    from megatron import launcher
-    from tests.conftest import train_config_dict, write_yaml
+    from tests.conftest import deepy_exit, train_config_dict, write_yaml
 
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("node-a.invalid slots=1\n")
     conf = write_yaml(tmp_path / "c.yml", train_config_dict(tmp_path, token_dataset, hostfile=str(hostfile)))
     monkeypatch.setattr("deepspeed.launcher.runner.main", lambda argv: pytest.fail("the runner was started"))
-    monkeypatch.delenv(errors.DEBUG_ENV, raising=False)
-    monkeypatch.setattr(sys, "argv", ["deepy.py", "train.py", conf])
-    with pytest.raises(SystemExit) as e:
-        errors.run_cli(launcher.main, "deepy.py")
-    err = capsys.readouterr().err
-    assert e.value.code == errors.EXIT_USER_ERROR and "Traceback" not in err
+    code, err = deepy_exit(monkeypatch, capsys, conf)
+    assert code == errors.EXIT_USER_ERROR and "Traceback" not in err
     assert "node-a.invalid: " in err and "passwordless ssh" in err
