@@ -122,10 +122,13 @@ def main() -> int:
         runs = [r for r in runs if args.only in r.name]
     if shard:
         runs = runs[shard[0] - 1::shard[1]]
+    where = f", shard {shard[0]}/{shard[1]}" if shard else ""
     for i, r in enumerate(runs):
-        print(f"[{i + 1}/{len(runs)}] {r.name}: ", end="", flush=True)
         windowed = args.windowed if (not args.windowed_only or r.scheme == args.windowed_only) else None
-        print(run_one(base, r, shlex.split(args.eval_args), windowed, args.records), flush=True)
+        result = run_one(base, r, shlex.split(args.eval_args), windowed, args.records)
+        # One whole line per run, written when it ends: shards share a log without splitting lines
+        # (a run in progress writes to its own run_dir/matrix.log).
+        print(f"[{i + 1}/{len(runs)}{where}] {r.name}: {result}", flush=True)
     return 0
 
 

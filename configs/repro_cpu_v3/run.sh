@@ -3,24 +3,30 @@
 # docs/results/runs is skipped, an interrupted training resumes from its last checkpoint.
 # Run from the repository root after building the data (docs/results/README.md, Commands):
 #   nice -n 10 env OMP_NUM_THREADS=1 sh configs/repro_cpu_v3/run.sh
+# Two lanes, one per core: lane K takes every second run (--shard K/2) of each step in turn, so
+# neither core waits for the other between steps.
 set -e
 PY=${PY:-.venv/bin/python}
-# 1. The train-length trend with warmup 10% at every length (the 2% of v2 trained L = 128 and 256 worse,
-#    docs/results/README.md, v3 pilots): LaTeX then code, seed-major, L = 64, 128, 256; equal windows at
-#    every length (the paper's 320, fewer where the split has fewer); windowed@L. Two processes, one per core.
-TREND="$PY tools/run_matrix.py configs/repro_cpu_v3/trend_warmup10/matrix.json --records docs/results/runs --windowed L --windowed-only kerple_log"
-$TREND --eval-args "--max-windows 320 --batch-size 1 --data-seed 1234" --shard 1/2 & first=$!
-$TREND --eval-args "--max-windows 320 --batch-size 1 --data-seed 1234" --shard 2/2
+lane() {
+  shard="--shard $1/2"
+  # 1. The train-length trend with warmup 10% at every length (the 2% of v2 trained L = 128 and 256
+  #    worse, docs/results/README.md, v3 pilots): LaTeX then code, seed-major, L = 64, 128, 256;
+  #    equal windows at every length (the paper's 320, fewer where the split has fewer); windowed@L.
+  $PY tools/run_matrix.py configs/repro_cpu_v3/trend_warmup10/matrix.json --records docs/results/runs $shard \
+      --eval-args "--max-windows 320 --batch-size 1 --data-seed 1234" --windowed L --windowed-only kerple_log
+  # 2. Train length 64 additions, scored as v2's train-length-64 runs they are paired with
+  #    (131,072 tokens per length): kerple_power_ap_ seeds 4-5, then T5 with max distance = L.
+  for m in l64_power_seeds_4_5 l64_rpe_scaled; do
+    $PY tools/run_matrix.py configs/repro_cpu_v3/$m/matrix.json --records docs/results/runs $shard \
+        --eval-args "--max-tokens 131072 --batch-size 4 --data-seed 1234"
+  done
+  # 3. The web explanation, tested (issue 24): web's kerple_log and kerple_power_ap_ retrained as in
+  #    v2 (train length 64) and scored on the test split's documents of >= 2,048 tokens only (dataset
+  #    web_long: its own group in the report), full and windowed@64, equal windows per length.
+  $PY tools/run_matrix.py configs/repro_cpu_v3/web_long_docs/matrix.json --records docs/results/runs $shard \
+      --eval-args "--max-windows 320 --batch-size 1 --data-seed 1234 --min-doc-tokens 2048" \
+      --windowed L --windowed-only kerple_log
+}
+lane 1 & first=$!
+lane 2
 wait $first
-# 2. Train length 64 additions, scored as v2's train-length-64 runs they are paired with
-#    (131,072 tokens per length): kerple_power_ap_ seeds 4-5, then T5 with max distance = L.
-for m in l64_power_seeds_4_5 l64_rpe_scaled; do
-  $PY tools/run_matrix.py configs/repro_cpu_v3/$m/matrix.json --records docs/results/runs \
-      --eval-args "--max-tokens 131072 --batch-size 4 --data-seed 1234"
-done
-# 3. The web explanation, tested (issue 24): web's kerple_log and kerple_power_ap_ retrained as in v2
-#    (train length 64) and scored on the test split's documents of >= 2,048 tokens only (dataset name
-#    web_long: its own group in the report), full and windowed@64, equal windows per length.
-$PY tools/run_matrix.py configs/repro_cpu_v3/web_long_docs/matrix.json --records docs/results/runs \
-    --eval-args "--max-windows 320 --batch-size 1 --data-seed 1234 --min-doc-tokens 2048" \
-    --windowed L --windowed-only kerple_log

@@ -208,7 +208,10 @@ def test_run_matrix_shards_split_the_matrix_without_overlap(tmp_path):
     for k in (1, 2):
         out = subprocess.run(cmd + ["--shard", f"{k}/2"], capture_output=True, text=True, cwd=ROOT)
         assert out.returncode == 0, out.stderr
-        taken.append([line.split("] ")[1].split(":")[0] for line in out.stdout.splitlines()])
+        lines = out.stdout.splitlines()  # whole lines that name their shard: two shards share one log
+        assert all(line.startswith("[") and f", shard {k}/2] " in line and line.endswith("skipped (record complete)")
+                   for line in lines), lines
+        taken.append([line.split("] ")[1].split(":")[0] for line in lines])
     assert taken[0] == [r.name for r in runs[0::2]] and taken[1] == [r.name for r in runs[1::2]]
     for bad in ("3/2", "0/2", "1", "a/b"):
         out = subprocess.run(cmd + ["--shard", bad], capture_output=True, text=True, cwd=ROOT)
