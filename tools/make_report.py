@@ -16,7 +16,8 @@ drift.md (each head's relative change of its positional parameters over the last
 training) and trajectories_<group>.png (the lowest seed of each scheme and every run with a head
 over the drift target, that head drawn thick); flat_kernels.md (every KERPLE head's f(L), f(8L),
 f(32L)); train_test.md (final training vs 1x test perplexity); trend.md and
-trend_<dataset>.png (the windowed-minus-full and power-minus-log gaps against the train length).
+trend_<dataset>.png (the windowed-minus-full and power-minus-log gaps against the train length, and
+each train length's perplexity on the same windows: megatron/evaluation/train_length_quality.py).
 """
 from __future__ import annotations
 
@@ -141,8 +142,12 @@ def trend_report(results, args, log=print) -> None:
     runs = load_results(results, args.meta_from_path)
     matrices = sorted({m for pat in args.planned for m in glob.glob(pat)})
     gaps = gap_points(runs, planned_runs(matrices))
+    from megatron.evaluation.train_length_quality import quality_markdown, quality_points
+
     _write(os.path.join(args.out, "trend.md"), "# The gaps against the train length (issue 24)\n\n"
-           + trend_markdown(gaps, table3_cells(runs, args.reference, args.alpha)), log)
+           + trend_markdown(gaps, table3_cells(runs, args.reference, args.alpha))
+           + "\n## Is the model as good at every train length? (the same windows, the same training tokens)\n\n"
+           + quality_markdown(quality_points(runs)), log)
     for d in sorted({d for d, _, _ in gaps if has_points(gaps, d)}):  # no empty plot for a planned-only dataset
         panels = {(gap, k): g["points"] for (dd, gap, k), g in gaps.items() if dd == d and k > 1}
         lengths = {L for (dd, _, _), g in gaps.items() if dd == d for L in g["missing"]}

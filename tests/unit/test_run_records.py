@@ -122,7 +122,9 @@ def test_write_record_then_report_from_records_alone(tmp_path, token_dataset):
     assert "alibi" not in drift  # nothing learned per head
     assert "| tiny | 16 | kerple_log | 8 |" in (report / "flat_kernels.md").read_text()  # 4 heads x 2 seeds
     assert "too few runs for a correlation (fewer than 5): tiny 16 (4)" in (report / "train_test.md").read_text().lower()
-    assert "two or more train lengths" in (report / "trend.md").read_text()  # one train length: no trend yet
+    trend = (report / "trend.md").read_text()
+    assert "two or more train lengths" in trend  # one train length: no trend yet
+    assert "## Is the model as good at every train length?" in trend and "No scheme has full-attention runs" in trend
 
 
 def test_report_from_records_refuses_a_bad_directory(tmp_path):
