@@ -109,3 +109,31 @@ def test_set_gives_every_run_a_checked_config_key(tmp_path):
         assert out.returncode == 2 and "Traceback" not in out.stderr
         assert all(w in out.stderr for w in ("--set", *words)), out.stderr
         assert not (tmp_path / "bad").exists()  # refused before anything was written
+
+
+def _shipped_matrices():
+    import glob
+
+    return sorted(glob.glob(os.path.join(ROOT, "configs", "**", "matrix.json"), recursive=True))
+
+
+@pytest.mark.parametrize("matrix", _shipped_matrices(), ids=lambda p: os.path.relpath(p, ROOT))
+def test_every_shipped_matrix_run_loads_with_its_base_configs(matrix):
+    """What run_matrix.py will train, stack and all (a run's YAML alone is only a fragment): a bad key
+    or value in a committed matrix would otherwise surface on the lent GPU or hours into a CPU matrix."""
+    base, runs = read_matrix(matrix)
+    for r in runs:
+        cfg = load_config([os.path.join(ROOT, p) for p in base] + [os.path.join(ROOT, r.config)])
+        assert cfg.model.pos_emb == r.scheme and cfg.training.seed == r.seed
+        if r.train_length:
+            assert cfg.model.seq_length == r.train_length
+
+
+def test_gpu_matrix_is_the_papers_model_at_512_in_bf16():
+    """Issue 24's GPU part: the paper's 162M shape, train length 512, 32 x 512 tokens per step, bf16."""
+    base, runs = read_matrix(os.path.join(ROOT, "configs", "repro_gpu_v3", "code_162M", "matrix.json"))
+    assert [r.scheme for r in runs] == ["kerple_log", "kerple_power_ap_", "alibi", "rotary", "rpe"]
+    cfg = load_config([os.path.join(ROOT, p) for p in base] + [os.path.join(ROOT, runs[0].config)])
+    assert (cfg.model.num_layers, cfg.model.hidden_size, cfg.model.num_attention_heads) == (12, 768, 12)
+    assert cfg.model.seq_length == 512 and cfg.training.train_micro_batch_size_per_gpu == 32
+    assert cfg.precision.dtype == "bf16" and cfg.training.train_iters == 500
