@@ -232,6 +232,7 @@ def evaluate_tasks(args, ckpt: str) -> None:
 
 def evaluate_checkpoint(args, ckpt: str) -> None:
     from megatron.checkpoint.tags import tag_or_latest
+    from megatron.device import describe
     from megatron.evaluation.blockwise import check_block
     from megatron.evaluation.lengths import default_lengths
     from megatron.evaluation.load import load_checkpoint_model
@@ -265,6 +266,7 @@ def evaluate_checkpoint(args, ckpt: str) -> None:
         "blockwise_causal": block, "min_doc_tokens": args.min_doc_tokens,
         "overrides": dict(overrides),  # e.g. rotary-scaling set for this evaluation
         "data_path": prefix, "device": str(args.device), "lengths": lengths,
+        "device_name": describe(args.device),  # which GPU (or CPU) scored it: the report names it
         "train_speed": train_speed(cfg),
     }
 

@@ -137,6 +137,19 @@ def windows_per_length(runs: list[RunResult]) -> str:
     return "Windows scored per length: " + ", ".join(parts) + "."
 
 
+def provenance(runs: list[RunResult]) -> str:
+    """"Checkpoints at step 500; evaluated on cuda:0 (NVIDIA H100 80GB HBM3)." for one group: how long
+    its runs trained (a short schedule shows here) and where they were scored, where recorded."""
+    steps = sorted({r.iteration for r in runs if r.iteration is not None})
+    devices = sorted({r.device_name for r in runs if r.device_name})
+    parts = []
+    if steps:
+        parts.append("Checkpoints at step " + ", ".join(f"{s:,}" for s in steps))
+    if devices:
+        parts.append("evaluated on " + "; ".join(devices))
+    return "; ".join(parts) + "." if parts else ""
+
+
 def windows_note(runs: list[RunResult]) -> str:
     """Which windows the cells scored (order and data seeds), and every length that got fewer than asked."""
     lines = []
@@ -221,6 +234,8 @@ def write_report(runs: list[RunResult], out_dir: str, reference: str = "kerple_l
             f.write(table3_markdown([c for c in cells if (c["dataset"], c["train_length"]) == (dataset, train)],
                                     reference, alpha, digits))
             f.write("\n" + windows_per_length(subset) + "\n")
+            if provenance(subset):
+                f.write(provenance(subset) + "\n")
         f.write(windows_note(runs))
     write_table3_csv(cells, paths["table3.csv"])
     with atomic_output(paths["speed.md"], fsync=False) as tmp, open(tmp, "w") as f:

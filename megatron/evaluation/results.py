@@ -37,6 +37,8 @@ class RunResult:
     data_seed: int | str | None = None
     short: dict[int, tuple[int, int]] = field(default_factory=dict)  # length -> (windows, asked) when fewer
     windows: dict[int, int] = field(default_factory=dict)  # length -> windows scored
+    iteration: int | None = None  # the checkpoint's training step
+    device_name: str | None = None  # e.g. 'cuda:0 (NVIDIA H100 80GB HBM3)' (None: written before it was recorded)
 
     @property
     def key(self) -> tuple:
@@ -110,7 +112,8 @@ def parse_result(path: str, meta_regex: re.Pattern | None = None) -> RunResult:
     speed = (rec.get("train_speed") or {}).get("sec_per_step")
     return RunResult(path, scheme, dataset, seed, window, rec.get("train_length"), ppl, pw,
                      float(speed) if speed is not None else None, rec.get("window_order"),
-                     _normalise_seed(rec.get("data_seed")), short, windows)
+                     _normalise_seed(rec.get("data_seed")), short, windows,
+                     int(rec["iteration"]) if rec.get("iteration") is not None else None, rec.get("device_name"))
 
 
 def load_results(patterns, meta_from_path: str | None = None) -> list[RunResult]:

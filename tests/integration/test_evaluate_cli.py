@@ -36,6 +36,7 @@ def test_evaluate_cli_writes_schema(tmp_path, token_dataset):
     assert "full causal attention" in (out / "eval.md").read_text().splitlines()[0] and "full causal" in proc.stdout
     assert rec["seed"] == 1234 and rec["dataset"] == "tiny" and rec["mode"] == "non-overlapping"
     assert rec["train_speed"]["sec_per_step"] > 0
+    assert rec["device_name"].startswith(("cpu (", "cuda:"))  # the report names where each result was scored
 
     # strided mode, two checkpoints in one call: one output directory each
     multi = tmp_path / "multi"

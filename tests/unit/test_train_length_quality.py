@@ -48,3 +48,21 @@ def test_a_seed_missing_at_the_shortest_length_has_no_change():
     by_L = quality_points(runs)[("latex", "kerple_log", 512)]
     assert changes(by_L)[128] == pytest.approx([100 * (math.exp(0.1) - 1)])  # seed 2 has no L = 64 partner
     assert "+10.5 (n=1)" in quality_markdown(quality_points(runs))
+
+
+def test_table3_says_how_long_each_group_trained_and_where_it_was_scored(tmp_path):
+    """Issue 24: GPU records on a short schedule are marked as such in the report."""
+    from dataclasses import replace
+
+    from megatron.evaluation.aggregate import provenance, write_report
+
+    gpu = [replace(run(s, 512, lambda p: 3.0, scheme=k, dataset="code_162M"), iteration=500,
+                   device_name="cuda:0 (NVIDIA H100 80GB HBM3)") for s in (1, 2) for k in ("kerple_log", "alibi")]
+    cpu = [replace(run(s, 64, lambda p: 4.0, scheme=k), iteration=2000) for s in (1, 2) for k in ("kerple_log", "alibi")]
+    assert provenance(gpu) == "Checkpoints at step 500; evaluated on cuda:0 (NVIDIA H100 80GB HBM3)."
+    assert provenance(cpu) == "Checkpoints at step 2,000." and provenance([replace(cpu[0], iteration=None)]) == ""
+    write_report(gpu + cpu, str(tmp_path), log=lambda *_: None)
+    table = (tmp_path / "table3.md").read_text()
+    gpu_section = table.split("## code_162M, train length 512")[1].split("## ")[0]
+    assert "Checkpoints at step 500; evaluated on cuda:0 (NVIDIA H100 80GB HBM3)." in gpu_section
+    assert "Checkpoints at step 2,000." in table.split("## latex, train length 64")[1]
