@@ -41,15 +41,19 @@ class Run:
 RPE_LABEL = "rpe (max distance L)"  # report name of T5 runs with the scaled buckets (v2's kept 128)
 
 
-def length_settings(train_length: int, tokens_per_step: int) -> dict:
+def length_settings(train_length: int, tokens_per_step: int | None = None,
+                    sequences_per_step: int | None = None) -> dict:
     """The config keys of a run at this train length: sequence length, micro batch such that every
-    step (hence every run of the same steps) sees tokens_per_step tokens, and the scaled scheme
-    settings above."""
-    if train_length < 64 or train_length % 4 or tokens_per_step % train_length:
+    step (hence every run of the same steps) sees tokens_per_step tokens, or sequences_per_step
+    sequences (then the tokens grow with L, as when a paper keeps its batch of sequences), and the
+    scaled scheme settings above."""
+    if (tokens_per_step is None) == (sequences_per_step is None):
+        raise ValueError("give the tokens per step or the sequences per step (one of them)")
+    if train_length < 64 or train_length % 4 or (tokens_per_step or train_length) % train_length:
         raise ValueError(f"train length {train_length} must be a multiple of 4 and at least 64 (below it "
                          f"T5's log-spaced buckets skip distances), and divide the tokens per step ({tokens_per_step})")
     return {"seq-length": train_length, "max-position-embeddings": train_length,
-            "train_micro_batch_size_per_gpu": tokens_per_step // train_length,
+            "train_micro_batch_size_per_gpu": sequences_per_step or tokens_per_step // train_length,
             "fire-init-threshold": train_length // 4, "xpos-scale-base": train_length // 2,
             "rpe-max-distance": train_length}
 
@@ -74,11 +78,13 @@ ORDERS = {"seed": "seed-major: every scheme's first seed before any second one (
 def write_matrix(schemes, data: dict[str, str], seeds, out_dir: str, runs_root: str,
                  base_configs: list[str], extra: dict | None = None,
                  vocab_files: dict[str, str] | None = None, train_lengths: list[int] | None = None,
-                 tokens_per_step: int | None = None, order: str = "seed") -> list[Run]:
+                 tokens_per_step: int | None = None, order: str = "seed",
+                 sequences_per_step: int | None = None) -> list[Run]:
     """Write <out_dir>/<scheme>_<dataset>_<seed>.yml for every combination and <out_dir>/matrix.json.
     vocab_files: {dataset: tokenizer file} for datasets with their own tokenizer (sets vocab-file).
     train_lengths: also vary the train length (names <scheme>_<dataset>_L<L>_<seed>; each run gets
-    length_settings(L, tokens_per_step)); within a seed the lengths run in the given order."""
+    length_settings(L, tokens_per_step or sequences_per_step)); within a seed the lengths run in the
+    given order."""
     unknown_vocab = sorted(set(vocab_files or {}) - set(data))
     if unknown_vocab:
         raise ValueError(f"--vocab for datasets not in --data: {', '.join(unknown_vocab)}; "
@@ -90,9 +96,10 @@ def write_matrix(schemes, data: dict[str, str], seeds, out_dir: str, runs_root: 
         raise ValueError(f"unknown schemes {unknown}; choose from {', '.join(scheme_names())}")
     if order not in ORDERS:
         raise ValueError(f"order {order!r}: choose {' or '.join(ORDERS)}")
-    if train_lengths and not tokens_per_step:
-        raise ValueError("train lengths need tokens_per_step (the same training tokens at every length)")
-    settings = {L: length_settings(L, tokens_per_step) for L in train_lengths or []}
+    if train_lengths and not (tokens_per_step or sequences_per_step):
+        raise ValueError("train lengths need tokens_per_step (the same training tokens at every length) "
+                         "or sequences_per_step (the same sequences per step)")
+    settings = {L: length_settings(L, tokens_per_step, sequences_per_step) for L in train_lengths or []}
     os.makedirs(out_dir, exist_ok=True)
     runs = []
     # Seed-major order: a matrix run in parts covers every scheme before repeating seeds.

@@ -13,6 +13,8 @@
     python tools/make_experiments.py ... --train-lengths 128,256 --tokens-per-step 1024 --order dataset
     # the same with a recipe change for every run (a config key and its value, checked against the base)
     python tools/make_experiments.py ... --train-lengths 64,128,256 --tokens-per-step 1024 --set warmup=0.1
+    # or the same sequences per step at every length (the tokens grow with L)
+    python tools/make_experiments.py ... --train-lengths 64,128,256 --sequences-per-step 16 --set warmup=0.1
 
 Then run it locally with tools/run_matrix.py, or on slurm with tools/slurm/matrix.sbatch.
 """
@@ -22,6 +24,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from megatron.cli_args import int_at_least  # noqa: E402
 from megatron.errors import UserError, run_cli  # noqa: E402
 from megatron.experiments import ORDERS, parse_data, write_matrix  # noqa: E402
 
@@ -70,9 +73,13 @@ def main() -> int:
     p.add_argument("--runs-root", default="runs/matrix", help="where each run's directory goes")
     p.add_argument("--train-lengths", default=None,
                    help="comma-separated train lengths: each run sets seq-length and the length-scaled scheme "
-                        "settings (megatron/experiments.py length_settings); needs --tokens-per-step")
-    p.add_argument("--tokens-per-step", type=int, default=None,
-                   help="with --train-lengths: micro batch = this // L, so every length trains on the same tokens")
+                        "settings (megatron/experiments.py length_settings); needs --tokens-per-step or "
+                        "--sequences-per-step")
+    steps = p.add_mutually_exclusive_group()
+    steps.add_argument("--tokens-per-step", type=int_at_least(1), default=None,
+                       help="with --train-lengths: micro batch = this // L, so every length trains on the same tokens")
+    steps.add_argument("--sequences-per-step", type=int_at_least(1), default=None,
+                       help="with --train-lengths: micro batch = this at every L, so the tokens grow with L")
     p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", dest="settings",
                    help="a config key every run of the matrix sets (after the base configs), e.g. warmup=0.1")
     p.add_argument("--order", choices=sorted(ORDERS), default="seed",
@@ -88,7 +95,8 @@ def main() -> int:
     extra = parse_settings(args.settings, args.base)
     runs = write_matrix(args.schemes.split(","), parse_data(args.data), parse_seeds(args.seeds), args.out,
                         args.runs_root, args.base, extra=extra, vocab_files=parse_data(args.vocab, "NAME=TOKENIZER_FILE"),
-                        train_lengths=lengths, tokens_per_step=args.tokens_per_step, order=args.order)
+                        train_lengths=lengths, tokens_per_step=args.tokens_per_step, order=args.order,
+                        sequences_per_step=args.sequences_per_step)
     print(f"wrote {len(runs)} experiment configs and {os.path.join(args.out, 'matrix.json')}")
     return 0
 

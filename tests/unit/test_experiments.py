@@ -63,6 +63,30 @@ def test_length_settings_scale_with_the_train_length():
     for bad in (32, 100, 3000):  # below T5's exact buckets, not a multiple of 4, does not divide the tokens
         with pytest.raises(ValueError, match="train length"):
             length_settings(bad, 1024)
+    # the same sequences per step at every length: the micro batch stays, the tokens grow with L
+    assert [length_settings(L, sequences_per_step=16)["train_micro_batch_size_per_gpu"] for L in (64, 256)] == [16, 16]
+    assert length_settings(3000 - 8, sequences_per_step=16)["seq-length"] == 2992  # no token count to divide
+    for both_or_neither in ({}, {"tokens_per_step": 1024, "sequences_per_step": 16}):
+        with pytest.raises(ValueError, match="one of them"):
+            length_settings(128, **both_or_neither)
+
+
+def test_sequences_per_step_from_the_command_line(tmp_path):
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, os.path.join(ROOT, "tools", "make_experiments.py"), "--out", str(tmp_path / "m"),
+           "--base", os.path.join(ROOT, "configs", "repro_cpu_v2", "base.yml"), "--schemes", "kerple_log",
+           "--data", "latex=d/latex", "--seeds", "1", "--train-lengths", "64,256"]
+    out = subprocess.run(cmd + ["--sequences-per-step", "16"], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    base, runs = read_matrix(str(tmp_path / "m" / "matrix.json"))
+    assert [json.loads(open(r.config).read())["train_micro_batch_size_per_gpu"] for r in runs] == [16, 16]
+    both = subprocess.run(cmd + ["--sequences-per-step", "16", "--tokens-per-step", "1024"], capture_output=True,
+                          text=True, cwd=ROOT)
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr and "Traceback" not in both.stderr
+    neither = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    assert neither.returncode == 2 and "sequences_per_step" in neither.stderr and "Traceback" not in neither.stderr
 
 
 def test_train_length_matrix_names_order_and_configs(tmp_path):
