@@ -49,6 +49,8 @@ def gap_points(runs, planned: set | None = None) -> dict[tuple, dict]:
         if len(Ls) < 2:
             continue
         for gap in GAPS:
+            if GAPS[gap] and not any(dd == d and s == GAPS[gap] for dd, _, s, *_ in [*ppl, *planned]):
+                continue  # a scheme this dataset's matrix does not train: no gap, rather than every pair missing
             for k in FACTORS[1:] if GAPS[gap] is None else FACTORS:
                 points, missing = {}, {}
                 for L in sorted(Ls):

@@ -126,3 +126,13 @@ def test_train_test_correlation_and_the_scheme_that_drives_it(tmp_path):
     xs, ys = [10, 11, 12, 12.5, 100], [11, 10, 12.5, 12, 300]
     assert f"| web | 64 | 5 | {np.corrcoef(xs, ys)[0, 1]:.3f} | sinusoidal: " in md
     assert f"sinusoidal: {np.corrcoef(xs[:4], ys[:4])[0, 1]:.3f}" in md  # without it, r is much lower
+
+
+def test_a_gap_whose_scheme_the_dataset_never_trains_is_left_out():
+    """trend_16seq trains kerple_log and kerple_power_ap_ only: no alibi - log rows listing every seed missing."""
+    runs = [r for r in trend_runs() if r.scheme != "alibi"]
+    gaps = gap_points(runs)
+    assert not any(gap == "alibi - log" for _, gap, _ in gaps)
+    assert ("latex", "power - log", 32) in gaps and ("latex", "windowed - full", 32) in gaps
+    with_alibi = gap_points(runs + [run("alibi", 1, 64, lambda k: 60.0)])
+    assert with_alibi[("latex", "alibi - log", 32)]["missing"][128] == [(1, "alibi"), (2, "alibi"), (3, "alibi")]
