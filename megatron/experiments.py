@@ -49,9 +49,11 @@ def length_settings(train_length: int, tokens_per_step: int | None = None,
     scaled scheme settings above."""
     if (tokens_per_step is None) == (sequences_per_step is None):
         raise ValueError("give the tokens per step or the sequences per step (one of them)")
-    if train_length < 64 or train_length % 4 or (tokens_per_step or train_length) % train_length:
+    if train_length < 64 or train_length % 4:
         raise ValueError(f"train length {train_length} must be a multiple of 4 and at least 64 (below it "
-                         f"T5's log-spaced buckets skip distances), and divide the tokens per step ({tokens_per_step})")
+                         "T5's log-spaced buckets skip distances)")
+    if tokens_per_step and tokens_per_step % train_length:
+        raise ValueError(f"train length {train_length} must divide the tokens per step ({tokens_per_step})")
     return {"seq-length": train_length, "max-position-embeddings": train_length,
             "train_micro_batch_size_per_gpu": sequences_per_step or tokens_per_step // train_length,
             "fire-init-threshold": train_length // 4, "xpos-scale-base": train_length // 2,

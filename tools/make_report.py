@@ -137,16 +137,15 @@ def trend_report(results, args, log=print) -> None:
     from megatron.evaluation.aggregate import _safe, table3_cells
     from megatron.evaluation.plots import plot_trend
     from megatron.evaluation.results import load_results
+    from megatron.evaluation.train_length_quality import quality_markdown, quality_points
     from megatron.evaluation.trend import gap_points, has_points, planned_runs, trend_markdown
 
     runs = load_results(results, args.meta_from_path)
     matrices = sorted({m for pat in args.planned for m in glob.glob(pat)})
     gaps = gap_points(runs, planned_runs(matrices))
-    from megatron.evaluation.train_length_quality import quality_markdown, quality_points
-
     _write(os.path.join(args.out, "trend.md"), "# The gaps against the train length (issue 24)\n\n"
            + trend_markdown(gaps, table3_cells(runs, args.reference, args.alpha))
-           + "\n## Is the model as good at every train length? (the same windows, the same training tokens)\n\n"
+           + "\n## Is the model as good at every train length? (perplexity on the same windows)\n\n"
            + quality_markdown(quality_points(runs)), log)
     for d in sorted({d for d, _, _ in gaps if has_points(gaps, d)}):  # no empty plot for a planned-only dataset
         panels = {(gap, k): g["points"] for (dd, gap, k), g in gaps.items() if dd == d and k > 1}

@@ -66,6 +66,8 @@ def test_length_settings_scale_with_the_train_length():
     # the same sequences per step at every length: the micro batch stays, the tokens grow with L
     assert [length_settings(L, sequences_per_step=16)["train_micro_batch_size_per_gpu"] for L in (64, 256)] == [16, 16]
     assert length_settings(3000 - 8, sequences_per_step=16)["seq-length"] == 2992  # no token count to divide
+    with pytest.raises(ValueError, match=r"multiple of 4 and at least 64 \(below it T5's log-spaced buckets skip distances\)$"):
+        length_settings(98, sequences_per_step=16)  # no token count to name
     for both_or_neither in ({}, {"tokens_per_step": 1024, "sequences_per_step": 16}):
         with pytest.raises(ValueError, match="one of them"):
             length_settings(128, **both_or_neither)
