@@ -19,6 +19,11 @@ lane() {
   #    (trend.md, "Is the model as good at every train length?"); LaTeX, kerple_log and kerple_power_ap_.
   $PY tools/run_matrix.py configs/repro_cpu_v3/trend_16seq/matrix.json --records docs/results/runs $shard \
       --eval-args "--max-windows 320 --batch-size 1 --data-seed 1234" --windowed L --windowed-only kerple_log
+  # 2b. A quality-matched point for the 16-sequence trend: L = 64 on 64 sequences per step, i.e. the
+  #    8.2M tokens and 4,096 tokens per step of its L = 256 runs (docs/results/README.md, "Equal
+  #    tokens, unequal models"); does the L = 64 model's windowed gap shrink as far when it is as good?
+  $PY tools/run_matrix.py configs/repro_cpu_v3/l64_64seq/matrix.json --records docs/results/runs $shard \
+      --eval-args "--max-windows 320 --batch-size 1 --data-seed 1234" --windowed L --windowed-only kerple_log
   # 3. Train length 64 additions, scored as v2's train-length-64 runs they are paired with
   #    (131,072 tokens per length): kerple_power_ap_ seeds 4-5, then T5 with max distance = L.
   for m in l64_power_seeds_4_5 l64_rpe_scaled; do
