@@ -135,7 +135,8 @@ def _write(path: str, text: str, log) -> None:
 def trend_report(results, args, log=print) -> None:
     """trend.md and trend_<dataset>.png from the evaluations (megatron/evaluation/trend.py)."""
     from megatron.evaluation.aggregate import _safe, table3_cells
-    from megatron.evaluation.plots import plot_trend
+    from megatron.evaluation.gap_vs_quality import gap_quality_markdown, gap_quality_points
+    from megatron.evaluation.plots import plot_gap_vs_quality, plot_trend
     from megatron.evaluation.results import load_results
     from megatron.evaluation.train_length_quality import quality_markdown, quality_points
     from megatron.evaluation.trend import gap_points, has_points, planned_runs, trend_markdown
@@ -143,10 +144,16 @@ def trend_report(results, args, log=print) -> None:
     runs = load_results(results, args.meta_from_path)
     matrices = sorted({m for pat in args.planned for m in glob.glob(pat)})
     gaps = gap_points(runs, planned_runs(matrices))
+    quality_vs_gap = gap_quality_points(runs)
     _write(os.path.join(args.out, "trend.md"), "# The gaps against the train length (issue 24)\n\n"
            + trend_markdown(gaps, table3_cells(runs, args.reference, args.alpha))
            + "\n## Is the model as good at every train length? (perplexity on the same windows)\n\n"
-           + quality_markdown(quality_points(runs)), log)
+           + quality_markdown(quality_points(runs))
+           + "\n## Does the gap follow the train length or the model's quality?\n\n"
+           + gap_quality_markdown(quality_vs_gap), log)
+    for name, res in quality_vs_gap.items():
+        panels = {key: pts for key, pts in res["points"].items() if key[1] > 1}  # the windowed gap has no 1x
+        log(f"wrote {plot_gap_vs_quality(panels, os.path.join(args.out, f'gap_vs_quality_{_safe(name)}.png'), name)}")
     for d in sorted({d for d, _, _ in gaps if has_points(gaps, d)}):  # no empty plot for a planned-only dataset
         panels = {(gap, k): g["points"] for (dd, gap, k), g in gaps.items() if dd == d and k > 1}
         lengths = {L for (dd, _, _), g in gaps.items() if dd == d for L in g["missing"]}

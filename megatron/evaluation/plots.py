@@ -353,3 +353,34 @@ def plot_trend(gaps: dict, path: str, title: str, train_lengths=None) -> str:
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
     return _save(fig, path)
+
+
+def plot_gap_vs_quality(panels: dict, path: str, title: str) -> str:
+    """panels: {(gap name, factor): [GapPoint]} (megatron/evaluation/gap_vs_quality.py): one panel each,
+    the gap against the kerple_log model's quality q (log x axis), one colour per train length and one
+    marker per group, so a gap that follows q and not L lines up across the colours."""
+    if not panels:
+        raise ValueError("plot_gap_vs_quality: no points to plot")
+    fig, axes = _panel_grid(len(panels), 2, (4.6, 3.6))
+    Ls = sorted({p.train_length for pts in panels.values() for p in pts})
+    groups = sorted({p.dataset for pts in panels.values() for p in pts})
+    palette, markers = plt.get_cmap("viridis"), "osD^vP*X"
+    color = {L: palette(i / max(len(Ls) - 1, 1)) for i, L in enumerate(Ls)}
+    for ax, ((name, k), pts) in zip(axes, panels.items()):
+        for L in Ls:
+            for j, d in enumerate(groups):
+                sel = [p for p in pts if p.train_length == L and p.dataset == d]
+                if sel:
+                    ax.scatter([p.quality for p in sel], [p.gap for p in sel], s=22, color=color[L],
+                               marker=markers[j % len(markers)], label=f"L = {L}, {d}", alpha=0.85)
+        ax.axhline(0.0, color="0.3", lw=0.8)
+        ax.set_xscale("log")
+        ax.xaxis.set_major_locator(ReadableLogLocator())
+        ax.xaxis.set_major_formatter(PLAIN)
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xlabel("q: kerple_log's perplexity, first positions (lower: better)")
+        ax.set_ylabel("gap, % of kerple_log's perplexity")
+        ax.set_title(f"{title}: {name} at {k}x L", fontsize=9)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=6)
+    return _save(fig, path)

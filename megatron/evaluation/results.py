@@ -39,6 +39,13 @@ class RunResult:
     windows: dict[int, int] = field(default_factory=dict)  # length -> windows scored
     iteration: int | None = None  # the checkpoint's training step
     device_name: str | None = None  # e.g. 'cuda:0 (NVIDIA H100 80GB HBM3)' (None: written before it was recorded)
+    corpus: tuple = ()  # (data path, split, mode, stride, min doc tokens, blockwise causal): what and how it scored
+
+    def same_text(self, length: int) -> tuple:
+        """Equal for two runs that scored the same tokens in the same way at this length: the windows are a
+        function of the corpus, the evaluation length, the data seed, the window order and their count
+        alone (megatron/data/gpt_dataset.build_eval_windows), whatever the runs' train lengths."""
+        return self.corpus, self.data_seed, self.window_order, self.windows.get(length)
 
     @property
     def key(self) -> tuple:
@@ -113,7 +120,9 @@ def parse_result(path: str, meta_regex: re.Pattern | None = None) -> RunResult:
     return RunResult(path, scheme, dataset, seed, window, rec.get("train_length"), ppl, pw,
                      float(speed) if speed is not None else None, rec.get("window_order"),
                      _normalise_seed(rec.get("data_seed")), short, windows,
-                     int(rec["iteration"]) if rec.get("iteration") is not None else None, rec.get("device_name"))
+                     int(rec["iteration"]) if rec.get("iteration") is not None else None, rec.get("device_name"),
+                     tuple(rec.get(k) for k in ("data_path", "split", "mode", "stride", "min_doc_tokens",
+                                                "blockwise_causal")))
 
 
 def load_results(patterns, meta_from_path: str | None = None) -> list[RunResult]:

@@ -4,10 +4,8 @@ The trend matrix trains every train length L on the same tokens, steps and sched
 gives an equally good language model at every L decides what trend.py's gaps compare: the train
 length alone, or the train length and how well each model trained (the windowed gap moves with
 training quality, docs/results/README.md). Perplexities of two train lengths compare only on the
-same text, so this uses the evaluation lengths that every L of a group scored on the same windows:
-the windows are a function of the dataset, the evaluation length, the data seed, the window order
-and their count alone (megatron/data/gpt_dataset.build_eval_windows), so runs that agree on all of
-them scored the same tokens.
+same text, so this uses the evaluation lengths that every L of a group scored on the same windows
+(RunResult.same_text).
 
 Per (dataset, scheme, evaluation length) of full-attention runs: each L's perplexity (mean ± std
 over seeds) and its change against the shortest train length L0 of the same seed, in %; and the
@@ -46,7 +44,7 @@ def quality_points(runs) -> dict[tuple, dict]:
     groups = defaultdict(lambda: defaultdict(dict))  # (dataset, scheme, length, windows identity) -> {L: {seed: ...}}
     for r in full:
         for length, ppl in r.ppl.items():
-            identity = (r.data_seed, r.window_order, r.windows.get(length))
+            identity = r.same_text(length)
             late = _loss_from(r, length, shortest[(r.dataset, r.scheme)])
             groups[(r.dataset, r.scheme, length, identity)][r.train_length][r.seed] = (ppl, late)
     per_length = defaultdict(list)  # (dataset, scheme, length) -> the identities it was scored with

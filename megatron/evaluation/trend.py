@@ -30,10 +30,10 @@ def _scheme_a(gap: str, train_length: int) -> str:
     return GAPS[gap] or f"{REFERENCE} (window {train_length})"
 
 
-def gap_points(runs, planned: set | None = None) -> dict[tuple, dict]:
+def gap_points(runs, planned: set | None = None, min_lengths: int = 2) -> dict[tuple, dict]:
     """{(dataset, gap, factor): {"points": {L: {seed: gap %}}, "missing": {L: [(seed, lacking scheme)]}}}
-    for datasets whose reference has two or more train lengths, recorded or planned. planned: {(dataset, L, scheme,
-    seed)} of the matrices' runs (a planned kerple_log run brings its windowed@L evaluation)."""
+    for datasets whose reference has min_lengths or more train lengths, recorded or planned. planned: {(dataset, L,
+    scheme, seed)} of the matrices' runs (a planned kerple_log run brings its windowed@L evaluation)."""
     planned = set(planned or ())
     planned |= {(d, L, f"{REFERENCE} (window {L})", seed) for d, L, s, seed in planned if s == REFERENCE}
     ppl = defaultdict(dict)  # (dataset, L, scheme) -> {seed: {length: ppl}}
@@ -46,7 +46,7 @@ def gap_points(runs, planned: set | None = None) -> dict[tuple, dict]:
             lengths[d].add(L)
     out = {}
     for d, Ls in sorted(lengths.items()):
-        if len(Ls) < 2:
+        if len(Ls) < min_lengths:
             continue
         for gap in GAPS:
             if GAPS[gap] and not any(dd == d and s == GAPS[gap] for dd, _, s, *_ in [*ppl, *planned]):
