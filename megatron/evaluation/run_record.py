@@ -8,9 +8,12 @@ committed and a matrix finished over several sessions or machines (checkpoints s
                          positional parameter values ({name}_h{i}, the trainer's per-head stats)
     kernel.json          the learned kernel f_h(d), d = 0..max_distance, when the scheme has a score
                          bias ("by_query" too for a query-dependent one, FIRE); written from the checkpoint
-    record.json          what the run was (scheme, dataset, seed, train length, config files, steps) and
-                         its seconds; a matrix run with a report label (megatron/experiments.py) has it here
-                         and in its two evaluation files ("label"), which the report reads as the scheme
+    record.json          what the run was (scheme, dataset, seed, train length, config files, steps), its
+                         seconds and where it trained ("trained_on": each device and the step from which it
+                         ran, from the trainer's start rows: a seed retrained on another thread count or
+                         GPU differs, so a rerun that does not match can be told apart); a matrix run
+                         with a report label (megatron/experiments.py) has it here and in its two
+                         evaluation files ("label"), which the report reads as the scheme
 
 A record is complete when record.json exists: it is written last, after the other files.
 """
@@ -44,6 +47,19 @@ def trajectory_from_metrics(metrics_path: str, every: int = 10) -> dict:
     out = {"iteration": [int(r["iteration"]) for r in rows]}
     for k in keys:  # 6 significant digits: the record is committed, full floats would double its size
         out[k] = [None if r.get(k) is None else float(f"{r[k]:.6g}") for r in rows]
+    return out
+
+
+def training_devices(metrics_path: str) -> list[dict]:
+    """[{"from_step", "device", "processes", "torch"}] from the trainer's `start` rows, one entry per change
+    (a resume on the same device adds none); [] for a run trained before they were logged."""
+    out = []
+    for r in read_metrics(metrics_path):
+        if r.get("kind") != "start":
+            continue
+        entry = {"from_step": int(r["iteration"]), **{k: r.get(k) for k in ("device", "processes", "torch")}}
+        if not out or any(out[-1][k] != entry[k] for k in ("device", "processes", "torch")):
+            out.append(entry)
     return out
 
 
@@ -83,6 +99,9 @@ def write_record(record_dir: str, run, eval_dir: str, window_dir: str | None, me
             "seconds": round(seconds, 1)}
     if label:
         meta["label"] = label
+    devices = training_devices(metrics_path)
+    if devices:
+        meta["trained_on"] = devices
     _write_json(os.path.join(record_dir, RECORD), meta)  # last: marks the record complete
     return record_dir
 

@@ -76,6 +76,16 @@ class MetricsLogger:
             config=cfg.to_flat_dict(),
         )
 
+    def log_start(self, iteration: int, device: str, processes: int) -> None:
+        """One `start` row per (re)start at the step it starts from: where the steps after it ran. The
+        same seed on another CPU thread count or GPU trains differently (float sums in another order;
+        docs/results/README.md), so a record names every device its run trained on (run_record.py)."""
+        if self.enabled:
+            import torch
+
+            self._row({"iteration": iteration, "kind": "start", "device": device, "processes": processes,
+                       "torch": torch.__version__})
+
     def log_step(self, iteration: int, metrics: dict[str, float], detail: dict[str, float] | None = None) -> None:
         """Every step: TB/W&B get `train/<k>`; the console line averages `metrics` over log_interval
         and ends with an ETA; `detail` (per-parameter norms) goes to every sink but the console."""

@@ -141,6 +141,7 @@ class Trainer:
         self._grads: dict[str, float] = {}  # filled by _gradient_norms before each optimizer step
         self.throughput = self._throughput()
         self.log.console(f"device {describe_device(self.dist.device)} | process group {torch.distributed.get_backend()}")
+        self.log.log_start(self.iteration, describe_device(self.dist.device), torch.distributed.get_world_size())
         self.log.console(f"model: {count_parameters(model):,} parameters | pos-emb {cfg.model.pos_emb} | "
                          f"attention backend {model.backend(self.dist.device, self._dtype()).name} | "
                          f"batch {self.batch} = micro {self.micro} x gas {self.gas} x dp {self.par.dp_size}"

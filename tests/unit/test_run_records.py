@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 
 from megatron.config import load_config
 from megatron.evaluation.convergence import drift_rows, head_series, over_target, records_to_draw, relative_tail_change
@@ -105,6 +106,8 @@ def test_write_record_then_report_from_records_alone(tmp_path, token_dataset):
     meta = json.loads((klog / "record.json").read_text())
     assert meta["steps"] == 6 and meta["scheme"] == "kerple_log" and meta["seed"] == 1
     assert meta["train_length"] == 16 and "label" not in meta  # the train length comes from the evaluation
+    assert meta["trained_on"] == [{"from_step": 0, "device": f"cpu ({torch.get_num_threads()} threads)",
+                                   "processes": 1, "torch": torch.__version__}]
     kernel = json.loads((klog / "kernel.json").read_text())
     expected = learned_kernels(str(tmp_path / "run_kerple_log_1" / "checkpoints"), 32)["kernel"]
     np.testing.assert_allclose(kernel["kernel"], expected, rtol=1e-4, atol=1e-6)
@@ -220,3 +223,24 @@ def test_run_matrix_shards_split_the_matrix_without_overlap(tmp_path):
         out = subprocess.run(cmd + ["--shard", bad], capture_output=True, text=True, cwd=ROOT)
         assert out.returncode == 2 and "--shard" in out.stderr and "1/2 and 2/2" in out.stderr
         assert "Traceback" not in out.stderr
+
+
+def test_a_record_names_each_device_its_run_trained_on(tmp_path):
+    """A resume on the same device adds nothing; one on another thread count is named with its first step.
+    The trainer's start rows survive the trim of a resumed run (they sit at the step it resumes from)."""
+    from megatron.evaluation.run_record import training_devices
+    from megatron.training.metrics_file import trim_metrics
+
+    rows = [{"iteration": 0, "kind": "start", "device": "cpu (1 threads)", "processes": 1, "torch": "2.13.0"},
+            *({"iteration": i, "kind": "train", "lm_loss": 5.0} for i in range(1, 6)),
+            {"iteration": 3, "kind": "start", "device": "cpu (1 threads)", "processes": 1, "torch": "2.13.0"},
+            {"iteration": 4, "kind": "start", "device": "cpu (2 threads)", "processes": 1, "torch": "2.13.0"}]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert training_devices(str(path)) == [
+        {"from_step": 0, "device": "cpu (1 threads)", "processes": 1, "torch": "2.13.0"},
+        {"from_step": 4, "device": "cpu (2 threads)", "processes": 1, "torch": "2.13.0"}]
+    trim_metrics(str(path), 4)  # resuming from step 4 drops step 5 only
+    assert [r["iteration"] for r in read_metrics(str(path)) if r["kind"] == "start"] == [0, 3, 4]
+    path.write_text(json.dumps({"iteration": 1, "kind": "train", "lm_loss": 5.0}) + "\n")
+    assert training_devices(str(path)) == []  # trained before start rows were logged: no claim
