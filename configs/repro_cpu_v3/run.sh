@@ -24,6 +24,11 @@ lane() {
   #    tokens, unequal models"); does the L = 64 model's windowed gap shrink as far when it is as good?
   $PY tools/run_matrix.py configs/repro_cpu_v3/l64_64seq/matrix.json --records docs/results/runs $shard \
       --eval-args "--max-windows 320 --batch-size 1 --data-seed 1234" --windowed L --windowed-only kerple_log
+  # 2c. Code's equal-sequence trend (kerple_log and its windowed@L): on code only the equal-token trend
+  #    ran, where quality and L move together (r = 0.97), so trend.md's gap-against-quality fit cannot
+  #    tell them apart there; the equal-sequence design moves quality the other way.
+  $PY tools/run_matrix.py configs/repro_cpu_v3/code_16seq/matrix.json --records docs/results/runs $shard \
+      --eval-args "--max-windows 320 --batch-size 1 --data-seed 1234" --windowed L --windowed-only kerple_log
   # 3. Train length 64 additions, scored as v2's train-length-64 runs they are paired with
   #    (131,072 tokens per length): kerple_power_ap_ seeds 4-5, then T5 with max distance = L.
   for m in l64_power_seeds_4_5 l64_rpe_scaled; do
