@@ -341,17 +341,12 @@ def plot_trend(gaps: dict, path: str, title: str, train_lengths=None) -> str:
             ax.fill_between(Ls, mean - std, mean + std, color=color, alpha=0.2)
             for L, v in zip(Ls, vals):
                 ax.scatter([L] * v.size, v, s=8, color=color, alpha=0.6)
-        ax.axhline(0.0, color="0.3", lw=0.8)
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(PLAIN)
         ticks = sorted(set(train_lengths or ()) | {L for (g, _), pts in gaps.items() if g == name for L in pts})
         ax.set_xticks(ticks)
         ax.set_xlim(ticks[0] / 1.25, ticks[-1] * 1.25)
-        ax.set_xlabel("train length L")
-        ax.set_ylabel("gap, % of kerple_log's perplexity")
-        ax.set_title(f"{title}: {name}", fontsize=9)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
+        _gap_panel(ax, "train length L", f"{title}: {name}", 7)
     return _save(fig, path)
 
 
@@ -373,14 +368,19 @@ def plot_gap_vs_quality(panels: dict, path: str, title: str) -> str:
                 if sel:
                     ax.scatter([p.quality for p in sel], [p.gap for p in sel], s=22, color=color[L],
                                marker=markers[j % len(markers)], label=f"L = {L}, {d}", alpha=0.85)
-        ax.axhline(0.0, color="0.3", lw=0.8)
         ax.set_xscale("log")
         ax.xaxis.set_major_locator(ReadableLogLocator())
         ax.xaxis.set_major_formatter(PLAIN)
         ax.xaxis.set_minor_locator(NullLocator())
-        ax.set_xlabel("q: kerple_log's perplexity, first positions (lower: better)")
-        ax.set_ylabel("gap, % of kerple_log's perplexity")
-        ax.set_title(f"{title}: {name} at {k}x L", fontsize=9)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=6)
+        _gap_panel(ax, "q: kerple_log's perplexity, first positions (lower: better)", f"{title}: {name} at {k}x L", 6)
     return _save(fig, path)
+
+
+def _gap_panel(ax, xlabel: str, title: str, legend_size: int) -> None:
+    """The trend and gap-against-quality panels' shared frame: a zero line, labels, grid and legend."""
+    ax.axhline(0.0, color="0.3", lw=0.8)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("gap, % of kerple_log's perplexity")
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=legend_size)
