@@ -22,6 +22,7 @@ def test_dp2_equals_dp1(tmp_path, token_dataset, zero_stage):
     assert sorted(a) == sorted(b) == [1, 2, 3, 4, 5]
     for it in a:
         assert b[it] == pytest.approx(a[it], abs=1e-5), (it, a[it], b[it])
-    stats = read_metrics(tmp_path / "dp2" / "metrics.jsonl")[0]
-    one_stats = read_metrics(tmp_path / "dp1" / "metrics.jsonl")[0]
+    rows = {name: read_metrics(tmp_path / name / "metrics.jsonl") for name in ("dp1", "dp2")}
+    assert [r["processes"] for r in rows["dp2"] if r["kind"] == "start"] == [2]  # where it trained, in its log
+    stats, one_stats = ([r for r in rows[name] if r["kind"] == "train"][0] for name in ("dp2", "dp1"))
     assert stats["bias_p_mean"] == pytest.approx(one_stats["bias_p_mean"], abs=1e-6)
