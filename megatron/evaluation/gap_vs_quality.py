@@ -124,6 +124,15 @@ def fit(points: list[GapPoint]) -> dict | None:
             "r2": r2, "L only": single(lL), "q only": single(lq), "r(q, L)": float(np.corrcoef(lq, lL)[0, 1])}
 
 
+def leave_one_group_out(points: list[GapPoint]) -> dict[str, dict | None]:
+    """{group: the fit without that group's points}: whether one design (a group of one recipe, often a
+    handful of runs) carries the result alone. Empty for a single group."""
+    groups = sorted({p.dataset for p in points})
+    if len(groups) < 2:
+        return {}
+    return {d: fit([p for p in points if p.dataset != d]) for d in groups}
+
+
 def _coef(c: tuple) -> str:
     return f"{c[0]:+.2f} ± {c[1]:.2f} (p = {c[2]:.2g})"
 
@@ -150,6 +159,14 @@ def gap_quality_markdown(result: dict) -> str:
                 continue
             lines.append(f"| {gap} | {k}x | {f['n']} | {f['r(q, L)']:+.2f} | {_coef(f['c'])} | {_coef(f['b'])} | {f['r2']:.2f} | "
                          f"{_coef(f['L only'][:3])}, {f['L only'][3]:.2f} | {_coef(f['q only'][:3])}, {f['q only'][3]:.2f} |")
+        sensitivity = [(gap, k, d, f) for (gap, k), pts in points.items() for d, f in leave_one_group_out(pts).items()]
+        if sensitivity:
+            lines += ["", "The same fit leaving out one group at a time:", "",
+                      "| gap | at | without | n | c: per doubling of L, fixed q | b: per doubling of q, fixed L |",
+                      "|---|---:|---|---:|---:|---:|"]
+            for gap, k, d, f in sensitivity:
+                lines.append(f"| {gap} | {k}x | {d} | " + ("– | – | – |" if f is None else
+                             f"{f['n']} | {_coef(f['c'])} | {_coef(f['b'])} |"))
         cols = list(points)
         rows = {}
         for col in cols:

@@ -91,3 +91,18 @@ def test_the_figure_has_one_panel_per_gap(tmp_path):
     assert open(path, "rb").read(4) == b"\x89PNG"
     with pytest.raises(ValueError, match="no points"):
         plot_gap_vs_quality({}, str(tmp_path / "h.png"), "x")
+
+
+def test_leaving_one_group_out_shows_what_a_group_carries():
+    """Group `outlier` alone makes the gap follow q: without it the slope on q is gone."""
+    from megatron.evaluation.gap_vs_quality import leave_one_group_out
+
+    pts = [GapPoint(d, L, s, 40.0 + 5 * s + L / 64, -1.0 + 0.01 * s) for d in ("a", "b") for L in (64, 256) for s in (1, 2, 3)]
+    pts += [GapPoint("outlier", L, s, 200.0 + s + L / 64, -6.0) for L in (64, 256) for s in (1, 2, 3)]
+    assert fit(pts)["b"][0] < -1.0
+    out = leave_one_group_out(pts)
+    assert sorted(out) == ["a", "b", "outlier"]
+    assert abs(out["outlier"]["b"][0]) < 0.1 and out["a"]["b"][0] < -1.0
+    assert leave_one_group_out([p for p in pts if p.dataset == "a"]) == {}
+    md = gap_quality_markdown({"c": {"length": 256, "head": 64, "points": {("windowed - full", 32): pts}, "left_out": []}})
+    assert "| windowed - full | 32x | outlier | 12 |" in md
