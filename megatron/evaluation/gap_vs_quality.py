@@ -88,7 +88,10 @@ def gap_quality_points(runs) -> dict[str, dict]:
                     else:
                         points[(gap, k)].append(GapPoint(d, L, seed, q, value))
         if len({p.train_length for pts in points.values() for p in pts}) >= 2:
-            out[corpus_name(corpus)] = {"length": length, "head": head, "points": dict(points),
+            name = corpus_name(corpus)
+            if name in out:  # two corpora whose files share a name: the full path tells them apart
+                name = f"{name}, {corpus[0]}"
+            out[name] = {"length": length, "head": head, "points": dict(points),
                                         "left_out": sorted(left_out, key=str)}
     return out
 

@@ -106,3 +106,11 @@ def test_leaving_one_group_out_shows_what_a_group_carries():
     assert leave_one_group_out([p for p in pts if p.dataset == "a"]) == {}
     md = gap_quality_markdown({"c": {"length": 256, "head": 64, "points": {("windowed - full", 32): pts}, "left_out": []}})
     assert "| windowed - full | 32x | outlier | 12 |" in md
+
+
+def test_two_corpora_whose_files_share_a_name_stay_apart():
+    other = ("other/latex_full_text_document", *CORPUS[1:])
+    runs = pair("a", 1, 64, 4.0, -1.0) + pair("a", 1, 128, 4.1, -0.5)
+    runs += [run("b", 1, L, 3.0, gap_at=(lambda k: -2.0) if w else None, window=w, corpus=other)
+             for L in (64, 128) for w in (None, L)]
+    assert sorted(gap_quality_points(runs)) == ["latex_full", "latex_full, other/latex_full_text_document"]
