@@ -17,7 +17,9 @@ training) and trajectories_<group>.png (the lowest seed of each scheme and every
 over the drift target, that head drawn thick); flat_kernels.md (every KERPLE head's f(L), f(8L),
 f(32L)); train_test.md (final training vs 1x test perplexity); trend.md and
 trend_<dataset>.png (the windowed-minus-full and power-minus-log gaps against the train length, and
-each train length's perplexity on the same windows: megatron/evaluation/train_length_quality.py).
+each train length's perplexity on the same windows: megatron/evaluation/train_length_quality.py);
+gap_vs_quality_<corpus>.png and its trend.md section (every gap against model quality and the train
+length together: megatron/evaluation/gap_vs_quality.py).
 """
 from __future__ import annotations
 
@@ -152,7 +154,7 @@ def trend_report(results, args, log=print) -> None:
            + "\n## Does the gap follow the train length or the model's quality?\n\n"
            + gap_quality_markdown(quality_vs_gap), log)
     for name, res in quality_vs_gap.items():
-        panels = {key: pts for key, pts in res["points"].items() if key[1] > 1}  # the windowed gap has no 1x
+        panels = {key: pts for key, pts in res["points"].items() if key[1] > 1}  # extrapolation only (trend.md has 1x)
         log(f"wrote {plot_gap_vs_quality(panels, os.path.join(args.out, f'gap_vs_quality_{_safe(name)}.png'), name)}")
     for d in sorted({d for d, _, _ in gaps if has_points(gaps, d)}):  # no empty plot for a planned-only dataset
         panels = {(gap, k): g["points"] for (dd, gap, k), g in gaps.items() if dd == d and k > 1}
