@@ -49,12 +49,8 @@ def corpus_name(corpus: tuple) -> str:
 
 def _head_ppl(run, length: int, positions: int) -> float | None:
     """Perplexity over the window's first `positions` positions at this evaluation length, or None."""
-    if length not in run.positionwise:
-        return None
-    bin_size, losses = run.positionwise[length]
-    if positions % bin_size or positions > length:
-        return None
-    return math.exp(float(np.mean(losses[:positions // bin_size])))
+    loss = run.loss_over(length, 0, positions)
+    return None if loss is None else math.exp(loss)
 
 
 def gap_quality_points(runs) -> dict[str, dict]:

@@ -19,6 +19,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from megatron.evaluation.report import SCHEMA
 
 
@@ -46,6 +48,17 @@ class RunResult:
         function of the corpus, the evaluation length, the data seed, the window order and their count
         alone (megatron/data/gpt_dataset.build_eval_windows), whatever the runs' train lengths."""
         return self.corpus, self.data_seed, self.window_order, self.windows.get(length)
+
+    def loss_over(self, length: int, start: int, stop: int | None = None) -> float | None:
+        """Mean loss over the window's positions start..stop-1 (stop: the window's end) at this evaluation
+        length, from the position-wise bins; None without a curve there or when a bound falls inside a bin."""
+        if length not in self.positionwise:
+            return None
+        stop = length if stop is None else stop
+        bin_size, losses = self.positionwise[length]
+        if not 0 <= start < stop <= length or start % bin_size or stop % bin_size:
+            return None
+        return float(np.mean(losses[start // bin_size:stop // bin_size]))
 
     @property
     def key(self) -> tuple:

@@ -21,17 +21,6 @@ from collections import defaultdict
 import numpy as np
 
 
-def _loss_from(run, length: int, start: int) -> float | None:
-    """Mean loss over the window's positions start..length-1 (positionwise bins of bin_size tokens),
-    or None when start falls inside a bin or the evaluation kept no position-wise curve."""
-    if length not in run.positionwise or start >= length:
-        return None
-    bin_size, losses = run.positionwise[length]
-    if start % bin_size:
-        return None
-    return float(np.mean(losses[start // bin_size:]))
-
-
 def quality_points(runs) -> dict[tuple, dict]:
     """{(dataset, scheme, eval length): {L: {seed: (ppl, loss from L0 on or None)}}} for full-attention
     runs, at the evaluation lengths that every train length (two or more) of the scheme scored on
@@ -45,7 +34,7 @@ def quality_points(runs) -> dict[tuple, dict]:
     for r in full:
         for length, ppl in r.ppl.items():
             identity = r.same_text(length)
-            late = _loss_from(r, length, shortest[(r.dataset, r.scheme)])
+            late = r.loss_over(length, shortest[(r.dataset, r.scheme)])
             groups[(r.dataset, r.scheme, length, identity)][r.train_length][r.seed] = (ppl, late)
     per_length = defaultdict(list)  # (dataset, scheme, length) -> the identities it was scored with
     trained = defaultdict(set)  # (dataset, scheme) -> its train lengths

@@ -66,3 +66,10 @@ def test_table3_says_how_long_each_group_trained_and_where_it_was_scored(tmp_pat
     gpu_section = table.split("## code_162M, train length 512")[1].split("## ")[0]
     assert "Checkpoints at step 500; evaluated on cuda:0 (NVIDIA H100 80GB HBM3)." in gpu_section
     assert "Checkpoints at step 2,000." in table.split("## latex, train length 64")[1]
+
+
+def test_loss_over_a_position_range_needs_bin_bounds():
+    r = run(1, 64, lambda p: 4.0 if p < 64 else 5.0)  # bins of 2 positions at 512
+    assert r.loss_over(512, 64) == pytest.approx(5.0) and r.loss_over(512, 0, 64) == pytest.approx(4.0)
+    assert r.loss_over(512, 63) is None and r.loss_over(512, 0, 65) is None  # a bound inside a bin
+    assert r.loss_over(512, 0, 1024) is None and r.loss_over(1024, 0) is None and r.loss_over(512, 64, 64) is None
