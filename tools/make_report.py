@@ -19,7 +19,8 @@ f(32L)); train_test.md (final training vs 1x test perplexity); trend.md and
 trend_<dataset>.png (the windowed-minus-full and power-minus-log gaps against the train length, and
 each train length's perplexity on the same windows: megatron/evaluation/train_length_quality.py);
 gap_vs_quality_<corpus>.png and its trend.md section (every gap against model quality and the train
-length together: megatron/evaluation/gap_vs_quality.py).
+length together: megatron/evaluation/gap_vs_quality.py); growth.md (each scheme's gap to the
+reference at 1x and how much it changes out to 8x and 32x: megatron/evaluation/growth.py).
 """
 from __future__ import annotations
 
@@ -162,6 +163,17 @@ def trend_report(results, args, log=print) -> None:
         log(f"wrote {plot_trend(panels, os.path.join(args.out, f'trend_{_safe(d)}.png'), d, lengths)}")
 
 
+def growth_report(results, args, log=print) -> None:
+    """growth.md: each scheme's gap to the reference at 1x and kx and the growth gap between them
+    (megatron/evaluation/growth.py)."""
+    from megatron.evaluation.growth import growth_markdown, growth_rows
+    from megatron.evaluation.results import load_results
+
+    runs = load_results(results, args.meta_from_path)
+    _write(os.path.join(args.out, "growth.md"), "# How much of each lead is extrapolation? The gap at 1x and its growth\n\n"
+           + growth_markdown(growth_rows(runs, args.reference, args.alpha), args.reference, args.alpha), log)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--results", action="append", default=[], help="eval.json glob or directory (repeatable)")
@@ -190,6 +202,7 @@ def main(argv=None) -> int:
     if args.records:
         records_report(args.records, args.out)
         trend_report(args.results, args)
+        growth_report(args.results, args)
     if args.checkpoints:
         from megatron.evaluation.results import load_results
 

@@ -129,6 +129,7 @@ def test_write_record_then_report_from_records_alone(tmp_path, token_dataset):
     assert "two or more train lengths" in trend  # one train length: no trend yet
     assert "## Is the model as good at every train length?" in trend and "No scheme has full-attention runs" in trend
     assert "## Does the gap follow the train length or the model's quality?" in trend and "No corpus has" in trend
+    assert "No group has two or more seeds" in (report / "growth.md").read_text()  # alibi and rotary: seed 1 only
 
 
 def test_report_from_records_refuses_a_bad_directory(tmp_path):
