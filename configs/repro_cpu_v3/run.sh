@@ -30,7 +30,7 @@ lane() {
   $PY tools/run_matrix.py configs/repro_cpu_v3/code_16seq/matrix.json --records docs/results/runs $shard \
       --eval-args "--max-windows 320 --batch-size 1 --data-seed 1234" --windowed L --windowed-only kerple_log
   # 2d. Code's quality-matched point: L = 64 on 64 sequences per step, the 8.2M tokens of code_16seq's
-  #    L = 256 runs (seeds 1235-1236, paired with them), as 2b is for LaTeX.
+  #    L = 256 runs (seeds 1235-1237, paired with them), as 2b is for LaTeX.
   $PY tools/run_matrix.py configs/repro_cpu_v3/code_64seq/matrix.json --records docs/results/runs $shard \
       --eval-args "--max-windows 320 --batch-size 1 --data-seed 1234" --windowed L --windowed-only kerple_log
   # 3. Train length 64 additions, scored as v2's train-length-64 runs they are paired with
