@@ -135,16 +135,14 @@ def _write(path: str, text: str, log) -> None:
     log(f"wrote {path}")
 
 
-def trend_report(results, args, log=print) -> None:
+def trend_report(runs, args, log=print) -> None:
     """trend.md and trend_<dataset>.png from the evaluations (megatron/evaluation/trend.py)."""
     from megatron.evaluation.aggregate import _safe, table3_cells
     from megatron.evaluation.gap_vs_quality import gap_quality_markdown, gap_quality_points
     from megatron.evaluation.plots import plot_gap_vs_quality, plot_trend
-    from megatron.evaluation.results import load_results
     from megatron.evaluation.train_length_quality import quality_markdown, quality_points
     from megatron.evaluation.trend import gap_points, has_points, planned_runs, trend_markdown
 
-    runs = load_results(results, args.meta_from_path)
     matrices = sorted({m for pat in args.planned for m in glob.glob(pat)})
     gaps = gap_points(runs, planned_runs(matrices))
     quality_vs_gap = gap_quality_points(runs)
@@ -163,13 +161,11 @@ def trend_report(results, args, log=print) -> None:
         log(f"wrote {plot_trend(panels, os.path.join(args.out, f'trend_{_safe(d)}.png'), d, lengths)}")
 
 
-def growth_report(results, args, log=print) -> None:
+def growth_report(runs, args, log=print) -> None:
     """growth.md: each scheme's gap to the reference at 1x and kx and the growth gap between them
     (megatron/evaluation/growth.py)."""
     from megatron.evaluation.growth import growth_markdown, growth_rows
-    from megatron.evaluation.results import load_results
 
-    runs = load_results(results, args.meta_from_path)
     _write(os.path.join(args.out, "growth.md"), "# How much of each lead is extrapolation? The gap at 1x and its growth\n\n"
            + growth_markdown(growth_rows(runs, args.reference, args.alpha), args.reference, args.alpha), log)
 
@@ -199,14 +195,15 @@ def main(argv=None) -> int:
     if not args.results:
         raise ValueError("give --results (eval.json globs or directories) or --records (run records)")
     build_report(args.results, args)
+    from megatron.evaluation.results import load_results
+
+    runs = load_results(args.results, args.meta_from_path) if args.records or args.checkpoints else []  # read once
     if args.records:
         records_report(args.records, args.out)
-        trend_report(args.results, args)
-        growth_report(args.results, args)
+        trend_report(runs, args)
+        growth_report(runs, args)
     if args.checkpoints:
-        from megatron.evaluation.results import load_results
-
-        longest = max(L for r in load_results(args.results, args.meta_from_path) for L in r.ppl)
+        longest = max(L for r in runs for L in r.ppl)
         kernel_plot(args.checkpoints, args.max_distance or longest, args.out)
     print(f"report written to {args.out}")
     return 0
