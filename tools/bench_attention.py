@@ -45,6 +45,7 @@ import torch  # noqa: E402
 
 from megatron.attention import backend_names, resolve_backend  # noqa: E402
 from megatron.attention.registry import backend_classes  # noqa: E402
+from megatron.benchmarks.budget import TimeBudget  # noqa: E402
 from megatron.benchmarks.cli import check_names, check_positive, pick_device, set_threads  # noqa: E402
 from megatron.benchmarks.report import SECTION_NAME, environment_lines, markdown_table, replace_section  # noqa: E402
 from megatron.benchmarks.timing import (  # noqa: E402
@@ -136,6 +137,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help=f"CPU smoke test: {QUICK} in fp32 on CPU (explicit options still win)")
     p.add_argument("--out", default=None, help="markdown file whose section to rewrite (e.g. docs/benchmarks.md)")
     p.add_argument("--section", default="attention", help="section name in --out (default attention)")
+    p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                   help="start no cell after this many seconds; the rest are marked 'skipped: out of time' "
+                        "(the baselines run first, so the ratios survive a short budget)")
     args = p.parse_args(argv)
 
     base = QUICK if args.quick else DEFAULTS
@@ -152,6 +156,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error(f"--max-call-seconds must be > 0, got {args.max_call_seconds}")
     if args.warmup < 0:
         p.error(f"--warmup must be >= 0, got {args.warmup}")
+    if args.time_budget is not None and args.time_budget <= 0:
+        p.error(f"--time-budget must be > 0 seconds, got {args.time_budget}")
     check_names(p, args.schemes, scheme_names(), "positional scheme")
     registered = backend_names()
     args.backends = registered if args.backends is None else args.backends
@@ -166,6 +172,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if not SECTION_NAME.match(args.section):
         p.error(f"--section {args.section!r}: use lower-case letters, digits, '_' or '-'")
     args.argv = list(argv)
+    args.budget = TimeBudget(args.time_budget)  # its clock starts here, before any compile
     return args
 
 
@@ -191,6 +198,13 @@ def variants(scheme: str, backend: str, args) -> list[str | None]:
     if kernel is None or bias_path(kernel, "table") == bias_path(kernel, "inline"):
         return [None]
     return ["table", "inline"] if args.triton_bias == "both" else [args.triton_bias]
+
+
+def priority(args):
+    """Sort key for the order cases are measured in: the baselines first (without them no ratio
+    means anything), then our kernel, then the rest; a short --time-budget cuts the end."""
+    baselines = [*BASELINE_ROWS, *([args.baseline] if isinstance(args.baseline, tuple) else [])]
+    return lambda case: 0 if case[:2] in baselines else 1 if case[1] == "triton" else 2
 
 
 def build(scheme_name: str, args, max_len: int, device=None):
@@ -300,6 +314,8 @@ def run_case(scheme_name: str, backend_name: str, args, progress, variant: str |
 
 def _run_case(scheme_name: str, backend_name: str, args, progress) -> list[Row]:
     lengths = [(n, True) for n in args.lengths] + [(n, False) for n in args.fwd_only_lengths]
+    if args.budget.expired():  # not even the scheme is built (a compile can take tens of seconds)
+        return [Row(scheme_name, backend_name, None, notes=[args.budget.skip_note()])]
     try:
         scheme = build(scheme_name, args, max(n for n, _ in lengths))
     except Exception as e:
@@ -312,10 +328,13 @@ def _run_case(scheme_name: str, backend_name: str, args, progress) -> list[Row]:
         return [Row(scheme_name, backend_name, None, notes=[note])]
     rows = []
     slow = {False: None, True: None}  # train? -> the length whose one call exceeded the limit
+    budget = args.budget
     for length, with_backward in sorted(lengths):
         row = Row(scheme_name, backend_name, length, batch=max(1, args.tokens // length))
         if infer is None:
             row.fwd_cell, row.notes = "refused", [f"inference refused: {infer_reason}"]
+        elif budget.expired():
+            row.fwd_cell, row.notes = "skipped", [f"fwd {budget.skip_note()}"]
         elif slow[False] is not None:
             row.fwd_cell = "skipped"
             row.notes.append(f"fwd skipped: > {args.max_call_seconds:g} s per call at L={slow[False]}")
@@ -329,6 +348,9 @@ def _run_case(scheme_name: str, backend_name: str, args, progress) -> list[Row]:
             row.fb_cell = "fwd only"
         elif trainer is None:
             row.fb_cell, row.notes = "refused", row.notes + [f"training refused: {train_reason}"]
+        elif budget.expired():
+            row.fb_cell = "skipped"
+            row.notes.append(f"fwd+bwd {budget.skip_note()}")
         elif slow[True] is not None:
             row.fb_cell = "skipped"
             row.notes.append(f"fwd+bwd skipped: > {args.max_call_seconds:g} s per call at L={slow[True]}")
@@ -467,11 +489,11 @@ def progress(msg: str) -> None:
 
 def run(args) -> tuple[list[Row], tuple[str, str], str]:
     """Measure every case; return the rows, the baseline used and the markdown section."""
-    rows = []
     if args.autotune:
         os.environ["KERPLE_TRITON_AUTOTUNE"] = "1"
-    for scheme_name, backend_name, variant in cases(args):
-        rows += run_case(scheme_name, backend_name, args, progress, variant)
+    order = cases(args)
+    measured = {case: run_case(*case[:2], args, progress, case[2]) for case in sorted(order, key=priority(args))}
+    rows = [r for case in order for r in measured[case]]  # the table keeps cases() order
     baseline = choose_baseline(args, rows)
     add_ratios(rows, baseline)
     return rows, baseline, report(args, rows, baseline)
