@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import copy
 
+from megatron.config.precision import section_for_deepspeed
+
 _FP16_DEFAULTS = {"loss_scale_window": 1000, "hysteresis": 2, "min_loss_scale": 1,
                   "initial_scale_power": 16}
 
 
 def _fp16_section(fp16: dict | None) -> dict:
     """fp16 without the 2022 `type` key; loss_scale 0 (or null) = dynamic loss scaling."""
-    src = {k: v for k, v in (fp16 or {}).items() if k != "type"}
+    src = section_for_deepspeed("fp16", fp16)
     out = {"enabled": True, "loss_scale": src.pop("loss_scale", 0) or 0}
     out.update({k: src.pop(k, v) for k, v in _FP16_DEFAULTS.items()})
     out.update({k: v for k, v in src.items() if k != "enabled"})
@@ -34,7 +36,7 @@ def deepspeed_config(cfg, dp_world_size: int) -> dict:
     }
     dtype = cfg.precision.dtype
     if dtype == "bf16":
-        ds["bf16"] = {"enabled": True}
+        ds["bf16"] = {**section_for_deepspeed("bf16", cfg.precision.bf16), "enabled": True}
     elif dtype == "fp16":
         ds["fp16"] = _fp16_section(cfg.precision.fp16)
     if cfg.precision.fp32_allreduce and dtype != "fp32":

@@ -83,6 +83,8 @@ def _scalar(value, tp) -> tuple[bool, Any]:
         return isinstance(value, str), value
     if tp is dict:
         return isinstance(value, dict), value
+    if tp is list:  # a nested structure the field's own check() reads (NeoX's attention_config)
+        return isinstance(value, (list, tuple)), list(value) if isinstance(value, (list, tuple)) else value
     raise AssertionError(f"unsupported config field type {tp!r}")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import copy
 
 from megatron.config.errors import Problem
+from megatron.config.foreign import feature_of, refusals
 from megatron.config.schema import ALIASES, KEYS, canonical, hyphen
 from megatron.config.sources import Entry
 from megatron.config.validate import unknown_problem, value_problem
@@ -11,15 +12,18 @@ from megatron.config.validate import unknown_problem, value_problem
 
 def merge_entries(entries: list[Entry]) -> tuple[dict, dict, list[Problem]]:
     """({name: value}, {name: origin}, problems): later entries replace earlier ones wholesale."""
-    merged, origins, alias_vals, problems = {}, {}, {}, []
+    merged, origins, alias_vals, problems, foreign = {}, {}, {}, [], {}
     for e in entries:
         name = canonical(e.key)
         if name in ALIASES:
             alias_vals[ALIASES[name]] = (name, e)
         elif name in KEYS:
             merged[name], origins[name] = copy.deepcopy(e.value), e.origin
+        elif feature_of(name) is not None:  # a NeoX feature this stack lacks: named, not "unknown"
+            foreign.setdefault(feature_of(name), []).append((e.key, e.value, e.origin))
         else:
             problems.append(unknown_problem(e.key, e.origin))
+    problems += refusals(foreign)
     for target, (alias, e) in alias_vals.items():
         if target not in merged:
             merged[target], origins[target] = copy.deepcopy(e.value), e.origin

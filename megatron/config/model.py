@@ -8,6 +8,9 @@ from megatron.config.fields import key
 POS_CLAMPS = ("straight-through", "projected")  # see pos_clamp; megatron/training/projection.py
 INIT_METHODS = ("normal", "scaled_normal", "small_init", "wang_init", "xavier_normal", "xavier_uniform")
 _FUSION_DOC = "Accepted for NeoX compatibility; changes nothing here (PyTorch's own kernels are used)."
+PLAIN_ACTIVATIONS = ("gelu", "relu", "softsign", "swish", "mish", "silu")
+GATED_ACTIVATIONS = ("geglu", "reglu", "swiglu", "bilinear", "glu")  # NeoX's get_activation: is_gated
+ACTIVATIONS = PLAIN_ACTIVATIONS + GATED_ACTIVATIONS
 
 
 def scheme_choices() -> tuple[str, ...]:
@@ -97,6 +100,11 @@ class ModelConfig:
     attention_logn_everywhere: bool = key(
         False, "With attention-logn-scaling: use log(n_i) / log(seq-length) for every query, below "
         "the training length too (Su's article), instead of only past it (Qwen's).")
+    attention_config: list | None = key(
+        None, "NeoX's per-layer attention types, [[[types...], count], ...] (count \"all\" repeats the "
+        "pattern over every layer). global and flash are this stack's attention (flash-attn computes the "
+        "same function; attention-backend picks the kernel); the other NeoX types (local, sparse_*, "
+        "bigbird, bslongformer, gmlp, amlp, rwkv, mamba) are refused by name.")
     attention_backend: str = key(
         "auto", "Attention kernel, one of the attention registry's names or auto (the best that "
         "supports the scheme and device); checked against the scheme and device by the backend "
@@ -106,8 +114,31 @@ class ModelConfig:
     layernorm_epsilon: float = key(1e-5, "LayerNorm epsilon.", gt=0)
     rms_norm_epsilon: float = key(1e-8, "RMSNorm epsilon.", gt=0)
     no_weight_tying: bool = key(False, "Untie the input embedding and the output layer.")
-    activation: str = key("gelu", "MLP activation.", choices=("gelu",))
-    intermediate_size: int | None = key(None, "MLP inner size; defaults to 4 * hidden-size.", ge=1)
+    activation: str = key(
+        "gelu", "MLP activation, NeoX's set. gelu (exact erf; tanh with bias-gelu-fusion), relu, softsign, "
+        "swish (x * sigmoid(x)), mish, silu; gated (the first projection's output is split into halves "
+        "[x, gate] and the MLP computes act(gate) * x): geglu (gelu), reglu (relu), swiglu (swish, "
+        "Llama), bilinear (identity), glu (sigmoid). Gated MLPs are sized by NeoX's rule "
+        "(intermediate-size).", choices=ACTIVATIONS)
+    intermediate_size: int | None = key(
+        None, "MLP size before NeoX's sizing rule; defaults to expansion-factor * hidden-size, or 4 * "
+        "hidden-size. A gated activation takes int(2/3 * it) for both halves together, each half "
+        "being half of that; both are then rounded up, the whole to a multiple of 2 * mlp-multiple-of "
+        "and a half to a multiple of mlp-multiple-of (Llama 7B: 32768 -> halves of 11008 with "
+        "mlp-multiple-of 256). Non-gated: the width rounded up to a multiple of 2 * mlp-multiple-of.", ge=1)
+    expansion_factor: float | None = key(
+        None, "MLP size as a multiple of hidden-size (NeoX); folded into intermediate-size = "
+        "int(expansion-factor * hidden-size). Set it or intermediate-size, not both.", gt=0)
+    mlp_multiple_of: int = key(1, "Round the MLP widths up to multiples of this (NeoX's rule: see "
+                               "intermediate-size).", ge=1)
+    num_kv_heads: int | None = key(
+        None, "Key/value heads: null or num-attention-heads = multi-head attention; fewer = grouped-query "
+        "attention (1 = multi-query): query head i uses key/value head i // (heads / kv-heads). The "
+        "QKV projection is then [all queries | all keys | all values] (NeoX's GQA layout) instead of "
+        "per-head [q | k | v]. Must divide num-attention-heads.", ge=1)
+    sliding_window_width: int | None = key(
+        None, "NeoX's (Mistral's) sliding window: query i attends keys i - W ... i, W + 1 keys (flash-attn's "
+        "window_size (W, -1), as NeoX passes it). Sets attention-window to W + 1; give one of the two.", ge=1)
     init_method: str = key("normal", "Init of most weights.", choices=INIT_METHODS)
     output_layer_init_method: str = key(
         "scaled_normal", "Init of the attention-dense and MLP output weights (scaled_normal = "
@@ -125,13 +156,27 @@ class ModelConfig:
         128, "Pad the vocabulary to a multiple of this times model-parallel-size.", ge=1)
     padded_vocab_size: int | None = key(
         None, "Padded vocabulary size; null = derived at run time from the tokenizer.", ge=1)
-    gpt_j_residual: bool = key(False, "GPT-J parallel residual (not supported yet: must be false).")
+    gpt_j_residual: bool = key(
+        False, "GPT-J parallel residual (Pythia, GPT-NeoX-20B): x + drop(attn(ln1(x))) + drop(mlp(ln2(x))) "
+        "instead of two sequential residual steps.")
+    gpt_j_tied: bool = key(
+        False, "With gpt-j-residual: one norm for both branches, x + attn(ln1(x)) + mlp(ln1(x)) "
+        "(post-attention-layernorm is kept, unused, as NeoX keeps it).")
+    onnx_safe: bool = key(
+        False, "NeoX's ONNX-export workaround: with activation gelu, GELU as x * 0.5 * (erf(x / 1.41421) + 1) "
+        "(NeoX's erf_gelu, its constant included). Cannot be combined with bias-gelu-fusion.")
     output_layer_parallelism: str = key(
         "column", "How the output layer is split under tensor parallelism; only column (by vocabulary, "
         "NeoX's default) is implemented.", choices=("column",), inert=True)
     scaled_upper_triang_masked_softmax_fusion: bool = key(False, _FUSION_DOC, inert=True)
     scaled_masked_softmax_fusion: bool = key(False, _FUSION_DOC, inert=True)
-    bias_gelu_fusion: bool = key(False, _FUSION_DOC, inert=True)
+    bias_gelu_fusion: bool = key(
+        False, "With activation gelu: NeoX's fused bias+GELU kernel, which computes the tanh approximation "
+        "0.5 x (1 + tanh(0.79788456 x (1 + 0.044715 x^2))); honoured here as that GELU (Pythia and "
+        "GPT-NeoX-20B set it). Other activations: no effect, as in NeoX.")
+    use_flashattn_swiglu: bool = key(
+        False, "NeoX: flash-attn's fused SwiGLU kernel, the same function as activation swiglu; PyTorch's "
+        "ops compute it here.", inert=True)
     bias_dropout_fusion: bool = key(False, _FUSION_DOC, inert=True)
     rope_fusion: bool = key(False, _FUSION_DOC, inert=True)
     layernorm_fusion: bool = key(False, _FUSION_DOC, inert=True)
@@ -143,11 +188,46 @@ class ModelConfig:
         if self.rotary_scaling_original_length is None and isinstance(self.seq_length, int):
             object.__setattr__(self, "rotary_scaling_original_length", self.seq_length)
         if self.intermediate_size is None and isinstance(self.hidden_size, int):
-            object.__setattr__(self, "intermediate_size", 4 * self.hidden_size)
+            if isinstance(self.expansion_factor, (int, float)):  # folded, so a resolved config reloads
+                object.__setattr__(self, "intermediate_size", int(self.expansion_factor * self.hidden_size))
+                object.__setattr__(self, "expansion_factor", None)
+            elif self.expansion_factor is None:
+                object.__setattr__(self, "intermediate_size", 4 * self.hidden_size)
+        if (self.sliding_window_width is not None and self.attention_window is None
+                and isinstance(self.sliding_window_width, int)):
+            object.__setattr__(self, "attention_window", self.sliding_window_width + 1)
 
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
+
+    @property
+    def gated_mlp(self) -> bool:
+        return self.activation in GATED_ACTIVATIONS
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads (num-kv-heads, or every head)."""
+        return self.num_kv_heads or self.num_attention_heads
+
+    @property
+    def grouped_query(self) -> bool:
+        """NeoX's `gqa`: fewer key/value heads than query heads (then the QKV layout is [Q | K | V])."""
+        return self.kv_heads != self.num_attention_heads
+
+    @property
+    def mlp_widths(self) -> tuple[int, int]:
+        """(first projection's outputs, second projection's inputs): NeoX's ParallelMLP sizing rule
+        (megatron/model/transformer.py at NeoX's main). Equal for a non-gated MLP whose width is a
+        multiple of 2 * mlp-multiple-of; a gated MLP's first output is twice the second's input.
+        check() refuses a config where they do not fit (NeoX would build mismatched layers)."""
+        width = self.intermediate_size or 4 * self.hidden_size
+        half = width
+        if self.gated_mlp:
+            width = int(width * 2 / 3)
+            half = width // 2
+        m = self.mlp_multiple_of
+        return 2 * m * -(-width // (2 * m)), m * -(-half // m)
 
     def check(self) -> list[tuple[str, str]]:
         """Cross-field rules as (key, what is wrong) pairs; the loader adds value and file."""
@@ -170,12 +250,40 @@ class ModelConfig:
                         "set rotary-scaling: none"))
         if self.rotary_yarn_beta_fast <= self.rotary_yarn_beta_slow:
             out.append(("rotary_yarn_beta_fast", f"must exceed rotary-yarn-beta-slow ({self.rotary_yarn_beta_slow})"))
-        if self.gpt_j_residual:
-            out.append(("gpt_j_residual", "gpt-j-residual: true is not supported yet"))
-        if not out:  # the size needs a consistent shape (heads dividing the width)
+        out += self._architecture_problems()
+        if not out:  # the size needs a consistent shape (heads dividing the width, MLP widths that fit)
             from megatron.config.model_size import size_problem
 
             too_big = size_problem(self)
             if too_big:
                 out.append(too_big)
+        return out
+
+    def _architecture_problems(self) -> list[tuple[str, str]]:
+        """The block's options that NeoX itself refuses or would build inconsistently."""
+        out = []
+        if self.attention_config is not None and isinstance(self.num_layers, int):
+            from megatron.config.attention_types import problems
+
+            out += [("attention_config", p) for p in problems(self.attention_config, self.num_layers)]
+        if self.intermediate_size is not None and self.expansion_factor is not None:
+            out.append(("expansion_factor", f"set together with intermediate-size ({self.intermediate_size}); "
+                        "NeoX takes one of them: remove one"))
+        if self.num_kv_heads is not None and self.num_attention_heads % self.num_kv_heads:
+            out.append(("num_kv_heads", f"must divide num-attention-heads ({self.num_attention_heads})"))
+        if self.onnx_safe and self.bias_gelu_fusion and self.activation == "gelu":
+            out.append(("onnx_safe", "cannot be combined with bias-gelu-fusion (NeoX refuses it too): set one"))
+        if self.gpt_j_tied and not self.gpt_j_residual:
+            out.append(("gpt_j_tied", "only applies with gpt-j-residual: true; set that too, or remove this key"))
+        if self.sliding_window_width is not None and self.attention_window != self.sliding_window_width + 1:
+            out.append(("sliding_window_width", f"means attention-window {self.sliding_window_width + 1} (W + 1 "
+                        f"keys), but attention-window is {self.attention_window}: give one of the two"))
+        if not out and isinstance(self.intermediate_size, int):
+            width, half = self.mlp_widths
+            if width != (2 * half if self.gated_mlp else half):
+                what = "twice its second projection's inputs" if self.gated_mlp else "its second projection's inputs"
+                out.append(("intermediate_size", f"gives an MLP whose first projection's {width} outputs are not {what} "
+                            f"({half}) after NeoX's rounding to mlp-multiple-of {self.mlp_multiple_of}: NeoX would "
+                            "build mismatched layers. Set intermediate-size so that the widths agree (e.g. drop it "
+                            "for the default) or change mlp-multiple-of"))
         return out

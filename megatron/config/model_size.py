@@ -26,10 +26,13 @@ def _norm(m, dim: int) -> int:
 
 
 def layer_parameters(m) -> int:
-    """One TransformerLayer: two norms, QKV + dense, the MLP (megatron/model/transformer.py)."""
-    h, ffn = m.hidden_size, m.intermediate_size or 4 * m.hidden_size
-    attn = h * 3 * h + h * h + (3 * h + h if m.use_bias_in_attn_linear else 0)
-    mlp = h * ffn + ffn * h + (ffn + h if m.use_bias_in_mlp else 0)
+    """One TransformerLayer: two norms (both kept with gpt-j-tied), QKV (fewer key/value rows with
+    grouped-query attention) + dense, the MLP at NeoX's widths (megatron/model/transformer.py)."""
+    h = m.hidden_size
+    qkv = h + 2 * m.kv_heads * (h // m.num_attention_heads)
+    attn = h * qkv + h * h + (qkv + h if m.use_bias_in_attn_linear else 0)
+    width, inner = m.mlp_widths
+    mlp = h * width + inner * h + (width + h if m.use_bias_in_mlp else 0)
     return 2 * _norm(m, h) + attn + mlp
 
 

@@ -12,8 +12,25 @@ from dataclasses import dataclass
 
 from megatron.config.fields import key
 
-FP16_KEYS = ("enabled", "type", "loss_scale", "loss_scale_window", "hysteresis", "min_loss_scale",
-             "initial_scale_power", "consecutive_hysteresis", "auto_cast")
+# The keys DeepSpeed's own sections take (DeepSpeedFP16Config / DeepSpeedBF16Config's fields in
+# deepspeed/runtime/precision_config.py; tests/unit/test_precision_sections.py keeps these lists
+# equal to the installed DeepSpeed's), plus fp16's 2022 `type`. Written out rather than imported:
+# reading a config must not import DeepSpeed.
+DEEPSPEED_FP16_KEYS = ("enabled", "auto_cast", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
+                       "consecutive_hysteresis", "min_loss_scale", "fp16_master_weights_and_grads")
+DEEPSPEED_BF16_KEYS = ("enabled", "immediate_grad_update", "check_grad_overflow", "bf16_master_weights_and_grads",
+                       "bf16_optimizer_states")
+FP16_KEYS = (*DEEPSPEED_FP16_KEYS, "type")
+BF16_KEYS = DEEPSPEED_BF16_KEYS
+# NeoX's templates write the section's own name inside it (`fp16: {fp16: true, enabled: true}`,
+# `bf16: {bf16: true, ...}`); DeeperSpeed, which NeoX runs on, ignored that key, and `enabled` alone
+# decides. Accepted (a bool) in both sections alike and never passed on: DeepSpeed refuses it.
+SECTION_KEYS = {"fp16": FP16_KEYS, "bf16": BF16_KEYS}
+
+
+def section_for_deepspeed(name: str, section: dict | None) -> dict:
+    """A precision section as DeepSpeed takes it: without the inner legacy flag and fp16's `type`."""
+    return {k: v for k, v in (section or {}).items() if k != name and not (name == "fp16" and k == "type")}
 _BF16_TYPES = ("bfloat16", "bf16")
 _FP16_TYPES = ("fp16", "float16", "half")
 _PRECISION_DTYPE = {"fp32": "fp32", "fp16": "fp16", "bfloat16": "bf16"}
@@ -39,7 +56,10 @@ class PrecisionConfig:
         None, "DeepSpeed fp16 section {enabled, type, loss_scale (0 = dynamic), loss_scale_window, "
         "hysteresis, min_loss_scale, initial_scale_power}. type: bfloat16 means bf16 (2022 "
         "DeeperSpeed convention).")
-    bf16: dict | None = key(None, "DeepSpeed bf16 section {enabled}.")
+    bf16: dict | None = key(
+        None, "DeepSpeed bf16 section {enabled, immediate_grad_update, check_grad_overflow, "
+        "bf16_master_weights_and_grads, bf16_optimizer_states}. Both sections also accept NeoX's inner "
+        "`fp16: true` / `bf16: true` key, which (as in DeeperSpeed) changes nothing: `enabled` decides.")
     fp32_allreduce: bool = key(False, "All-reduce gradients in fp32.")
 
     def _from_sections(self) -> set[str]:
@@ -66,10 +86,17 @@ class PrecisionConfig:
 
     def check(self) -> list[tuple[str, str]]:
         out = []
-        if self.fp16 is not None:
-            unknown = sorted(set(self.fp16) - set(FP16_KEYS))
+        for name, sec in (("fp16", self.fp16), ("bf16", self.bf16)):
+            if sec is None:
+                continue
+            unknown = sorted(set(sec) - set(SECTION_KEYS[name]) - {name})
             if unknown:
-                out.append(("fp16", f"unknown keys {unknown}; known: {', '.join(FP16_KEYS)}"))
+                out.append((name, f"unknown keys {unknown}; known: {', '.join(SECTION_KEYS[name])} (and NeoX's "
+                                  f"inner {name}: true/false, which changes nothing)"))
+            if name in sec and not isinstance(sec[name], bool):
+                out.append((name, f"the inner {name} key must be true or false (NeoX's templates write it; "
+                                  "`enabled` decides)"))
+        if self.fp16 is not None:
             t = self.fp16.get("type", "fp16")
             if not isinstance(t, str) or t.lower() not in _BF16_TYPES + _FP16_TYPES:
                 out.append(("fp16", f"type must be fp16 or bfloat16, got {t!r}"))

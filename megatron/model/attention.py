@@ -108,10 +108,14 @@ class SelfAttention(nn.Module):
         h, heads = model_cfg.hidden_size, model_cfg.num_attention_heads
         tp_size = parallel.tp_size if parallel is not None else 1
         self.num_heads = heads // tp_size  # this rank's heads
+        self.num_kv_heads = model_cfg.kv_heads // tp_size  # this rank's key/value heads
         self.head_dim = h // heads
-        # Rows are laid out per head as [q_h | k_h | v_h] (NeoX), so a contiguous split of the
-        # rows across tensor-parallel ranks gives each rank whole heads.
-        qkv = nn.Linear(h, 3 * h, bias=model_cfg.use_bias_in_attn_linear)
+        self.grouped = model_cfg.grouped_query
+        kv = model_cfg.kv_heads * self.head_dim
+        # Multi-head: rows laid out per head as [q_h | k_h | v_h] (NeoX), so a contiguous split
+        # across tensor-parallel ranks gives each rank whole heads. Grouped-query (NeoX's gqa):
+        # [Q | K | V], each group split over the ranks on its own (every rank: [Q_r | K_r | V_r]).
+        qkv = nn.Linear(h, h + 2 * kv, bias=model_cfg.use_bias_in_attn_linear)
         dense = nn.Linear(h, h, bias=model_cfg.use_bias_in_attn_linear)
         init_method(qkv.weight)
         output_init_method(dense.weight)
@@ -119,13 +123,24 @@ class SelfAttention(nn.Module):
             if lin.bias is not None:
                 nn.init.zeros_(lin.bias)
         # The full layers above are built on every rank (same draws as TP=1), then sharded.
-        self.query_key_value = column_parallel(qkv, parallel)
+        self.query_key_value = column_parallel(qkv, parallel, (h, kv, kv) if self.grouped else None)
         self.dense = row_parallel(dense, parallel)
+
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x (B, L, h) -> q (B, H, L, D), k and v (B, H_kv, L, D) on this rank."""
+        B, L, _ = x.shape
+        qkv = self.query_key_value(x)
+        if not self.grouped:
+            q, k, v = qkv.view(B, L, self.num_heads, 3 * self.head_dim).transpose(1, 2).chunk(3, dim=-1)
+            return q, k, v
+        D, H, G = self.head_dim, self.num_heads, self.num_kv_heads
+        q, k, v = qkv.split([H * D, G * D, G * D], dim=-1)
+        return (q.view(B, L, H, D).transpose(1, 2), k.view(B, L, G, D).transpose(1, 2),
+                v.view(B, L, G, D).transpose(1, 2))
 
     def forward(self, x: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
         B, L, _ = x.shape
-        qkv = self.query_key_value(x).view(B, L, self.num_heads, 3 * self.head_dim)
-        q, k, v = qkv.transpose(1, 2).chunk(3, dim=-1)  # each (B, H, L, D)
+        q, k, v = self.project(x)  # q (B, H, L, D); k, v (B, H_kv, L, D)
         # With a cache, k holds only the new tokens (positions q_pos); cached keys are already
         # rotated, so rotary sees each key once, at its own absolute position. A scheme whose
         # rotation depends on the whole call (rotate_after_cache: xPos) caches raw keys and is
@@ -137,7 +152,10 @@ class SelfAttention(nn.Module):
         # so every backend computes s_i * q.k / sqrt(D).
         q = scale_queries(q, ctx.q_scale)
         if ctx.cache is not None:
-            k, v = ctx.cache.update(k, v)  # (B, H, L_kept + L, D)
+            k, v = ctx.cache.update(k, v)  # (B, H_kv, L_kept + L, D): the cache holds the kv heads only
+        if self.grouped:  # query head i reads kv head i // (H / H_kv), as NeoX and HF's repeat_kv
+            k = k.repeat_interleave(self.num_heads // self.num_kv_heads, dim=1)
+            v = v.repeat_interleave(self.num_heads // self.num_kv_heads, dim=1)
         with ctx.dropout_rng(x.device):
             out = self._attend(q, k, v, ctx, late)  # (B, H_local, L, D)
         return self.dense(out.transpose(1, 2).reshape(B, L, -1))

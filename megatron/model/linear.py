@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from megatron.parallel.shard_tags import REPLICATED, tag_shard_dim
+from megatron.parallel.shard_tags import REPLICATED, group_shards, tag_shard_dim, tag_shard_groups
 
 
 def _tp(parallel) -> bool:
@@ -39,19 +39,35 @@ def _copy_of(full: torch.Tensor):
     return init
 
 
-def column_parallel(full: nn.Linear, parallel) -> nn.Module:
-    """Output features split contiguously over TP ranks (QKV: whole heads, rows are per head)."""
+def column_parallel(full: nn.Linear, parallel, groups: tuple[int, ...] | None = None) -> nn.Module:
+    """Output features split contiguously over TP ranks (QKV: whole heads, rows are per head).
+    `groups`: the rows are consecutive groups of these sizes (a gated MLP's [x | gate], GQA's
+    [Q | K | V]), each split over the ranks on its own, so that every rank holds its share of each
+    group in the same layout (NeoX's per-rank layout)."""
     if not _tp(parallel):
-        return _tagged(full, 0, 0)
+        return _grouped(_tagged(full, 0, 0), groups)
     from megatron.parallel.layers import ColumnLinear
 
-    layer = ColumnLinear(full.in_features, full.out_features, config=parallel.megatron_config(full.weight.dtype),
-                         init_method=_copy_of(full.weight), bias=full.bias is not None,
-                         gather_output=False, tp_group=parallel.tp_group)
-    if full.bias is not None:
+    weight, bias = full.weight, full.bias
+    if groups is not None:
         with torch.no_grad():
-            layer.bias.copy_(full.bias.chunk(parallel.tp_size, dim=0)[parallel.tp_rank])
-    return _tagged(layer, 0, 0)
+            weight = group_shards(weight, groups, parallel.tp_size)
+            bias = None if bias is None else group_shards(bias, groups, parallel.tp_size)
+    layer = ColumnLinear(full.in_features, full.out_features, config=parallel.megatron_config(full.weight.dtype),
+                         init_method=_copy_of(weight), bias=bias is not None,
+                         gather_output=False, tp_group=parallel.tp_group)
+    if bias is not None:
+        with torch.no_grad():
+            layer.bias.copy_(bias.chunk(parallel.tp_size, dim=0)[parallel.tp_rank])
+    return _grouped(_tagged(layer, 0, 0), groups)
+
+
+def _grouped(layer: nn.Module, groups: tuple[int, ...] | None) -> nn.Module:
+    if groups is not None:
+        for t in (layer.weight, getattr(layer, "bias", None)):
+            if t is not None:
+                tag_shard_groups(t, groups)
+    return layer
 
 
 def row_parallel(full: nn.Linear, parallel) -> nn.Module:

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
 # Re-exported: the positional scheme's part of the split dims, where readers of the merge look.
 from megatron.parallel.positional_shards import positional_shard_dims as positional_shard_dims
-from megatron.parallel.shard_tags import REPLICATED, shard_dims
+from megatron.parallel.shard_tags import REPLICATED, shard_dims, shard_groups, ungroup_shards
 
 _LAYER_INDEX = re.compile(r"^layers\.\d+\.")
 
@@ -34,6 +34,10 @@ class MergePlan:
     pos_emb: str | None
     described: str  # the model the dims were read from, for error messages
     any_layer_index: bool = False  # a one-layer reference model stands for every layer index
+    groups: dict = field(default_factory=dict)  # key -> row groups split on their own (shard_tags)
+
+    def groups_of(self, key: str) -> tuple[int, ...] | None:
+        return self.groups.get(_LAYER_INDEX.sub("layers.0.", key) if self.any_layer_index else key)
 
     def dim_of(self, key: str) -> int | None:
         """The concat dim for `key`, or REPLICATED; ValueError for a key the model does not have."""
@@ -56,7 +60,13 @@ def _meta_gpt(model_cfg) -> nn.Module:
 
 
 def _config_plan(model_cfg) -> MergePlan:
-    return MergePlan(shard_dims(_meta_gpt(model_cfg)), model_cfg.pos_emb, "the GPTModel its config describes")
+    model = _meta_gpt(model_cfg)
+    return MergePlan(shard_dims(model), model_cfg.pos_emb, "the GPTModel its config describes",
+                     groups=_groups(model))
+
+
+def _groups(model: nn.Module) -> dict:
+    return {k: g for k, t in model.state_dict(keep_vars=True).items() if (g := shard_groups(t)) is not None}
 
 
 @functools.cache
@@ -81,7 +91,8 @@ def merge_plan(source) -> MergePlan:
         return _reference_plan(source)
     if isinstance(source, nn.Module):
         cfg = getattr(source, "model_cfg", None)
-        return MergePlan(shard_dims(source), getattr(cfg, "pos_emb", None), f"the {type(source).__name__} given")
+        return MergePlan(shard_dims(source), getattr(cfg, "pos_emb", None), f"the {type(source).__name__} given",
+                         groups=_groups(source))
     return _config_plan(source)
 
 
@@ -112,6 +123,8 @@ def merge_state_dicts(shards: list[dict], source, rtol: float = 1e-5, atol: floa
                     raise ValueError(f"{key} should be identical on every tensor-parallel rank, "
                                      f"but rank {r} differs from rank 0")
             merged[key] = parts[0].clone()
+        elif plan.groups_of(key) is not None:
+            merged[key] = ungroup_shards(parts, plan.groups_of(key), dim=dim)
         else:
             merged[key] = torch.cat(parts, dim=dim)
     return merged

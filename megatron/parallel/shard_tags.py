@@ -29,6 +29,33 @@ def tag_shard_dim(t: torch.Tensor, dim: int | None) -> None:
     setattr(t, SHARD_DIM_ATTR, dim)
 
 
+GROUPS_ATTR = "tp_shard_groups"
+
+
+def tag_shard_groups(t: torch.Tensor, groups: tuple[int, ...]) -> None:
+    """Say that `t`'s split dim holds consecutive groups of these (full) sizes, each split over the
+    ranks on its own: rank r holds [group 0's r-th chunk | group 1's r-th chunk | ...] (a gated
+    MLP's [x | gate] halves, grouped-query attention's [Q | K | V]; NeoX's per-rank layouts)."""
+    setattr(t, GROUPS_ATTR, tuple(groups))
+
+
+def shard_groups(t: torch.Tensor) -> tuple[int, ...] | None:
+    return getattr(t, GROUPS_ATTR, None)
+
+
+def group_shards(full: torch.Tensor, groups: tuple[int, ...], tp_size: int, dim: int = 0) -> torch.Tensor:
+    """`full` reordered so that contiguous chunks are the ranks' grouped shards (see tag_shard_groups)."""
+    pieces = [g.chunk(tp_size, dim=dim) for g in full.split(list(groups), dim=dim)]
+    return torch.cat([pieces[i][r] for r in range(tp_size) for i in range(len(groups))], dim=dim)
+
+
+def ungroup_shards(parts: list[torch.Tensor], groups: tuple[int, ...], dim: int = 0) -> torch.Tensor:
+    """The inverse of group_shards over the ranks' parts (rank order): the full tensor."""
+    tp = len(parts)
+    split = [p.split([g // tp for g in groups], dim=dim) for p in parts]
+    return torch.cat([torch.cat([split[r][i] for r in range(tp)], dim=dim) for i in range(len(groups))], dim=dim)
+
+
 def shard_dim(t: torch.Tensor) -> int | None:
     """The dim `t` is tagged as split along (REPLICATED: not split); AttributeError if untagged."""
     return getattr(t, SHARD_DIM_ATTR)

@@ -185,14 +185,14 @@ def test_bad_values_reported_together(tmp_path):
 
 def test_cross_field_rules(tmp_path):
     path = write(tmp_path, "x.yml", {**TINY, "hidden-size": 30, "max-position-embeddings": 16,
-                                      "save": "ckpt", "gpt_j_residual": True})
+                                      "save": "ckpt", "gpt_j_tied": True})
     with pytest.raises(ConfigError) as e:
         load_config([path])
     msg = str(e.value)
     assert "divisible by num-attention-heads" in msg
     assert "max-position-embeddings = 16" in msg and "learned" in msg
     assert "checkpoint-factor (or save-interval) is required when save is set" in msg
-    assert "not supported yet" in msg
+    assert "gpt-j-tied = True" in msg and "only applies with gpt-j-residual: true" in msg
 
 
 def test_value_typing_rules(tmp_path):

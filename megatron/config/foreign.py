@@ -1,0 +1,58 @@
+"""NeoX keys of features this stack does not have, refused by the feature's name.
+
+A NeoX config that turns on Transformer Engine, mixture-of-experts, bitsandbytes optimizers, Mamba,
+RWKV, gMLP or DeepSpeed's sparse attention would otherwise meet a list of "unknown key" lines; it
+gets one line per feature instead, naming what is missing. The same keys at NeoX's defaults
+(the feature off: `moe_num_experts: 1`, `te_mha: false`) change nothing and are accepted.
+Attention types of these architectures in attention_config are refused in attention_types.py."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from megatron.config.errors import UNKNOWN, Problem
+
+
+@dataclass(frozen=True, eq=False)  # eq=False: hashable by identity, usable as a dict key
+class Feature:
+    name: str
+    prefixes: tuple[str, ...]  # NeoX keys (underscore form) that start with one of these
+    keys: tuple[str, ...] = ()  # ... or are one of these
+    off: dict | None = None  # key -> NeoX's default, the value at which the feature is off
+
+    def owns(self, key: str) -> bool:
+        return key in self.keys or key.startswith(self.prefixes)
+
+    def is_off(self, key: str, value) -> bool:
+        if self.off is not None and key in self.off:
+            return value == self.off[key]
+        return value is False or value is None  # a switch left off
+
+
+FEATURES = (
+    Feature("Transformer Engine (NVIDIA's fused/FP8 layers)", ("te_",)),
+    Feature("mixture-of-experts (MoE) layers", ("moe_",), off={"moe_num_experts": 1}),
+    Feature("bitsandbytes 8-bit optimizers", (), ("use_bnb_optimizer",)),
+    Feature("Mamba blocks", ("mamba_",)),
+    Feature("RWKV blocks", ("rwkv_",)),
+    Feature("gMLP/aMLP blocks", ("gmlp_",)),
+    Feature("DeepSpeed block-sparse attention", (), ("sparsity_config",)),
+    Feature("DeepSpeed's SLURM launcher options (launch with tools/slurm or srun yourself)", (),
+            ("deepspeed_slurm", "comment")),
+)
+
+
+def feature_of(key: str) -> Feature | None:
+    return next((f for f in FEATURES if f.owns(key)), None)
+
+
+def refusals(found: dict[Feature, list[tuple[str, object, str]]]) -> list[Problem]:
+    """One problem per feature turned on: {feature: [(key, value, origin)]}; keys left at their
+    off value are not problems."""
+    out = []
+    for feature, items in found.items():
+        on = [(k, v, o) for k, v, o in items if not feature.is_off(k, v)]
+        if on:
+            where = ", ".join(f"{k} = {v!r} ({o})" for k, v, o in on[:4]) + (" ..." if len(on) > 4 else "")
+            out.append(Problem(UNKNOWN, f"{feature.name} are not supported by this stack: {where}; remove "
+                                        f"{'this key' if len(on) == 1 else 'these keys'} (or use NeoX itself)"))
+    return out
