@@ -1,6 +1,8 @@
 """TensorBoard (and W&B) carry GPT-NeoX's tags, at NeoX's steps and in NeoX's units, so NeoX
 dashboards find them: train/* every step, runtime/* at log-interval steps (iteration_time in
-seconds), timers/* with wall-clock-breakdown; metrics.jsonl keeps our names."""
+seconds), timers/* with wall-clock-breakdown; metrics.jsonl keeps our names. W&B's offline files
+are not readable back from Python (wandb >= 0.19 writes them from its Go core), so its run object is
+replaced by a recorder: what the trainer hands W&B must be what TensorBoard got."""
 import glob
 import json
 import time
@@ -41,9 +43,26 @@ def train(tmp_path, prefix, **over) -> tuple[dict, list[dict], float]:
     return scalars(tmp_path / "run" / "tensorboard"), rows, wall
 
 
-def test_neox_tags_steps_and_units(tmp_path, token_dataset, capsys):
+class WandbRun:
+    def __init__(self):
+        self.scalars: dict[str, dict[int, float]] = {}
+
+    def log(self, tags, step):
+        for k, v in tags.items():
+            self.scalars.setdefault(k, {})[step] = v
+
+    def finish(self):
+        pass
+
+
+def test_neox_tags_steps_and_units(tmp_path, token_dataset, capsys, monkeypatch):
+    wandb = pytest.importorskip("wandb")
+    run = WandbRun()
+    monkeypatch.setattr(wandb, "init", lambda **kw: run)
     tb, rows, wall = train(tmp_path, token_dataset, wall_clock_breakdown=True, log_grad_norm=True,
-                           eval_interval=2, eval_iters=1)
+                           eval_interval=2, eval_iters=1, use_wandb=True)
+    assert set(run.scalars) == set(tb)  # the same tags at the same steps (float32 in TensorBoard)
+    assert all(run.scalars[t] == pytest.approx(tb[t], rel=1e-5) for t in tb)
     # every step, as NeoX's training_log
     for tag in ("train/lm_loss", "train/learning_rate", "train/grad_norm"):
         assert sorted(tb[tag]) == [1, 2, 3, 4], tag
