@@ -13,8 +13,10 @@ class LoggingConfig:
     log_dir: str | None = key(
         None, "Where W&B's files go; not set = <run-dir>/logs, null = W&B in the run directory.")
     tensorboard_dir: str | None = key(
-        None, "TensorBoard event directory; not set = <run-dir>/tensorboard, null = no TensorBoard.")
-    use_wandb: bool = key(False, "Log to Weights & Biases.")
+        None, "TensorBoard event directory; not set = <run-dir>/tensorboard, null = no TensorBoard. "
+        "TensorBoard and W&B get GPT-NeoX's metric names (train/lm_loss, runtime/iteration_time, "
+        "timers/forward, ...; README, Metrics); metrics.jsonl keeps this stack's.")
+    use_wandb: bool = key(False, "Log to Weights & Biases (the same names as TensorBoard).")
     wandb_project: str = key("neox", "W&B project.")
     wandb_group: str | None = key(None, "W&B group.")
     wandb_team: str | None = key(None, "W&B entity (team).")
@@ -25,17 +27,23 @@ class LoggingConfig:
         "offline", "W&B stays offline unless you opt in with online.",
         choices=("offline", "online", "disabled"))
     log_interval: int = key(100, "Print and log training metrics every this many iterations (the console line averages "
-                            "them); before the first interval also at iterations 1, 2, 4, 8, ... with an ETA.", ge=1)
+                            "them); before the first interval also at iterations 1, 2, 4, 8, ... with an ETA. "
+                            "NeoX's runtime/* figures (TensorBoard, W&B) are logged at these iterations, over the "
+                            "interval's wall clock.", ge=1)
     log_grad_norm: bool = key(
         False, "Also log each parameter's gradient norm (grad_norm/<name>, before clipping) to "
-        "metrics.jsonl, TensorBoard and W&B; the global gradient norm (grad_norm) is always logged. "
-        "Not with pipe-parallel-size >= 1; with tensor parallelism, rank 0's shards.")
+        "metrics.jsonl, and as NeoX's gradient_norms/<name> to TensorBoard and W&B; the global gradient "
+        "norm (grad_norm) is always logged. Not with pipe-parallel-size >= 1; with tensor parallelism, rank 0's shards.")
     log_param_norm: bool = key(
         False, "Log the global parameter norm (param_norm) every step, and each parameter's "
-        "(param_norm/<name>) to metrics.jsonl, TensorBoard and W&B; one pass over the weights "
-        "(a gather under ZeRO-3), so off by default.")
+        "(param_norm/<name>) to metrics.jsonl, and as NeoX's parameter_norms/<name> to TensorBoard and "
+        "W&B; one pass over the weights (a gather under ZeRO-3), so off by default.")
     steps_per_print: int = key(10, "DeepSpeed's own progress print interval.", ge=1)
-    wall_clock_breakdown: bool = key(False, "Time forward/backward/step separately.")
+    wall_clock_breakdown: bool = key(
+        False, "Time forward, backward, optimizer and batch generator separately: NeoX's timers/<name> in "
+        "TensorBoard and W&B (seconds per iteration, the mean over the log interval so far) and a `time (ms)` "
+        "line each log interval; DeepSpeed prints its own breakdown too. Synchronizes CUDA around each part, "
+        "so it slows training. No timers/* with pipe-parallel-size >= 1.")
     progress_bar: bool = key(True, "Show a progress bar on rank 0.")
     run_dir: str | None = key(
         None, "Where the run writes: resolved config, original config files, metrics, and every "

@@ -2,7 +2,8 @@
 precision (`<run_dir>/metrics.jsonl`, one row per step or evaluation), TensorBoard, W&B.
 
 TensorBoard writes to `tensorboard-dir`, or `<log-dir>/tensorboard`; W&B to `log-dir`, or the run
-directory.
+directory. Both get GPT-NeoX's tags (train/lm_loss, runtime/iteration_time, timers/forward, ...),
+named by neox_names.py; metrics.jsonl keeps our names.
 
 W&B runs offline unless the user opts in with `wandb_mode: online` (this stack must work on
 machines with no network); `use_wandb: false` (the default) disables it entirely.
@@ -16,6 +17,7 @@ from collections import defaultdict
 
 from tqdm import tqdm
 
+from megatron.training import neox_names
 from megatron.training.metrics_file import metrics_path, trim_metrics
 
 
@@ -87,19 +89,16 @@ class MetricsLogger:
                        "torch": torch.__version__})
 
     def log_step(self, iteration: int, metrics: dict[str, float], detail: dict[str, float] | None = None) -> None:
-        """Every step: TB/W&B get `train/<k>`; the console line averages `metrics` over log_interval
-        and ends with an ETA; `detail` (per-parameter norms) goes to every sink but the console."""
+        """Every step: TB/W&B get NeoX's tags (neox_names.step_tags); the console line averages
+        `metrics` over log_interval and ends with an ETA; `detail` (per-parameter norms) goes to
+        every sink but the console."""
         if not self.enabled:
             return
         everything = {**metrics, **(detail or {})}
         self._row({"iteration": iteration, "kind": "train", **everything})
         for k, v in metrics.items():
             self.sums[k] += v
-        if self.tb:
-            for k, v in everything.items():
-                self.tb.add_scalar(f"train/{k}", v, iteration)
-        if self.wandb:
-            self.wandb.log({f"train/{k}": v for k, v in everything.items()}, step=iteration)
+        self.log_tags(iteration, neox_names.step_tags(everything))
         self.count += 1
         if self.bar is not None:
             self.bar.update(1)
@@ -131,11 +130,31 @@ class MetricsLogger:
         if console:
             line = f" {chart} results at {prefix} | " + " | ".join(f"{k} value: {v:.6E}" for k, v in metrics.items()) + " |"
             self.console("-" * len(line) + "\n" + line + "\n" + "-" * len(line))
-        for k, v in metrics.items():
-            if self.tb:
-                self.tb.add_scalar(f"{chart}/{k}", v, iteration)
+        self.log_tags(iteration, neox_names.eval_tags(chart, metrics))
+
+    def log_runtime(self, iteration: int, figures: dict[str, float]) -> None:
+        """NeoX's runtime/* figures of a log interval (neox_runtime.py): TensorBoard and W&B only,
+        as metrics.jsonl has each step's own speed."""
+        self.log_tags(iteration, neox_names.runtime_tags(figures))
+
+    def log_timers(self, iteration: int, seconds: dict[str, float]) -> None:
+        """timers/* (seconds per step, the mean over the interval so far) to TensorBoard and W&B
+        every step, and NeoX's `time (ms) | forward: ... |` console line at log-interval steps."""
+        if not (self.enabled and seconds):
+            return
+        self.log_tags(iteration, neox_names.timer_tags(seconds))
+        if iteration % self.cfg.log_interval == 0:
+            self.console("time (ms) | " + " | ".join(f"{k}: {v * 1000:.2f}" for k, v in seconds.items()))
+
+    def log_tags(self, iteration: int, tags: dict[str, float]) -> None:
+        """The one place TensorBoard and W&B are written: both get the same tags at the same step."""
+        if not (self.enabled and tags):
+            return
+        if self.tb:
+            for k, v in tags.items():
+                self.tb.add_scalar(k, v, iteration)
         if self.wandb:
-            self.wandb.log({f"{chart}/{k}": v for k, v in metrics.items()}, step=iteration)
+            self.wandb.log(tags, step=iteration)
 
     def _row(self, row: dict) -> None:
         self.jsonl.write(json.dumps(row) + "\n")

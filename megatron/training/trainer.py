@@ -29,6 +29,7 @@ from megatron.training.data_setup import build_datasets, check_data_tokenizer
 from megatron.training.disk import check_run_room
 from megatron.training.distributed import init_distributed
 from megatron.training.logging import MetricsLogger
+from megatron.training.neox_runtime import IntervalRuntime, RunShape
 from megatron.training.optim import build_optimizer
 from megatron.training.pipeline_step import (
     build_pipeline_engine,
@@ -43,6 +44,7 @@ from megatron.training.run_lock import RunLock, describe, training_locks
 from megatron.training.schedule import build_scheduler
 from megatron.training.signals import PreemptionHandler
 from megatron.training.throughput import Throughput
+from megatron.training.timers import Timers
 
 
 def set_seed(seed: int) -> None:
@@ -139,7 +141,10 @@ class Trainer:
         self.loss_watch = health.LossWatch(cfg.training.max_nonfinite_loss_steps)
         self.log = MetricsLogger(cfg, self.run_dir, self.dist.is_rank0, cfg.training.train_iters, self.iteration)
         self._grads: dict[str, float] = {}  # filled by _gradient_norms before each optimizer step
-        self.throughput = self._throughput()
+        self.throughput, self.runtime = self._throughput()
+        # NeoX's timers only where our loop runs the micro-batches (the pipe engine runs its own)
+        self.timers = Timers(cfg.logging.wall_clock_breakdown and not self.pipe, self.dist.device,
+                             cfg.logging.log_interval)
         self.log.console(f"device {describe_device(self.dist.device)} | process group {torch.distributed.get_backend()}")
         self.log.log_start(self.iteration, describe_device(self.dist.device), torch.distributed.get_world_size())
         self.log.console(f"model: {count_parameters(model):,} parameters | pos-emb {cfg.model.pos_emb} | "
@@ -166,7 +171,8 @@ class Trainer:
         )
         return engine, model, self.par
 
-    def _throughput(self) -> Throughput:
+    def _throughput(self) -> tuple[Throughput, IntervalRuntime]:
+        """(our per-step tokens/s and MFU, NeoX's runtime/* figures per log interval)."""
         m = self.cfg.model
         peak, note = throughput.for_device(self.dist.device, self._dtype())
         self.log.console(f"[throughput] {note}")
@@ -174,7 +180,10 @@ class Trainer:
         if peak:  # counting the parameters of a sharded model takes a collective: only when needed
             n = throughput.full_parameter_count(self.model, getattr(self.engine, "mpu", None), self.par.dp_size)
             flops = throughput.flops_per_token(n, m.num_layers, m.hidden_size, m.seq_length)
-        return Throughput(self.batch * m.seq_length, flops, self.dist.world_size, peak)
+        shape = RunShape(self.batch, m.seq_length, m.num_layers, m.hidden_size, self.vocab_size,
+                         self.cfg.training.checkpoint_activations, self.dist.world_size, peak)
+        return (Throughput(self.batch * m.seq_length, flops, self.dist.world_size, peak),
+                IntervalRuntime(shape, self.cfg.logging.log_interval))
 
     def _eod(self):
         return getattr(self.tokenizer, "eod", None)
@@ -206,6 +215,7 @@ class Trainer:
             if self.pipe and loader is not None:
                 loader = pipe_batches(loader, self._eod(), self.cfg.data.eod_mask_loss)
             self._project_positional()  # the paper's fp32 code clamped before its first forward too
+            self.runtime.start()  # NeoX's `interval time` starts with the loop
             while self.iteration < t.train_iters:
                 start = time.perf_counter()
                 loss = self.train_step(loader)
@@ -213,6 +223,10 @@ class Trainer:
                 self.iteration += 1
                 last, detail = self._step_metrics(loss, time.perf_counter() - start)
                 self.log.log_step(self.iteration, last, detail)
+                self.log.log_timers(self.iteration, self.timers.end_step(self.iteration))
+                runtime = self.runtime.end_step(self.iteration)
+                if runtime:
+                    self.log.log_runtime(self.iteration, runtime)
                 self.loss_watch.update(self.iteration, loss, self._last_checkpoint)
                 self._after_step()
                 if preemption.requested():
@@ -267,17 +281,26 @@ class Trainer:
         self.engine.train()
         if self.pipe:  # the pipe engine runs all gas micro-batches; its loss is already the DP mean
             return pipeline_train_step(self.engine, loader)
-        losses = [self.forward_backward(next(loader)) for _ in range(self.gas)]
+        losses = []
+        for _ in range(self.gas):
+            # NeoX's forward timer contains its batch generator (get_batch runs inside forward_step)
+            with self.timers("forward"), self.timers("batch generator"):
+                batch = next(loader)
+            losses.append(self.forward_backward(batch))
         return float(self._all_reduce_mean(torch.tensor(sum(losses) / len(losses))))
 
     def forward_backward(self, batch) -> float:
-        tokens, labels = batch["tokens"].to(self.dist.device), batch["labels"].to(self.dist.device)
-        mask = loss_mask_for(tokens, self._eod(), self.cfg.data.eod_mask_loss)
-        loss = self.engine(tokens, labels=labels, loss_mask=mask.to(self.dist.device))
-        self.engine.backward(loss)
+        with self.timers("forward"):
+            with self.timers("batch generator"):  # NeoX's get_batch also moves the batch and builds the mask
+                tokens, labels = batch["tokens"].to(self.dist.device), batch["labels"].to(self.dist.device)
+                mask = loss_mask_for(tokens, self._eod(), self.cfg.data.eod_mask_loss).to(self.dist.device)
+            loss = self.engine(tokens, labels=labels, loss_mask=mask)
+        with self.timers("backward"):
+            self.engine.backward(loss)
         if self.engine.is_gradient_accumulation_boundary():
-            self._gradient_norms()
-        self.engine.step()
+            self._gradient_norms()  # ours, not in any NeoX timer
+        with self.timers("optimizer"):  # NeoX times model.step() after every micro-batch, as here
+            self.engine.step()
         return loss.item()
 
     def _gradient_norms(self) -> None:
