@@ -45,12 +45,12 @@ def feature_of(key: str) -> Feature | None:
     return next((f for f in FEATURES if f.owns(key)), None)
 
 
-def refusals(found: dict[Feature, list[tuple[str, object, str]]]) -> list[Problem]:
-    """One problem per feature turned on: {feature: [(key, value, origin)]}; keys left at their
-    off value are not problems."""
+def refusals(found: dict[Feature, list[tuple[str, str, object, str]]]) -> list[Problem]:
+    """One problem per feature turned on: {feature: [(canonical key, key as written, value, origin)]};
+    keys left at their off value are not problems."""
     out = []
     for feature, items in found.items():
-        on = [(k, v, o) for k, v, o in items if not feature.is_off(k, v)]
+        on = [(k, v, o) for name, k, v, o in items if not feature.is_off(name, v)]
         if on:
             where = ", ".join(f"{k} = {v!r} ({o})" for k, v, o in on[:4]) + (" ..." if len(on) > 4 else "")
             out.append(Problem(UNKNOWN, f"{feature.name} are not supported by this stack: {where}; remove "

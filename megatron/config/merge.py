@@ -20,7 +20,7 @@ def merge_entries(entries: list[Entry]) -> tuple[dict, dict, list[Problem]]:
         elif name in KEYS:
             merged[name], origins[name] = copy.deepcopy(e.value), e.origin
         elif feature_of(name) is not None:  # a NeoX feature this stack lacks: named, not "unknown"
-            foreign.setdefault(feature_of(name), []).append((e.key, e.value, e.origin))
+            foreign.setdefault(feature_of(name), []).append((name, e.key, e.value, e.origin))
         else:
             problems.append(unknown_problem(e.key, e.origin))
     problems += refusals(foreign)

@@ -124,11 +124,24 @@ def write_positional_files(pos_emb: str, out_dir: str) -> list[str]:
 
 
 def _check_supported(model_cfg) -> None:
+    """The remote code (hf_modeling/) is NeoX's classic block: sequential pre-LN, multi-head, an
+    exact-GELU MLP. A model of another block shape is refused by name, never exported as a
+    different model."""
+    unsupported = []
     if model_cfg.gpt_j_residual:
-        raise UserError("gpt-j-residual models cannot be exported yet (the remote code is sequential "
-                         "pre-LN); export a model trained with gpt-j-residual: false")
-    if model_cfg.activation != "gelu":
-        raise UserError(f"activation {model_cfg.activation!r} cannot be exported; the remote code uses GELU")
+        unsupported.append("gpt-j-residual: true (parallel residual)")
+    if model_cfg.activation != "gelu" or model_cfg.gated_mlp:
+        unsupported.append(f"activation {model_cfg.activation!r}")
+    elif model_cfg.bias_gelu_fusion or model_cfg.onnx_safe:
+        unsupported.append("the tanh (bias-gelu-fusion) or onnx-safe GELU")
+    if model_cfg.grouped_query:
+        unsupported.append(f"num-kv-heads {model_cfg.num_kv_heads} (grouped-query attention)")
+    if model_cfg.mlp_widths != (model_cfg.intermediate_size, model_cfg.intermediate_size):
+        unsupported.append(f"MLP widths {model_cfg.mlp_widths} rounded by mlp-multiple-of {model_cfg.mlp_multiple_of}")
+    if unsupported:
+        raise UserError("this model cannot be exported to Hugging Face yet: the remote code is NeoX's classic "
+                        "block (sequential pre-LN, multi-head attention, exact-GELU MLP of width "
+                        f"intermediate-size), and the model has {'; '.join(unsupported)}")
 
 
 def save_tokenizer(cfg, out_dir: str) -> str | None:
