@@ -16,8 +16,9 @@ def _lines(cfg) -> list[tuple[str, str]]:
     prec = cfg.precision.dtype + (", fp32 all-reduce" if cfg.precision.fp32_allreduce else "")
     return [
         ("model", f"{m.num_layers} layers, hidden {m.hidden_size}, {m.num_attention_heads} heads "
-                  f"(head dim {m.hidden_size // m.num_attention_heads}), ffn {m.intermediate_size}, "
-                  f"{m.norm}, {'untied' if m.no_weight_tying else 'tied'} embeddings, vocab {vocab}"),
+                  f"(head dim {m.hidden_size // m.num_attention_heads}), {m.norm}, "
+                  f"{'untied' if m.no_weight_tying else 'tied'} embeddings, vocab {vocab}"),
+        ("block", _block(m)),
         ("sequence", f"train {m.seq_length}, validation/test {_or(t.seq_length_val, m.seq_length)}, "
                      f"max positions {m.max_position_embeddings}"),
         ("pos-emb", m.pos_emb),
@@ -46,3 +47,15 @@ def describe(cfg) -> str:
     rows = _lines(cfg)
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def _block(m) -> str:
+    """The layer's shape: residual, MLP (activation and NeoX-rule widths), key/value heads."""
+    width, inner = m.mlp_widths
+    act = m.activation + (" (tanh)" if m.activation == "gelu" and m.bias_gelu_fusion else
+                          " (onnx erf)" if m.activation == "gelu" and m.onnx_safe else "")
+    mlp = f"mlp {act} {m.hidden_size}->{width}" + (f" (gated halves of {inner})" if m.gated_mlp else "")
+    residual = ("parallel residual" + (", tied norms" if m.gpt_j_tied else "")) if m.gpt_j_residual \
+        else "sequential residual"
+    kv = f"{m.kv_heads} key/value heads (grouped-query)" if m.grouped_query else "multi-head"
+    return f"{residual}, {mlp}, {kv}"

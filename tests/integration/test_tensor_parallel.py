@@ -20,6 +20,12 @@ from tests.conftest import TINY_MODEL, write_yaml
 TOL = 1e-5
 CASES = [("kerple_log", True), ("kerple_log", False), ("alibi", True), ("rpe", True), ("rotary", True),
          ("fire", True)]  # FIRE: per-head output rows split, the shared MLP layer's gradient all-reduced
+# NeoX's block shapes under TP: GQA's [Q | K | V] and a gated MLP's [x | gate] are split group by
+# group (each rank holds [Q_r | K_r | V_r], NeoX's per-rank layout), parallel residual sums both
+# branches' all-reduced outputs.
+BLOCKS = {"llama": {"activation": "swiglu", "num-kv-heads": 2, "intermediate-size": 96, "norm": "rmsnorm",
+                    "use-bias-in-mlp": False},
+          "pythia": {"gpt-j-residual": True, "bias-gelu-fusion": True, "num-kv-heads": 2}}
 
 
 def _init_gloo(rank: int, world: int, port: int) -> None:
@@ -59,8 +65,8 @@ def _compare_worker(rank: int, world: int, port: int, cfg_paths: dict, out: dict
         shards = [None] * world
         dist.all_gather_object(shards, {"w": tp.state_dict(), "g": tp_grads})
         if rank == 0:
-            w = merge_state_dicts([s["w"] for s in shards], mcfg.pos_emb)
-            g = merge_state_dicts([s["g"] for s in shards], mcfg.pos_emb)
+            w = merge_state_dicts([s["w"] for s in shards], mcfg)  # the config: exact tags and groups
+            g = merge_state_dicts([s["g"] for s in shards], mcfg)
             out[name] = {
                 "logits": (ref_logits - tp_logits).abs().max().item(),
                 "weights": max((w[k] - v).abs().max().item() for k, v in ref.state_dict().items()),
@@ -103,9 +109,12 @@ def test_tp2_equals_tp1_logits_and_grads(tmp_path):
     for pos, untied in CASES:
         name = f"{pos}-{'untied' if untied else 'tied'}"
         paths[name] = write_yaml(tmp_path / f"{name}.yml", {**TINY_MODEL, "pos-emb": pos, "no-weight-tying": untied})
+    for block, over in BLOCKS.items():
+        paths[f"kerple_log-{block}"] = write_yaml(tmp_path / f"{block}.yml",
+                                                  {**TINY_MODEL, "pos-emb": "kerple_log", **over})
     out = mp.Manager().dict()
     seconds = _spawn(_compare_worker, paths, out)
-    print(f"\n[tp] TP=2 vs TP=1, {len(CASES)} models: {seconds:.1f} s")
+    print(f"\n[tp] TP=2 vs TP=1, {len(paths)} models: {seconds:.1f} s")
     assert out.pop("dropout_recompute") < 1e-6
     assert set(out) == set(paths)
     for name, r in out.items():
