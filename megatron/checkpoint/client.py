@@ -2,7 +2,12 @@
 from __future__ import annotations
 
 # Model-shape arguments NeoX asserts equal on load (check_checkpoint_args), plus the scheme.
-CHECKED_ARGS = ("num_layers", "hidden_size", "num_attention_heads", "pos_emb")
+# What a loader checks against its own config before reading weights: the shape, and the block
+# options that change the function without changing any shape (a Pythia checkpoint read with
+# gpt-j-residual false loads every tensor and is another model). Old checkpoints lack the later
+# keys in their args; a missing key is not compared (compat.differences).
+CHECKED_ARGS = ("num_layers", "hidden_size", "num_attention_heads", "pos_emb", "gpt_j_residual", "gpt_j_tied",
+                "activation", "bias_gelu_fusion", "onnx_safe", "num_kv_heads", "mlp_multiple_of", "norm")
 
 
 def model_args(cfg, padded_vocab_size: int) -> dict:

@@ -17,9 +17,17 @@ SHAPE_KEYS = CHECKED_ARGS + ("padded_vocab_size",)  # keys that change the weigh
 
 
 def differences(saved: dict, current: dict, keys, label: str = "config") -> list[str]:
-    """'hidden-size: checkpoint 32, config 64' for each key set in both and different."""
+    """'hidden-size: checkpoint 32, config 64' for each key set in both and different
+    (num-kv-heads null means every head: equal to num-attention-heads)."""
+    saved, current = _normalised(saved), _normalised(current)
     return [f"{k.replace('_', '-')}: checkpoint {saved[k]!r}, {label} {current[k]!r}"
             for k in keys if saved.get(k) is not None and current.get(k) is not None and saved[k] != current[k]]
+
+
+def _normalised(args: dict) -> dict:
+    if args.get("num_kv_heads") is None and args.get("num_attention_heads") is not None and "num_kv_heads" in args:
+        return {**args, "num_kv_heads": args["num_attention_heads"]}
+    return args
 
 
 def saved_model(tag_dir: str):

@@ -87,6 +87,27 @@ def _rename(raw: dict, num_layers: int) -> tuple[dict, dict]:
     return state, where
 
 
+def _refuse_another_block(tag_dir: str, client: dict, cfg) -> None:
+    """NeoX saves its arguments in the client state: a config that describes another block than the
+    one trained (gpt-j-residual dropped, another activation, ...) would load every tensor and be a
+    different model, so it is refused naming each key."""
+    from megatron.checkpoint.client import CHECKED_ARGS
+    from megatron.checkpoint.compat import differences
+
+    args = client.get("args")
+    if not isinstance(args, dict):
+        return
+    saved = {k: args.get(k) for k in CHECKED_ARGS if k in args}
+    if "num_kv_heads" in saved:
+        saved["num_attention_heads"] = args.get("num_attention_heads")
+    current = {k: getattr(cfg.model, k) for k in CHECKED_ARGS}
+    bad = differences(saved, current, CHECKED_ARGS)
+    if bad:
+        raise CheckpointError(f"{tag_dir}: the checkpoint's saved arguments describe another model than the config: "
+                              f"{'; '.join(bad)}. Use the checkpoint's own configs (global_stepN/configs/), or set "
+                              "these keys to the checkpoint's values")
+
+
 def _check_shapes(shards: list[dict], wheres: list[dict], expected: dict, plan, tag_dir: str) -> None:
     """Every rank holds exactly the expected keys with its 1/tp slice of each split dim
     (`plan`: megatron.parallel.merge.MergePlan of the model the config describes)."""
@@ -151,6 +172,7 @@ def read_neox_state(tag_dir: str, layout: str, config=None, overrides: dict | No
 
     cfg = read_config(tag_dir, config, overrides)
     raw, client = _raw_shards(tag_dir, layout, trust, allow_nonfinite)
+    _refuse_another_block(tag_dir, client, cfg)
     L = cfg.model.num_layers
     renamed = [_rename(r, L) for r in raw]
     shards, wheres = [s for s, _ in renamed], [w for _, w in renamed]

@@ -36,8 +36,8 @@ FEATURES = (
     Feature("RWKV blocks", ("rwkv_",)),
     Feature("gMLP/aMLP blocks", ("gmlp_",)),
     Feature("DeepSpeed block-sparse attention", (), ("sparsity_config",)),
-    Feature("DeepSpeed's SLURM launcher options (launch with tools/slurm or srun yourself)", (),
-            ("deepspeed_slurm", "comment")),
+    Feature("NeoX's own srun launch options (deepspeed_slurm, comment; here `launcher: slurm` through deepy.py, "
+            "or tools/slurm/train.sbatch, starts the workers with srun)", (), ("deepspeed_slurm", "comment")),
 )
 
 
