@@ -87,7 +87,6 @@ def write_tp1_checkpoint(ck, output_dir: str, overwrite: bool = False) -> str:
     gets our client state (model args, config, where it came from); ours keeps its own (already
     saying TP=1)."""
     tag = os.path.basename(os.path.normpath(ck.tag_dir))
-    check_output(output_dir, overwrite, os.path.dirname(os.path.normpath(ck.tag_dir)))
     if is_neox(ck.layout):
         client = {"iteration": ck.client.get("iteration", 0), "args": model_args(ck.cfg, ck.vocab_size),
                   "config": ck.cfg.to_flat_dict(), "converted_from": os.path.abspath(ck.tag_dir),
@@ -95,14 +94,28 @@ def write_tp1_checkpoint(ck, output_dir: str, overwrite: bool = False) -> str:
         header = f"converted from {ck.tag_dir} ({ck.layout})"
     else:
         client, header = ck.client, f"merged to TP=1 from {ck.tag_dir}"
+    configs = os.path.join(ck.tag_dir, CONFIGS_DIR)
+    return write_checkpoint(ck.state, client, ck.cfg, output_dir, tag, overwrite, header,
+                            os.path.dirname(os.path.normpath(ck.tag_dir)), configs if os.path.isdir(configs) else None)
+
+
+def write_checkpoint(state: dict, client: dict, cfg, output_dir: str, tag: str, overwrite: bool, header: str,
+                     input_dir: str | None, configs_dir: str | None = None, extra_files: dict | None = None) -> str:
+    """The TP=1 checkpoint `output_dir` (`latest` + `tag`), published at once; `input_dir` is what
+    was read (never written into); `configs_dir`: original YAML files to copy beside it;
+    `extra_files`: {name under output_dir: source path} copied too (an imported model's tokenizer)."""
+    check_output(output_dir, overwrite, input_dir)
     os.makedirs(os.path.dirname(os.path.abspath(output_dir)), exist_ok=True)
     with atomic_directory(output_dir) as tmp:
         out = os.path.join(tmp, tag)
         os.makedirs(out)
-        torch_save_file({**client, "module": ck.state, "optimizer": None}, os.path.join(out, MODEL_FILE))
-        if os.path.isdir(os.path.join(ck.tag_dir, CONFIGS_DIR)):
-            shutil.copytree(os.path.join(ck.tag_dir, CONFIGS_DIR), os.path.join(out, CONFIGS_DIR))
-        if ck.cfg is not None:
-            ck.cfg.save(os.path.join(out, RESOLVED_CONFIG), header=header)
+        torch_save_file({**client, "module": state, "optimizer": None}, os.path.join(out, MODEL_FILE))
+        if configs_dir is not None:
+            shutil.copytree(configs_dir, os.path.join(out, CONFIGS_DIR))
+        for name, src in (extra_files or {}).items():
+            os.makedirs(os.path.dirname(os.path.join(tmp, name)), exist_ok=True)
+            shutil.copy(src, os.path.join(tmp, name))
+        if cfg is not None:
+            cfg.save(os.path.join(out, RESOLVED_CONFIG), header=header)
         write_latest(tmp, tag)
     return os.path.join(output_dir, tag)

@@ -1,0 +1,157 @@
+"""Released models in (tools/import_hf.py): random-initialised Pythia-, Llama- and Mistral-shaped
+Hugging Face models written with save_pretrained, imported, give HF's own perplexity on the same
+windows (fp32, relative 1e-4); every file form save_pretrained writes (safetensors, sharded, .bin)
+and dtype (nothing rounded); bad inputs get one line naming the problem and leave the output alone."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from megatron.evaluation.load import load_checkpoint_model  # noqa: E402
+from tests.conftest import ROOT  # noqa: E402
+
+V, H, HEADS, L = 128, 32, 4, 40
+SHAPES = {
+    # Pythia: parallel residual, rotary on a quarter of each head, untied output
+    "pythia": lambda: transformers.GPTNeoXConfig(
+        vocab_size=V, hidden_size=H, num_hidden_layers=2, num_attention_heads=HEADS, intermediate_size=4 * H,
+        rotary_pct=0.25, max_position_embeddings=64, use_parallel_residual=True, tie_word_embeddings=False,
+        initializer_range=0.2),
+    "neox-sequential-tanh": lambda: transformers.GPTNeoXConfig(
+        vocab_size=V, hidden_size=H, num_hidden_layers=2, num_attention_heads=HEADS, intermediate_size=4 * H,
+        rotary_pct=1.0, max_position_embeddings=64, use_parallel_residual=False, hidden_act="gelu_new",
+        tie_word_embeddings=False, initializer_range=0.2),
+    # Llama: grouped-query attention, SwiGLU, RMSNorm, tied and untied
+    "llama-gqa-tied": lambda: transformers.LlamaConfig(
+        vocab_size=V, hidden_size=H, num_hidden_layers=2, num_attention_heads=HEADS, num_key_value_heads=2,
+        intermediate_size=48, max_position_embeddings=64, tie_word_embeddings=True, initializer_range=0.2,
+        rope_theta=500000.0),
+    "llama-mha-untied": lambda: transformers.LlamaConfig(
+        vocab_size=V, hidden_size=H, num_hidden_layers=2, num_attention_heads=HEADS, num_key_value_heads=HEADS,
+        intermediate_size=40, max_position_embeddings=64, tie_word_embeddings=False, initializer_range=0.2),
+    # Mistral: Llama's block with an 8-key sliding window (shorter than the windows scored)
+    "mistral-window": lambda: transformers.MistralConfig(
+        vocab_size=V, hidden_size=H, num_hidden_layers=2, num_attention_heads=HEADS, num_key_value_heads=1,
+        intermediate_size=48, max_position_embeddings=64, sliding_window=8, initializer_range=0.2),
+}
+
+
+def save_hf(tmp_path, shape, dtype=torch.float32, **save):
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(SHAPES[shape]()).to(dtype).eval()
+    path = tmp_path / f"hf_{shape}"
+    model.save_pretrained(path, **save)
+    return model, str(path)
+
+
+def import_cli(src, out, *extra):
+    return subprocess.run([sys.executable, "tools/import_hf.py", "--input", src, "--output", out, *extra],
+                          cwd=ROOT, capture_output=True, text=True)
+
+
+def perplexity_hf(model, tokens):
+    with torch.no_grad():
+        return torch.exp(model(tokens, labels=tokens).loss.float()).item()
+
+
+def perplexity_ours(model, tokens):
+    with torch.no_grad():
+        return torch.exp(model.token_losses(tokens[:, :-1], tokens[:, 1:]).float().mean()).item()
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_imported_models_give_hf_s_perplexity(tmp_path, shape):
+    hf, src = save_hf(tmp_path, shape)
+    proc = import_cli(src, str(tmp_path / "ck"))
+    assert proc.returncode == 0, proc.stderr
+    ours, cfg, client = load_checkpoint_model(str(tmp_path / "ck"))
+    tokens = torch.randint(0, V, (3, L), generator=torch.Generator().manual_seed(1))
+    ppl_hf, ppl_ours = perplexity_hf(hf, tokens), perplexity_ours(ours, tokens)
+    assert abs(ppl_ours / ppl_hf - 1) < 1e-4, (ppl_ours, ppl_hf)
+    assert ppl_hf > 1.5 * V ** 0.1  # not a degenerate model: the check above would be weak
+    assert client["source_layout"].startswith("huggingface:")
+
+
+def test_every_file_form_and_dtype_imports_without_rounding(tmp_path):
+    from safetensors.torch import load_file
+
+    hf, src = save_hf(tmp_path, "llama-gqa-tied", torch.bfloat16, max_shard_size="20KB")
+    assert os.path.isfile(os.path.join(src, "model.safetensors.index.json"))  # sharded
+    assert import_cli(src, str(tmp_path / "ck")).returncode == 0
+    blob = torch.load(tmp_path / "ck" / "global_step0" / "mp_rank_00_model_states.pt", weights_only=False)
+    saved = {k: v for f in os.listdir(src) if f.endswith(".safetensors") for k, v in load_file(os.path.join(src, f)).items()}
+    emb = blob["module"]["word_embeddings.weight"]
+    assert emb.dtype == torch.bfloat16 and torch.equal(emb, saved["model.embed_tokens.weight"])
+
+    _, bin_src = save_hf(tmp_path / "bin", "pythia", safe_serialization=False) if _has_bin_option() else (None, None)
+    if bin_src is not None:
+        assert import_cli(bin_src, str(tmp_path / "ck_bin")).returncode == 0
+
+
+def _has_bin_option() -> bool:
+    """transformers 5 may drop .bin writing; the .bin reader is then checked by test_bin_weights_only."""
+    import inspect
+
+    return "safe_serialization" in inspect.signature(transformers.PreTrainedModel.save_pretrained).parameters
+
+
+def test_bin_weights_are_read_weights_only(tmp_path):
+    hf, src = save_hf(tmp_path, "pythia")
+    from safetensors.torch import load_file
+
+    weights = load_file(os.path.join(src, "model.safetensors"))
+    os.remove(os.path.join(src, "model.safetensors"))
+    torch.save(weights, os.path.join(src, "pytorch_model.bin"))
+    assert import_cli(src, str(tmp_path / "ck")).returncode == 0
+    ours, _, _ = load_checkpoint_model(str(tmp_path / "ck"))
+    tokens = torch.randint(0, V, (2, L))
+    assert abs(perplexity_ours(ours, tokens) / perplexity_hf(hf, tokens) - 1) < 1e-4
+    torch.save({"w": torch.zeros(1), "code": print}, os.path.join(src, "pytorch_model.bin"))  # not weights-only
+    proc = import_cli(src, str(tmp_path / "ck2"))
+    assert proc.returncode != 0 and "not a weights-only torch file" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_tokenizer_travels(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    _, src = save_hf(tmp_path, "pythia")
+    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(V)}, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(os.path.join(src, "tokenizer.json"))
+    assert import_cli(src, str(tmp_path / "ck")).returncode == 0
+    _, cfg, _ = load_checkpoint_model(str(tmp_path / "ck"))
+    assert cfg.data.tokenizer_type == "HFTokenizer" and os.path.isfile(cfg.data.vocab_file)
+    assert os.path.dirname(cfg.data.vocab_file) == str(tmp_path / "ck" / "tokenizer")
+
+
+@pytest.mark.parametrize("edit,message", [
+    ({"architectures": ["GPT2LMHeadModel"]}, "architecture 'GPT2LMHeadModel' is not supported; this importer reads"),
+    ({"intermediate_size": 64}, "the weights do not fit config.json: layers.0.mlp.dense_h_to_4h.weight"),
+    ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 10000.0}}, "rope_type 'llama3' is not imported"),
+])
+def test_bad_hf_directories_get_one_line(tmp_path, edit, message):
+    _, src = save_hf(tmp_path, "llama-mha-untied")
+    path = os.path.join(src, "config.json")
+    cfg = json.load(open(path))
+    cfg.update(edit)
+    json.dump(cfg, open(path, "w"))
+    proc = import_cli(src, str(tmp_path / "ck"))
+    assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and not os.path.exists(tmp_path / "ck")
+
+
+def test_an_existing_output_is_refused_untouched_unless_overwrite(tmp_path):
+    _, src = save_hf(tmp_path, "pythia")
+    out = tmp_path / "ck"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    proc = import_cli(src, str(out))
+    assert proc.returncode != 0 and "--overwrite" in proc.stderr and (out / "keep.txt").read_text() == "mine"
+    assert import_cli(src, str(out), "--overwrite").returncode == 0 and not (out / "keep.txt").exists()
+    assert import_cli(src, src, "--overwrite").returncode != 0  # never into its own input
+    assert os.path.isfile(os.path.join(src, "config.json"))

@@ -1,0 +1,40 @@
+#!/usr/bin/env python
+"""Import a released Hugging Face model (Pythia / GPT-NeoX-20B, Llama, Mistral, as transformers'
+save_pretrained writes them) as a checkpoint of this stack (megatron/interop/hf_import.py):
+
+    python tools/import_hf.py --input pythia-160m/ --output ckpts/pythia-160m
+    python evaluate.py --checkpoint ckpts/pythia-160m --data-path ... --max-factor 4
+
+The output is a TP=1 checkpoint (step 0) with the architecture written as NeoX keys in its
+resolved_config.yml and the tokenizer copied beside it; evaluate.py, generate.py,
+tools/export_hf.py and training (`load:` with `finetune: true`) accept it.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from megatron.errors import run_cli  # noqa: E402
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--input", required=True, help="the HF model directory (config.json + safetensors or .bin)")
+    p.add_argument("--output", required=True, help="the checkpoint directory to write")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing --output directory (all of it; without this flag it is refused)")
+    args = p.parse_args(argv)
+    from megatron.interop.hf_import import import_hf
+
+    step, cfg = import_hf(args.input, args.output, args.overwrite)
+    m = cfg.model
+    print(f"wrote {step}: {m.num_layers} layers, hidden {m.hidden_size}, {m.num_attention_heads} heads, "
+          f"{cfg.describe().splitlines()[1].split(None, 1)[1]}")
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main, "import_hf.py")
