@@ -22,6 +22,7 @@ DEBUG_FLAG = "--debug"
 DEBUG_HINT = f"(run with {DEBUG_FLAG} or {DEBUG_ENV}=1 for the full traceback)"
 
 EXIT_USER_ERROR = 2  # bad input: config, data, checkpoint, CLI flag
+EXIT_MISSING_INPUTS = 3  # the config is valid, only files it names are missing (config.errors.MissingInputs)
 EXIT_SYSTEM_ERROR = 1  # the machine: disk full, permissions, out of memory
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell convention
 

@@ -4,15 +4,36 @@ The runner ssh-checks only the first host of the hostfile and reports it as a Ru
 traceback (another unreachable host fails later, inside pdsh, with the workers half started).
 Here every active host (after include/exclude) is asked `ssh -o BatchMode=yes host true` at once,
 in parallel, with a short timeout: one message lists each unreachable host with ssh's reason.
+
+A hostfile that does not exist is not an error, as in DeepSpeed's runner (fetch_hostfile): it
+warns and trains on this machine's GPUs (or CPUs). NeoX's own configs rely on it
+(`hostfile: /mock_path`). deepy.py prints the runner's warning itself, also on one process,
+where the runner is never started; more than one node without the hostfile is refused before
+launching (megatron/config/inputs.py), where the runner would stop with a ValueError.
 """
 from __future__ import annotations
 
+import os
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 from megatron.errors import UserError
 
 SSH_TIMEOUT_S = 10
+# deepspeed/launcher/runner.py fetch_hostfile's warning, word for word (tests/unit/test_hostfile_missing.py)
+MISSING_HOSTFILE = "Unable to find hostfile, will proceed with training with local resources only."
+
+
+def hostfile_in_use(hostfile: str | None) -> str | None:
+    """The hostfile when it exists; None when unset or missing (then this machine only)."""
+    return hostfile if hostfile and os.path.isfile(hostfile) else None
+
+
+def missing_hostfile_warning(hostfile: str | None) -> str | None:
+    """The warning for a hostfile that is set and does not exist, else None."""
+    if not hostfile or hostfile_in_use(hostfile):
+        return None
+    return f"hostfile {hostfile!r} does not exist. {MISSING_HOSTFILE} (as DeepSpeed's runner does)"
 
 
 def active_hosts(hostfile: str, include: str | None, exclude: str | None) -> list[str]:

@@ -122,9 +122,12 @@ def dry_run(cfg) -> None:
     print(cfg.describe())
     print(f"vocab: {vocab} (from {where})" if vocab is not None else f"vocab: {where}")
     # Arithmetic, O(1) in depth (building the model, even on the meta device, took minutes for
-    # 100,000 layers); equal to count_parameters(GPTModel(...)) by tests/unit/test_config_refusals.py.
-    if vocab is None:
-        print(f"parameters: {parameter_count(cfg.model, 0):,} without the embeddings (vocabulary unknown)")
+    # 100,000 layers); equal to count_parameters(GPTModel(...)) by tests/unit/test_config_refusals.py
+    # and to Hugging Face's models of NeoX's shapes by tests/unit/test_neox_config_parity.py.
+    if vocab is None:  # the rest is still exact: say what the embeddings add per vocabulary entry
+        per_entry = parameter_count(cfg.model, 1) - parameter_count(cfg.model, 0)
+        print(f"parameters: {parameter_count(cfg.model, 0):,} + {per_entry:,} per vocabulary entry (the "
+              "vocabulary is unknown: set padded-vocab-size for the full count)")
     else:
         print(f"parameters: {parameter_count(cfg.model, vocab):,}")
 
@@ -132,10 +135,11 @@ def dry_run(cfg) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Raises ConfigError (every problem at once) before anything is written or started;
     deepy.py turns it into one message (megatron.errors.run_cli)."""
-    from megatron.config import ConfigError, load_config
-    from megatron.config.inputs import input_problems
+    from megatron.config import load_config
+    from megatron.config.inputs import input_problems, inputs_error
     from megatron.config.originals import RESOLVED_NAME, write_originals
     from megatron.config.paths import outside_run_dir
+    from megatron.hosts import hostfile_in_use, missing_hostfile_warning
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
     from megatron.checkpoint.trust import apply_trust_flag
@@ -148,16 +152,15 @@ def main(argv: list[str] | None = None) -> int:
                         + did_you_mean_file(args.user_script, (".py",)))
     cfg = load_config(config_paths(args), overrides=parse_overrides(args.override))
     missing = input_problems(cfg)
-    note = outside_run_dir(cfg)
-    if note:
-        print(f"deepy.py: {note}", flush=True)
+    for note in (outside_run_dir(cfg), missing_hostfile_warning(cfg.parallel.hostfile)):
+        if note:
+            print(f"deepy.py: {note}", flush=True)
     if args.dry_run:
         dry_run(cfg)
-        if missing:  # the settings are printed; the run itself would stop here
-            raise ConfigError(missing)
+    if missing:  # after a dry run's summary: "config OK; missing files only" (exit 3) or a config error
+        raise inputs_error(missing)
+    if args.dry_run:
         return 0
-    if missing:
-        raise ConfigError(missing)
     from megatron.evaluation.harness.cli import eval_argv
 
     if is_eval(args.user_script):
@@ -175,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     resolved = os.path.join(cfg.logging.run_dir, RESOLVED_NAME)
     write_originals(cfg.config_files, cfg.logging.run_dir)  # found beside resolved_config.yml on load
     cfg.save(resolved)
-    if processes_per_node(cfg) > 1 or cfg.parallel.hostfile or (cfg.parallel.num_nodes or 1) > 1:
+    if processes_per_node(cfg) > 1 or hostfile_in_use(cfg.parallel.hostfile) or (cfg.parallel.num_nodes or 1) > 1:
         return launch_with_deepspeed(cfg, args.user_script, resolved)
     # One process: run the script here (no launcher needed; see megatron/training/distributed.py).
     sys.argv = [args.user_script, "--resolved-config", resolved]
@@ -198,11 +201,7 @@ def runner_args(cfg, user_script: str, resolved: str) -> list[str]:
     """The DeepSpeed runner's command line for this config (only the options that are set)."""
     p = cfg.parallel
     out = []
-    if p.hostfile:
-        from megatron.config.errors import ConfigError
-
-        if not os.path.isfile(p.hostfile):
-            raise ConfigError(f"hostfile {p.hostfile!r} does not exist; fix `hostfile:` or remove it")
+    if p.hostfile:  # passed on when missing too: the runner then trains locally, as we announced
         out += ["--hostfile", p.hostfile]
     if p.include:
         out += ["--include", p.include]
@@ -239,9 +238,9 @@ def launch_with_deepspeed(cfg, user_script: str, resolved: str) -> int:
     from megatron.training.signals import forwarding_to_workers
 
     argv = runner_args(cfg, user_script, resolved)
-    if cfg.parallel.hostfile:
-        from megatron.hosts import check_hosts
+    from megatron.hosts import check_hosts, hostfile_in_use
 
+    if hostfile_in_use(cfg.parallel.hostfile):
         check_hosts(cfg.parallel.hostfile, cfg.parallel.include, cfg.parallel.exclude)  # every host, before launching
     print("deepy.py: deepspeed " + " ".join(argv), flush=True)
     try:

@@ -5,24 +5,17 @@ expands it with megatron/utils.py's expand_attention_types; the expanded list mu
 per layer (arguments.py asserts it). Here "global" and "flash" are both our attention: flash-attn
 computes the same causal softmax attention as NeoX's global path, and which kernel runs is
 attention-backend's choice (auto). Every other type is a different architecture or a DeepSpeed
-block-sparse pattern and is refused by name."""
+block-sparse pattern and is refused by name: "local" here (it has a token-exact alternative), the
+rest on their feature's one line (megatron/config/foreign.py)."""
 from __future__ import annotations
 
 TYPES = ("global", "local", "sparse_fixed", "sparse_variable", "bigbird", "bslongformer", "gmlp", "amlp",
          "flash", "rwkv", "mamba")  # NeoX's ATTENTION_TYPE_CHOICES
 SAME_AS_OURS = ("global", "flash")
-REFUSED = {
+REFUSED = {  # the types that are no feature of foreign.py (those are refused there)
     "local": "DeepSpeed's block-sparse sliding window (LocalSlidingWindowSparsityConfig: whole 16-token "
              "blocks, not a token window); for a token-exact sliding window use attention-window "
              "(or sliding-window-width) with global attention",
-    "sparse_fixed": "DeepSpeed block-sparse attention (fixed pattern)",
-    "sparse_variable": "DeepSpeed block-sparse attention (variable pattern)",
-    "bigbird": "DeepSpeed block-sparse attention (BigBird pattern)",
-    "bslongformer": "DeepSpeed block-sparse attention (Longformer pattern)",
-    "gmlp": "gMLP blocks (a gated MLP in place of attention)",
-    "amlp": "aMLP blocks (gMLP with a tiny attention)",
-    "rwkv": "RWKV blocks (a recurrent architecture, not attention)",
-    "mamba": "Mamba blocks (a state-space architecture, not attention)",
 }
 
 
@@ -57,5 +50,5 @@ def problems(config, num_layers: int) -> list[str]:
         return [f"unknown attention type(s) {unknown}; NeoX's are {', '.join(TYPES)}"]
     if len(layers) != num_layers:
         return [f"gives {len(layers)} layer types for num-layers {num_layers} (NeoX requires one per layer)"]
-    refused = [t for t in dict.fromkeys(layers) if t not in SAME_AS_OURS]
+    refused = [t for t in dict.fromkeys(layers) if t in REFUSED]
     return [f"attention type {t!r} is not supported here: {REFUSED[t]}" for t in refused]

@@ -8,15 +8,16 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
-from megatron.errors import UserError
+from megatron.errors import EXIT_MISSING_INPUTS, UserError
 
 # Problem kinds, so callers (and tests) can tell a fragment missing required keys from a bad file.
-FILE, UNKNOWN, MISSING, VALUE = "file", "unknown", "missing", "value"
+# INPUT: a data/tokenizer/checkpoint file the config names is not on this machine (the config is fine).
+FILE, UNKNOWN, MISSING, VALUE, INPUT = "file", "unknown", "missing", "value", "input"
 
 
 @dataclass(frozen=True)
 class Problem:
-    kind: str  # one of FILE, UNKNOWN, MISSING, VALUE
+    kind: str  # one of FILE, UNKNOWN, MISSING, VALUE, INPUT
     message: str  # full human sentence, already naming key, value, origin and expectation
 
     def __str__(self) -> str:
@@ -47,10 +48,23 @@ def did_you_mean(word: str, candidates, quote=repr) -> str:
 class ConfigError(UserError):
     """A configuration the loader rejects; `problems` lists every issue found."""
 
+    head = "invalid configuration"
+    counted = "problems"
+
     def __init__(self, problems: list[Problem] | str):
         if isinstance(problems, str):
             problems = [Problem(VALUE, problems)]
         self.problems = list(problems)
         n = len(self.problems)
-        head = "invalid configuration" if n == 1 else f"invalid configuration ({n} problems)"
+        head = self.head if n == 1 else f"{self.head} ({n} {self.counted})"
         super().__init__(head + ":\n" + "\n".join(f"  - {p}" for p in self.problems))
+
+
+class MissingInputs(ConfigError):
+    """The configuration is valid; only files it names (data, tokenizer, checkpoint) are not on this
+    machine. Its own exit status, so a script (or a user with `deepy.py --dry-run` on a machine
+    without the data) can tell it from a config that is wrong."""
+
+    head = "config OK; missing files only"
+    counted = "inputs"
+    exit_code = EXIT_MISSING_INPUTS

@@ -4,7 +4,7 @@ from __future__ import annotations
 import copy
 
 from megatron.config.errors import Problem
-from megatron.config.foreign import feature_of, refusals
+from megatron.config.foreign import attention_type_names, feature_of, feature_of_attention_type, refusals
 from megatron.config.schema import ALIASES, KEYS, canonical, hyphen
 from megatron.config.sources import Entry
 from megatron.config.validate import unknown_problem, value_problem
@@ -23,6 +23,10 @@ def merge_entries(entries: list[Entry]) -> tuple[dict, dict, list[Problem]]:
             foreign.setdefault(feature_of(name), []).append((name, e.key, e.value, e.origin))
         else:
             problems.append(unknown_problem(e.key, e.origin))
+    for feature in dict.fromkeys(map(feature_of_attention_type, attention_type_names(merged.get("attention_config")))):
+        if feature is not None:  # on that feature's line (foreign.py), not a second one
+            foreign.setdefault(feature, []).append(("attention_config", "attention_config", merged["attention_config"],
+                                                    origins["attention_config"]))
     problems += refusals(foreign)
     for target, (alias, e) in alias_vals.items():
         if target not in merged:

@@ -13,6 +13,7 @@ from functools import partial
 import yaml
 
 from megatron.config.checkpoint import CheckpointConfig
+from megatron.config.cross import cross_section_problems
 from megatron.config.data import DataConfig
 from megatron.config.errors import ConfigError, Problem
 from megatron.config.loader import read_entries
@@ -27,7 +28,7 @@ from megatron.config.precision import PrecisionConfig
 from megatron.config.schema import KEYS, SECTIONS
 from megatron.config.sources import Entry
 from megatron.config.training import TrainingConfig
-from megatron.config.validate import cross_section_problems, type_section
+from megatron.config.validate import type_section
 
 _HEADER = ("# Resolved configuration (NeoX flat keys, every key explicit), written by megatron.config.\n"
            "# Load it with NeoXConfig.from_file(path), or pass it to deepy.py as the only config file.\n")
@@ -59,20 +60,19 @@ class NeoXConfig:
         merged, origins, found = merge_entries(entries)
         if problems:
             raise ConfigError(list(problems) + found)
-        sections, clean = {}, True
+        sections = {}
         for sec, sec_cls in SECTIONS.items():
             kwargs, sec_problems = type_section(sec, merged, origins)
             found += sec_problems
-            if sec_problems:
-                clean = False
+            if sec_problems:  # its own rules and the rules reading it would judge guessed values
                 continue
             sections[sec] = sec_cls(**kwargs)
             found += located(sections[sec].check(), partial(getattr, sections[sec]), origins)
-        if clean:
-            cfg = cls(**sections, config_files=dict(texts), _sources=tuple(entries))
-            found += located(cross_section_problems(cfg), partial(_flat_value, cfg), origins)
+        # every rule across sections whose sections built: a typo elsewhere does not hide it
+        found += located(cross_section_problems(sections), partial(_section_value, sections), origins)
         if found:
             raise ConfigError(found)
+        cfg = cls(**sections, config_files=dict(texts), _sources=tuple(entries))
         return derive_paths(cfg, run_name)
 
     @classmethod
@@ -119,8 +119,8 @@ class NeoXConfig:
         return describe(self)
 
 
-def _flat_value(cfg: NeoXConfig, name: str):
-    return getattr(getattr(cfg, KEYS[name].section), name)
+def _section_value(sections: dict, name: str):
+    return getattr(sections[KEYS[name].section], name)
 
 
 def load_config(paths=(), overrides: dict | None = None) -> NeoXConfig:

@@ -16,7 +16,9 @@ class ParallelConfig:
     sequence_parallel: bool = key(False, "Megatron sequence parallelism (with tensor parallelism).")
     num_gpus: int | None = key(None, "GPUs per node for the launcher; null = all visible.", ge=1)
     num_nodes: int | None = key(None, "Nodes for the launcher; null = all in the hostfile.", ge=1)
-    hostfile: str | None = key(None, "DeepSpeed hostfile (multi-node).")
+    hostfile: str | None = key(
+        None, "DeepSpeed hostfile (multi-node). A path that does not exist is DeepSpeed's runner's case: its "
+        "warning, then training on this machine (NeoX's configs set /mock_path); refused with num-nodes > 1.")
     include: str | None = key(None, "DeepSpeed runner --include (hosts/GPUs to use).")
     exclude: str | None = key(None, "DeepSpeed runner --exclude (hosts/GPUs to skip).")
     master_addr: str | None = key(None, "Rendezvous address; null = the launcher's choice.")

@@ -1,7 +1,8 @@
 """Typing raw values against the schema, and the rules that span sections.
 
 Field-level problems (type, choices, bounds, missing) come first; a section's own cross-field
-rules run only when all its fields typed cleanly, so one typo never cascades into noise.
+rules run only when all its fields typed cleanly, so one typo never cascades into noise (the
+rules across sections do the same per section: megatron/config/cross.py).
 """
 from __future__ import annotations
 
@@ -79,17 +80,3 @@ def type_section(section: str, merged: dict, origins: dict) -> tuple[dict, list[
         else:
             kwargs[info.name] = value
     return kwargs, problems
-
-
-def cross_section_problems(cfg) -> list[tuple[str, str]]:
-    """Rules that read more than one section, as (key, what is wrong)."""
-    out = []
-    tp = cfg.parallel.model_parallel_size
-    if cfg.model.num_attention_heads % tp:
-        out.append(("num_attention_heads", f"must be divisible by model-parallel-size ({tp})"))
-    if (cfg.model.pos_clamp == "projected" and cfg.precision.dtype == "fp16"
-            and cfg.optimizer.zero_optimization.get("stage", 0) == 0):
-        # DeepSpeed's fp16 optimizer without ZeRO keeps its fp32 master weights where no API reaches
-        out.append(("pos_clamp", "projected cannot clamp the fp32 master weights of fp16 training without "
-                    "ZeRO; use bf16, zero_optimization stage >= 1, or pos-clamp: straight-through"))
-    return out

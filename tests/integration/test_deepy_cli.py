@@ -79,17 +79,18 @@ def test_missing_inputs_fail_at_once_before_anything_is_written(tmp_path):
     for dry in (["--dry-run"], []):
         start = time.time()
         proc = deepy(*dry, "train.py", cfg)
-        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        # the config itself is fine: its own exit status, told apart from a config error (2)
+        assert proc.returncode == 3 and "Traceback" not in proc.stderr, proc.stderr
         assert time.time() - start < 30
         err = proc.stderr
-        assert "(3 problems)" in err and "run.yml" in err
+        assert "config OK; missing files only (3 inputs)" in err and "run.yml" in err
         assert "no_such_prefix.bin and" in err and "vocab-file" in err and "old_run" in err
         assert f"load {tmp_path / 'old_run'} is outside run-dir" in proc.stdout  # announced at start
     assert not (tmp_path / "run").exists()
     # train.py run directly checks the same, before DeepSpeed
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), cfg], capture_output=True, text=True,
                           cwd=ROOT, timeout=120)
-    assert proc.returncode == 2 and "no_such_prefix.bin" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == 3 and "no_such_prefix.bin" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_deepy_run_keeps_original_configs_in_checkpoints_and_follows_run_dir(tmp_path):

@@ -131,7 +131,8 @@ def test_missing_checkpoint_is_one_clear_error(trained, tmp_path):
     proc = run("evaluate.py", "--checkpoint", str(tmp_path / "nowhere"), "--tasks", "kerple_local")
     assert proc.returncode == 2 and "does not exist" in proc.stderr
     proc = run("deepy.py", "eval.py", trained[0], "-o", f"load={tmp_path / 'nowhere'}", "--eval_tasks", "kerple_local")
-    assert proc.returncode == 2 and "no such directory; point it at a checkpoint directory" in proc.stderr
+    # the config is fine, the checkpoint is not on this machine: EXIT_MISSING_INPUTS
+    assert proc.returncode == 3 and "no such directory; point it at a checkpoint directory" in proc.stderr
     # a fresh clone: load is the run's own (derived) checkpoint directory, never trained into
     proc = run("deepy.py", "eval.py", trained[0], "-o", f"save={tmp_path / 'fresh' / 'checkpoints'}",
                "--eval_tasks", "kerple_local")
