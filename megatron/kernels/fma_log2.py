@@ -1,8 +1,8 @@
 """log2 for z >= 1 on the FMA pipe: the exponent from the float's bits, the mantissa's log2 from
 a degree-7 polynomial (7 FFMA and one for the sum), with no special cases.
 
-Why not tl.log / tl.log2: compiled Triton calls libdevice's logf/log2f, which spends ~15
-instructions a score (its own polynomial plus checks for 0, negatives, infinities and
+Why not tl.log / tl.log2: compiled Triton calls libdevice's logf/log2f, which spends ~14
+instructions a score (a polynomial of its own plus checks for 0, negatives, infinities and
 subnormals); the KERPLE-log bias evaluates it once per score, which was most of the inner loop's
 extra work over ALiBi (tools/sass_mix.py). Every argument here is 1 + r2 * x with r2 >= 1e-2
 and x >= 0 (or a distance >= 1), so it is finite and normal and none of those checks can fire.
