@@ -20,7 +20,8 @@ import triton
 import triton.language as tl
 
 from megatron.kernels.bands import band_bounds, key_walk, query_walk
-from megatron.kernels.distance_bias import LN2, LOG2E, cast, load_head_params, mm, pow_and_log, score_bias, score_weight
+from megatron.kernels.distance_bias import LN2, LOG2E, cast, load_head_params, mm, pow_and_log, score_bias_log2, score_weight
+from megatron.kernels.fma_log2 import log2_ge1
 
 
 @triton.jit
@@ -49,7 +50,7 @@ def _probabilities(q, k, q_pos, cols, lse, row_ok, col_ok, r1, r2, r3, w_a, w_p,
         w = score_weight(d, w_a, w_p, HAS_WA, HAS_WP)
         s = s * w
     if BIAS != 0:
-        s = s + score_bias(d, d_index, r1, r2, r3, lut_row, BIAS, HAS_R2, HAS_R3, MAXD) * LOG2E
+        s = s + score_bias_log2(d, d_index, r1, r2, r3, lut_row, BIAS, HAS_R2, HAS_R3, MAXD)
     p = tl.exp2(s - (lse * LOG2E)[:, None])
     if MASKED:
         p = tl.where(allowed, p, 0.0)
@@ -90,11 +91,14 @@ def attention_bwd_dkdv_kernel(
 
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-    g_r1 = tl.zeros([], dtype=tl.float32)
-    g_r2 = tl.zeros([], dtype=tl.float32)
-    g_r3 = tl.zeros([], dtype=tl.float32)
-    g_wa = tl.zeros([], dtype=tl.float32)
-    g_wp = tl.zeros([], dtype=tl.float32)
+    # Parameter gradients, summed per query row of the tile across the walk and over the rows
+    # once after it: a whole-tile sum per step would cross warps (shared memory and a barrier
+    # per parameter per tile). Constant factors (-r1, -ln 2, ...) are applied after the walk too.
+    g_r1 = tl.zeros([BLOCK_M], dtype=tl.float32)
+    g_r2 = tl.zeros([BLOCK_M], dtype=tl.float32)
+    g_r3 = tl.zeros([BLOCK_M], dtype=tl.float32)
+    g_wa = tl.zeros([BLOCK_M], dtype=tl.float32)
+    g_wp = tl.zeros([BLOCK_M], dtype=tl.float32)
     slots = tl.arange(0, NSLOT)
     g_table = tl.zeros([NSLOT], dtype=tl.float32)
 
@@ -118,29 +122,28 @@ def attention_bwd_dkdv_kernel(
             dp = mm(do, tl.trans(v), PRECISION, UPCAST)
             ds = p * (dp - delta[:, None])  # dL/dS, 0 where masked
 
-            if BIAS == 1:  # -r1 * log(1 + r2 x), x = d**r3
+            if BIAS == 1:  # -r1 * log(1 + r2 x), x = d**r3: factors -ln 2, -r1, -r1 r2 after the walk
                 x, log_d = pow_and_log(d, r3, HAS_R3)
                 den = 1.0 + r2 * x
-                g_r1 += tl.sum(tl.sum(-ds * tl.log(den), 1), 0)
-                g_r2 += tl.sum(tl.sum(-ds * r1 * x / den, 1), 0)
+                g_r1 += tl.sum(ds * log2_ge1(den), 1)  # the same log2 as the bias's (one evaluation)
+                ds_x_den = ds * (x / den)
+                g_r2 += tl.sum(ds_x_den, 1)
                 if HAS_R3:
-                    g_r3 += tl.sum(tl.sum(-ds * r1 * r2 * x * log_d / den, 1), 0)
-            if BIAS == 2:  # -r2 * x, x = d**r3
+                    g_r3 += tl.sum(ds_x_den * log_d, 1)
+            if BIAS == 2:  # -r2 * x, x = d**r3: factors -1, -r2 after the walk
                 x, log_d = pow_and_log(d, r3, HAS_R3)
-                g_r2 += tl.sum(tl.sum(-ds * x, 1), 0)
+                ds_x = ds * x
+                g_r2 += tl.sum(ds_x, 1)
                 if HAS_R3:
-                    scale_r2 = 1.0
-                    if HAS_R2:
-                        scale_r2 = r2
-                    g_r3 += tl.sum(tl.sum(-ds * scale_r2 * x * log_d, 1), 0)
+                    g_r3 += tl.sum(ds_x * log_d, 1)
             if N_JAC > 0:  # table path: JAC[k, h, d] = d table[h, d] / d param k (kernels/bias_table.py)
                 jac = JAC + h * (MAXD + 1) + tl.minimum(d_index, MAXD)
                 jac_stride = H * (MAXD + 1)
-                g_r1 += tl.sum(tl.sum(ds * tl.load(jac), 1), 0)
+                g_r1 += tl.sum(ds * tl.load(jac), 1)
                 if N_JAC > 1:
-                    g_r2 += tl.sum(tl.sum(ds * tl.load(jac + jac_stride), 1), 0)
+                    g_r2 += tl.sum(ds * tl.load(jac + jac_stride), 1)
                 if N_JAC > 2:
-                    g_r3 += tl.sum(tl.sum(ds * tl.load(jac + 2 * jac_stride), 1), 0)
+                    g_r3 += tl.sum(ds * tl.load(jac + 2 * jac_stride), 1)
             if LUT_GRAD:  # table[bucket(d), h]: sum dS per bucket
                 bucket = tl.load(BUCKET + tl.minimum(d_index, MAXD))
                 # Buckets grow with d, so the tile only touches those between its smallest and largest
@@ -154,13 +157,10 @@ def attention_bwd_dkdv_kernel(
                     g_table += tl.where(slots == t, g_t, 0.0)
             if HAS_WEIGHT:  # w = exp(-w_a y), y = d**w_p; dL/dw = dS * S_raw
                 y, log_d = pow_and_log(d, w_p, HAS_WP)
-                dw = ds * (s_raw * LN2) * w  # S_raw back to natural units
-                g_wa += tl.sum(tl.sum(-dw * y, 1), 0)
+                dw_y = ds * (s_raw * LN2) * w * y  # S_raw back to natural units; factors -1, -w_a after
+                g_wa += tl.sum(dw_y, 1)
                 if HAS_WP:
-                    scale_wa = 1.0
-                    if HAS_WA:
-                        scale_wa = w_a
-                    g_wp += tl.sum(tl.sum(-dw * scale_wa * y * log_d, 1), 0)
+                    g_wp += tl.sum(dw_y * log_d, 1)
                 ds = ds * w
             dk += mm(tl.trans(cast(ds, q.dtype, UPCAST)), q, PRECISION, UPCAST)
 
@@ -169,11 +169,27 @@ def attention_bwd_dkdv_kernel(
     tl.store(DV + b * sdvb + h * sdvh + cols[:, None] * sdvn + offs_d[None, :],
              cast(dv, DV.dtype.element_ty, UPCAST), mask=kv_mask)
     if not LUT_GRAD:
-        g_table = tl.where(slots == 0, g_r1, g_table)
-        g_table = tl.where(slots == 1, g_r2, g_table)
-        g_table = tl.where(slots == 2, g_r3, g_table)
-        g_table = tl.where(slots == 3, g_wa, g_table)
-        g_table = tl.where(slots == 4, g_wp, g_table)
+        # The constant factors of each gradient (see the walk), now that the rows are summed.
+        f_r1 = 1.0
+        f_r2 = -1.0
+        f_r3 = -1.0
+        if BIAS == 1:
+            f_r1 = -LN2
+            f_r2 = -r1
+            f_r3 = -r1 * r2
+        if BIAS == 2 and HAS_R2:
+            f_r3 = -r2
+        if N_JAC > 0:  # the table's derivatives carry their own signs and factors
+            f_r2 = 1.0
+            f_r3 = 1.0
+        f_wp = -1.0
+        if HAS_WA:
+            f_wp = -w_a
+        g_table = tl.where(slots == 0, f_r1 * tl.sum(g_r1, 0), g_table)
+        g_table = tl.where(slots == 1, f_r2 * tl.sum(g_r2, 0), g_table)
+        g_table = tl.where(slots == 2, f_r3 * tl.sum(g_r3, 0), g_table)
+        g_table = tl.where(slots == 3, -tl.sum(g_wa, 0), g_table)
+        g_table = tl.where(slots == 4, f_wp * tl.sum(g_wp, 0), g_table)
     tl.store(PART + (bh * N_KEY_BLOCKS + start_n) * NSLOT + slots, g_table)
 
 

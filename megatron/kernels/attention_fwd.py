@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from megatron.kernels.bands import band_bounds, key_walk
-from megatron.kernels.distance_bias import LN2, LOG2E, cast, load_head_params, mm, score_bias, score_weight
+from megatron.kernels.distance_bias import LN2, LOG2E, cast, load_head_params, mm, score_bias_log2, score_weight
 
 NEG = tl.constexpr(-1.0e30)  # a constexpr global: compiled Triton refuses plain globals
 
@@ -55,8 +55,8 @@ def _fwd_band(acc, m_i, l_i, q, k_base, v_base, skn, svn, lo, hi, q_pos, offs_n,
         d = d_index.to(tl.float32)
         if HAS_WEIGHT:
             s = s * score_weight(d, w_a, w_p, HAS_WA, HAS_WP)
-        if BIAS != 0:  # one fused multiply-add into log2 units
-            s = s + score_bias(d, d_index, r1, r2, r3, lut_row, BIAS, HAS_R2, HAS_R3, MAXD) * LOG2E
+        if BIAS != 0:  # already in log2 units
+            s = s + score_bias_log2(d, d_index, r1, r2, r3, lut_row, BIAS, HAS_R2, HAS_R3, MAXD)
         if MASKED:
             s = tl.where(allowed, s, NEG)
 
@@ -103,7 +103,7 @@ def attention_fwd_kernel(
     q_pos = Q0 + offs_m
     # Scores are kept in log2 units (S * log2 e) so the softmax uses exp2, which is what the GPU
     # computes natively: tl.exp would multiply by log2 e once per score again. The weight is a
-    # factor (unit-free); the bias is scaled in the same multiply-add that adds it.
+    # factor (unit-free); the bias comes in log2 units (distance_bias.score_bias_log2).
     qk_scale = sm_scale * LOG2E
     start_b = 0
     if HAS_STARTS:

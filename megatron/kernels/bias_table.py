@@ -17,9 +17,10 @@ keeps the existing (B*H, key blocks, slots) partials (O(L) memory with the [3, H
 stays bitwise reproducible.
 
 Selection: `KERPLE_TRITON_BIAS` = auto (default) | table | inline. auto tabulates the biases that
-cost a transcendental per score (log, or power with an exponent) and keeps a linear bias (ALiBi,
--slope * d: one multiply, cheaper than a load) inline. Lookup biases (T5, Sandwich) are tables
-already; a score weight (bias+wht) is always evaluated inline."""
+cost a log and an exp per score (a learned exponent: kerple_log_3para, power with an exponent) and
+keeps inline a linear bias (ALiBi, -slope * d: one multiply, cheaper than a load) and KERPLE-log
+(-r1 log(1 + r2 d): one FMA-pipe log2, kernels/fma_log2.py). Lookup biases (T5, Sandwich) are
+tables already; a score weight (bias+wht) is always evaluated inline."""
 from __future__ import annotations
 
 import dataclasses
@@ -41,7 +42,15 @@ def bias_path(kernel, choice: str | None = None) -> str:
     if kernel.bias not in TABULATED_KINDS:
         return "inline"  # none: nothing to tabulate; lookup: a table already
     if choice == "auto":
-        return "table" if kernel.bias == "log" or kernel.r3 is not None else "inline"
+        # KERPLE-log inline. Measured on one H200 (2026-11-27, bf16, forward, hd 128, L = 2048):
+        # the table path ran at 0.43x of FlexAttention ALiBi, the inline path (then with
+        # libdevice's log) at 0.76x, though the table's inner loop has fewer instructions: its
+        # per-score gathers cost more than their count. Inner loop per tile after the FMA-pipe
+        # log2 (tools/sass_mix.py, sm_90, hd 128; docs/benchmarks.md `sass`): inline / table
+        # fwd 1108 / 785, bwd_dkdv 927 / 1180 (the table's with 66 per-score loads and a 272 B
+        # spill stack), bwd_dq 464 / 389. A learned exponent (r3) keeps the table until a GPU
+        # times it: inline it adds an exp2 per score and a log in the backward.
+        return "table" if kernel.r3 is not None else "inline"
     return choice
 
 

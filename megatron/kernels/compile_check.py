@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # Compiled Triton 3.9 warns once unless this is set; keep its current default (fusion on).
 os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
@@ -35,6 +35,11 @@ TRITON_DTYPES = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16"}
 ACTIVATION_PTRS = {"Q", "K", "V", "DO", "DK", "DV", "DQ"}
 FLOAT32_PTRS = {"OUT", "LSE", "DELTA", "PART", "R1", "R2", "R3", "WA", "WP", "LUT", "JAC"}
 FLOAT_SCALARS = {"sm_scale"}
+# Integer arguments that a typical call passes as multiples of 16 (strides of (B, H, L, D) tensors
+# or of fused-QKV views, lengths such as 2048, q0 = k0 = 0, no window = 0, key-block counts).
+# The launcher marks such values (and 16-byte aligned pointers) `tt.divisibility=16`, which lets
+# the compiler vectorize loads; without the marks K and V are fetched 2 bytes at a time.
+ALIGNED_INTS = {"LQ", "LK", "Q0", "K0", "WINDOW", "N_KEY_BLOCKS"}
 # Scheme kinds as the launcher's constexprs (megatron/kernels/attention.py _meta).
 SCHEMES = {
     "plain": dict(BIAS=0, HAS_R2=False, HAS_R3=False, HAS_WEIGHT=False, HAS_WA=False, HAS_WP=False),
@@ -47,7 +52,10 @@ SCHEMES = {
                 LUT_GRAD=True),
     "sandwich": dict(BIAS=3, HAS_R2=False, HAS_R3=False, HAS_WEIGHT=False, HAS_WA=False, HAS_WP=False,
                      LUT_GRAD=False),
-    # kerple_log_3para on the table path (kernels/bias_table.py): a lookup plus 3 derivative tables.
+    # KERPLE-log on the table path (kernels/bias_table.py): a lookup plus one derivative table per
+    # parameter (2: r1, r2; 3 with the exponent r3).
+    "kerple_log_table": dict(BIAS=3, HAS_R2=False, HAS_R3=False, HAS_WEIGHT=False, HAS_WA=False,
+                             HAS_WP=False, LUT_GRAD=False, N_JAC=2),
     "kerple_log_3para_table": dict(BIAS=3, HAS_R2=False, HAS_R3=False, HAS_WEIGHT=False, HAS_WA=False,
                                    HAS_WP=False, LUT_GRAD=False, N_JAC=3),
 }
@@ -65,6 +73,7 @@ class Compiled:
     shared_bytes: int
     registers: int | None
     spills: int | None
+    cubin: bytes = field(default=b"", repr=False)  # the sm_<arch> binary, for disassembly (tools/sass_mix.py)
 
 
 def _signature(fn, dtype: str, constexprs: dict) -> dict:
@@ -87,10 +96,25 @@ def _signature(fn, dtype: str, constexprs: dict) -> dict:
     return sig
 
 
+def _aligned_attrs(fn, sig: dict) -> dict:
+    """The divisibility marks a typical launch gets (triton's specialization: a pointer whose
+    address, or an int whose value, is a multiple of 16 is marked 'D'): every pointer, every
+    stride (the i32 arguments named s...) and ALIGNED_INTS."""
+    marked = {}
+    for i, name in enumerate(fn.arg_names):
+        kind = sig[name]
+        stride = kind == "i32" and name.startswith("s")
+        if kind.startswith("*") or stride or (kind == "i32" and name in ALIGNED_INTS):
+            marked[(i,)] = [["tt.divisibility", 16]]
+    return marked
+
+
 def compile_variant(kernel: str, scheme: str, dtype: str, head_dim: int, window: bool,
                     arch: int = 90, blocks: tuple[int, int] = (64, 64), num_warps: int = 4,
-                    num_stages: int = 2, padded: bool = False) -> Compiled:
-    """Compile one kernel variant for sm_<arch>; raises triton's CompilationError on bad code."""
+                    num_stages: int = 2, padded: bool = False, aligned: bool = False) -> Compiled:
+    """Compile one kernel variant for sm_<arch>; raises triton's CompilationError on bad code.
+    aligned: compile as a typical launch specializes (_aligned_attrs); False compiles the
+    most general variant (any pointer alignment, any lengths), which every call can fall back to."""
     fn = KERNELS[kernel]
     constexprs = dict({"LUT_GRAD": False, "N_JAC": 0, **SCHEMES[scheme]},
                       D=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
@@ -101,15 +125,16 @@ def compile_variant(kernel: str, scheme: str, dtype: str, head_dim: int, window:
     if kernel == "bwd_dkdv":
         constexprs.update(NSLOT=32 if scheme == "rpe" else 8)
     constexprs = {k: v for k, v in constexprs.items() if k in fn.arg_names}
-    src = ASTSource(fn, _signature(fn, dtype, constexprs),
-                    constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
+    sig = _signature(fn, dtype, constexprs)
+    src = ASTSource(fn, sig, constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()},
+                    attrs=_aligned_attrs(fn, sig) if aligned else None)
     start = time.perf_counter()
     out = triton.compile(src, target=GPUTarget("cuda", arch, 32),
                          options={"num_warps": num_warps, "num_stages": num_stages})
     seconds = time.perf_counter() - start
     meta = out.metadata
     return Compiled(kernel, scheme, dtype, head_dim, window, f"sm_{arch}", seconds, meta.shared,
-                    getattr(out, "n_regs", None), getattr(out, "n_spills", None))
+                    getattr(out, "n_regs", None), getattr(out, "n_spills", None), out.asm["cubin"])
 
 
 # One variant per kernel with the riskiest features (3 parameters, weight, lookup, window, head

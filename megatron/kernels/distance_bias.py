@@ -7,6 +7,8 @@ BIAS = 0 none, 1 log, 2 power, 3 lookup (a T5 table, or a tabulated fixed functi
 import triton
 import triton.language as tl
 
+from megatron.kernels.fma_log2 import log2_ge1
+
 BIAS_CODES = {"none": 0, "log": 1, "power": 2, "lookup": 3}
 # The kernels' softmax works in log2 units (exp2): scores and biases are scaled by LOG2E.
 LOG2E = tl.constexpr(1.4426950408889634)
@@ -15,14 +17,16 @@ LN2 = tl.constexpr(0.6931471805599453)
 
 @triton.jit
 def pow_and_log(d, p, HAS_P: tl.constexpr):
-    """(d**p, log d) with d**p = 0 and log d = 0 at d = 0; without p: (d, log d)."""
+    """(d**p, log d) with d**p = 0 and log d = 0 at d = 0; without p: (d, log d). d is an integer
+    distance, so d > 0 means d >= 1: log2 on the FMA pipe (kernels/fma_log2.py), and d**p as one
+    exp2 (the hardware's own), not libdevice's log and exp."""
     positive = d > 0
-    log_d = tl.log(tl.where(positive, d, 1.0))
+    log2_d = log2_ge1(tl.where(positive, d, 1.0))
     if HAS_P:
-        x = tl.where(positive, tl.exp(p * log_d), 0.0)
+        x = tl.where(positive, tl.exp2(p * log2_d), 0.0)
     else:
         x = d
-    return x, log_d
+    return x, log2_d * LN2
 
 
 @triton.jit
@@ -35,18 +39,21 @@ def score_weight(d, w_a, w_p, HAS_WA: tl.constexpr, HAS_WP: tl.constexpr):
 
 
 @triton.jit
-def score_bias(d, d_index, r1, r2, r3, lut_row, BIAS: tl.constexpr, HAS_R2: tl.constexpr,
-               HAS_R3: tl.constexpr, MAXD):
-    """The additive bias block. lut_row points at this head's lookup values (lookup kind only);
-    d_index is the integer distance block used to index it."""
+def score_bias_log2(d, d_index, r1, r2, r3, lut_row, BIAS: tl.constexpr, HAS_R2: tl.constexpr,
+                    HAS_R3: tl.constexpr, MAXD):
+    """The additive bias block in the softmax's log2 units (the bias times LOG2E). lut_row points
+    at this head's lookup values (lookup kind only); d_index is the integer distance block used to
+    index it. The log kind needs no LOG2E at all: -r1 * ln(z) * LOG2E = -r1 * log2(z), with
+    z = 1 + r2 x >= 1 (r2 >= 1e-2, x >= 0), so log2 runs on the FMA pipe (kernels/fma_log2.py)."""
     if BIAS == 3:
-        return tl.load(lut_row + tl.minimum(d_index, MAXD))
+        return tl.load(lut_row + tl.minimum(d_index, MAXD)) * LOG2E
     x, _ = pow_and_log(d, r3, HAS_R3)
     if BIAS == 1:
-        return -r1 * tl.log(1.0 + r2 * x)
+        return -r1 * log2_ge1(1.0 + r2 * x)
+    slope = LOG2E  # a scalar: the per-score work stays one multiply
     if HAS_R2:
-        x = r2 * x
-    return -x
+        slope = r2 * LOG2E
+    return -slope * x
 
 
 @triton.jit

@@ -1,0 +1,114 @@
+"""tools/sass_mix.py and megatron/kernels/sass.py: the loop finding and counting on a handcrafted
+nvdisasm listing (no compiler), then one real sm_90 compile of the plain forward kernel."""
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+
+from megatron.kernels import sass
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def listing(src: str) -> str:
+    """nvdisasm -c -g shaped text. Three loops: .L_x_1 (masked: its code comes from line 2 of
+    `src`, which mentions `allowed`), .L_x_3 (the unmasked band: MMAs, line 3) holding an inner
+    loop .L_x_4 without MMAs (a bucket loop), and .L_x_6, a loop without MMAs."""
+    return f"""
+        /*0000*/                   LDC R1, c[0x0][0x28] ;
+.L_x_1:
+\t//## File "{src}", line 2
+        /*0010*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], RZ, !UPT ;
+        /*0020*/                   FSEL R3, R3, -1.00000001504746621788e+30, P0 ;
+        /*0030*/              @!P0 BRA `(.L_x_1) ;
+        /*0040*/               @P0 BRA `(.L_x_2) ;
+.L_x_3:
+\t//## File "{src}", line 3
+        /*0050*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], R24, gsb0 ;
+        /*0060*/                   HMMA.16816.F32.BF16 R8, R12, R16, R8 ;
+        /*0070*/                   MUFU.EX2 R5, R5 ;
+        /*0080*/              @!P1 MUFU.LG2 R6, R6 ;
+        /*0090*/                   MUFU.RCP R7, R7 ;
+        /*00a0*/                   MUFU.TANH R7, R7 ;
+        /*00b0*/                   LDG.E.U16 R9, desc[UR6][R10.64] ;
+        /*00c0*/                   LDGSTS.E.BYPASS.128 [R2], desc[UR6][R4.64] ;
+        /*00d0*/                   LDSM.16.MT88.4 R20, [R2] ;
+        /*00e0*/                   STL [R1+0x10], R47 ;
+        /*00f0*/                   IMAD.IADD R11, R11, 0x1, R15 ;
+        /*0100*/                   LOP3.LUT R0, R0, 0x4, RZ, 0xfc, !PT ;
+        /*0110*/                   FFMA.FTZ R4, R4, R5, R6 ;
+        /*0120*/                   FFMA R4, R4, R5, R6 ;
+        /*0130*/                   FMUL R4, R4, 0.5 ;
+        /*0140*/                   FADD R4, R4, -R5 ;
+        /*0150*/                   FMNMX R4, R4, R5, !PT ;
+        /*0160*/                   I2FP.F32.S32 R4, R4 ;
+.L_x_4:
+        /*0170*/                   IADD3 R2, R2, 0x1, RZ ;
+        /*0180*/              @P2 BRA `(.L_x_4) ;
+        /*0190*/                   SHFL.BFLY PT, R3, R4, 0x1, 0x1f ;
+        /*01a0*/              @!P0 BRA `(.L_x_3) ;
+.L_x_2:
+.L_x_6:
+        /*01b0*/                   IADD3 R2, R2, 0x1, RZ ;
+        /*01c0*/                   BRA `(.L_x_6);
+        /*01d0*/                   EXIT ;
+"""
+
+
+@pytest.fixture
+def src(tmp_path):
+    path = tmp_path / "kernel.py"
+    path.write_text("def k():\n    s = tl.where(allowed, s, NEG)\n    s = s + bias\n")
+    return str(path)
+
+
+def test_parse_finds_labels_branches_and_source_lines(src):
+    prog = sass.parse(listing(src))
+    assert len(prog.instrs) == 30
+    assert prog.labels == {".L_x_1": 1, ".L_x_3": 5, ".L_x_4": 23, ".L_x_2": 27, ".L_x_6": 27}
+    assert prog.instrs[3].opcode == "BRA" and prog.instrs[3].target == ".L_x_1"
+    assert prog.instrs[8].opcode == "MUFU.LG2"  # the predicate is not part of the opcode
+    assert prog.instrs[0].source is None and prog.instrs[5].source == (src, 3)
+    # backward branches only: .L_x_2 is a forward jump
+    assert sass.loops(prog) == [(1, 3), (23, 24), (5, 26), (27, 28)]
+
+
+def test_hot_loop_is_the_unmasked_mma_loop_counted_once_per_instruction(src):
+    prog = sass.parse(listing(src))
+    first, last = sass.hot_loop(prog, sass.source_mentions("allowed"))
+    assert (first, last) == (5, 26)
+    counts = sass.mix(prog.instrs[first:last + 1])
+    expected = {"mma": 2, "mufu.ex2": 1, "mufu.lg2": 1, "mufu.rcp": 1, "mufu.other": 1, "ldg": 1, "ldgsts": 1,
+                "shared": 1, "local": 1, "int": 3, "ffma": 2, "fmul": 1, "fadd": 1, "fp.other": 1, "convert": 1,
+                "other": 3, "total": 22}
+    assert dict(counts) == expected
+    assert sum(counts[c] for c in sass.COLUMNS) == counts["total"]
+
+
+def test_hot_loop_refuses_when_every_mma_loop_is_masked(src):
+    prog = sass.parse(listing(src))
+    with pytest.raises(ValueError, match="found 0 of 2 MMA loops"):
+        sass.hot_loop(prog, lambda source: True)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+def test_plain_forward_compiles_and_its_row_reaches_the_doc(tmp_path):
+    """One real compile (~10 s): the tool finds the loop in nvdisasm's own output and writes its section."""
+    out = tmp_path / "bench.md"
+    out.write_text("# Benchmarks\n\nkept\n")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # compiled, not interpreted
+    res = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "sass_mix.py"), "--kernels", "fwd",
+                          "--schemes", "plain", "--head-dim", "64", "--out", str(out)],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    text = out.read_text()
+    assert text.startswith("# Benchmarks\n\nkept\n") and "<!-- bench:sass:begin -->" in text
+    assert "compiled for sm_90 on a CPU machine, static counts" in text
+    row = next(line for line in text.splitlines() if line.startswith("| fwd | plain"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    total, per_score, mma, mufu = int(cells[5]), float(cells[6]), int(cells[8]), cells[9]
+    assert cells[7] == "1.00x" and mma > 0 and total > mma
+    assert per_score == pytest.approx(total / 64, abs=0.05)  # 128 x 64 tile, 4 warps: 64 scores a thread
+    assert int(mufu.split()[0]) > 0 and "/0/0)" in mufu  # the softmax's exp2 only
