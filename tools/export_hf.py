@@ -1,7 +1,10 @@
 #!/usr/bin/env python
-"""Export a checkpoint (ours, or a NeoX/KERPLE one) as a Hugging Face model directory that
-AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True) loads (the tokenizer too:
-AutoTokenizer.from_pretrained(out, trust_remote_code=True), as config.json names the remote code).
+"""Export a checkpoint (ours, or a NeoX/KERPLE one) as a Hugging Face model directory. A model a
+stock transformers class expresses (rotary on GPTNeoX's or Llama's block, Mistral's with a sliding
+window: megatron/interop/hf_stock.py) is written as that class, which
+AutoModelForCausalLM.from_pretrained(out) loads with no remote code; any other (KERPLE, ALiBi, T5,
+...) as the remote-code model that AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True)
+loads (the tokenizer too: AutoTokenizer.from_pretrained(out, trust_remote_code=True)).
 
     python tools/export_hf.py --checkpoint runs/quickstart/checkpoints --out hf/quickstart
     python tools/export_hf.py --checkpoint CKPT --out OUT --dtype bf16 --iteration 400
@@ -56,7 +59,7 @@ def main(argv=None) -> int:
     model, cfg, _ = load_checkpoint_model(args.checkpoint, tag_or_latest(args.iteration), parse_overrides(args.override) or None,
                                           device, allow_nonfinite=args.allow_nonfinite)
     info = export_hf(model, cfg, args.out, args.dtype, tokenizer=not args.no_tokenizer, overwrite=args.overwrite)
-    print(f"wrote {info['out']}: {info['tensors']} tensors, pos-emb {info['pos_emb']}, "
+    print(f"wrote {info['out']}: {info['class']}, {info['tensors']} tensors, pos-emb {info['pos_emb']}, "
           f"tokenizer {info['tokenizer'] or 'none (no HF equivalent of the training tokenizer)'}")
     return 0
 

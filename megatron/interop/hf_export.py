@@ -184,25 +184,57 @@ def export_hf(model, cfg, out_dir: str, dtype: str = "fp32", tokenizer: bool = T
     directory is written whole (temporary directory, then renamed): an earlier export there is
     refused unless `overwrite`, and then replaced entirely, so none of its files (an old tokenizer,
     a scheme file the new model does not use) survive next to the new weights."""
-    _check_supported(cfg.model)
+    from megatron.interop.hf_stock import stock_class
+
+    arch, _ = stock_class(cfg.model)
+    if arch is None:
+        _check_supported(cfg.model)
     refuse_existing_output(out_dir, overwrite, "--out")
     os.makedirs(os.path.dirname(os.path.abspath(out_dir)), exist_ok=True)
     with atomic_directory(out_dir) as tmp:
-        info = _write_export(model, cfg, tmp, dtype, tokenizer)
+        info = _write_stock(model, cfg, tmp, dtype, tokenizer, arch) if arch else \
+            _write_export(model, cfg, tmp, dtype, tokenizer)
     return {**info, "out": out_dir}
+
+
+def _write_stock(model, cfg, out_dir: str, dtype: str, tokenizer: bool, arch: str) -> dict:
+    """A stock transformers class (megatron/interop/hf_stock.py): config.json and weights, no code;
+    AutoModelForCausalLM.from_pretrained(out) loads it without trust_remote_code."""
+    from safetensors.torch import save_file
+
+    from megatron.interop.hf_stock import stock_config, to_hf
+
+    tok_obj = _tokenizer_of(cfg)
+    hf_cfg = stock_config(arch, cfg.model, model.vocab_size, str(torch_dtype(dtype)).replace("torch.", ""))
+    if tok_obj is not None:
+        hf_cfg.update(eos_token_id=tok_obj.eod, bos_token_id=tok_obj.eod, pad_token_id=tok_obj.eod)
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(hf_cfg, f, indent=2)
+    state = {k: v.detach().to("cpu", torch_dtype(dtype)).clone() for k, v in model.state_dict().items()
+             if not k.endswith("_extra_state") and not k.startswith("position.")}
+    weights = os.path.join(out_dir, "model.safetensors")
+    save_file(to_hf(arch, state, cfg.model), weights, metadata={"format": "pt"})
+    os.chmod(weights, 0o666 & ~_umask())
+    tok_type = save_tokenizer(cfg, out_dir) if tokenizer else None
+    return {"out": out_dir, "tensors": len(state), "tokenizer": tok_type, "pos_emb": cfg.model.pos_emb,
+            "class": arch}
+
+
+def _tokenizer_of(cfg):
+    if not cfg.data.tokenizer_type:
+        return None
+    from megatron.tokenizer import build_tokenizer
+
+    try:
+        return build_tokenizer(cfg.data.tokenizer_type, cfg.data.vocab_file, cfg.data.merge_file)
+    except (ValueError, OSError):
+        return None  # the tokenizer files are elsewhere: ids still export, names do not
 
 
 def _write_export(model, cfg, out_dir: str, dtype: str, tokenizer: bool) -> dict:
     from safetensors.torch import save_file
 
-    tok_obj = None
-    if cfg.data.tokenizer_type:
-        from megatron.tokenizer import build_tokenizer
-
-        try:
-            tok_obj = build_tokenizer(cfg.data.tokenizer_type, cfg.data.vocab_file, cfg.data.merge_file)
-        except (ValueError, OSError):
-            tok_obj = None  # the tokenizer files are elsewhere: ids still export, names do not
+    tok_obj = _tokenizer_of(cfg)
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(hf_config(cfg.model, model.vocab_size, dtype, tok_obj), f, indent=2)
     for name in REMOTE_FILES:
@@ -220,4 +252,5 @@ def _write_export(model, cfg, out_dir: str, dtype: str, tokenizer: bool) -> dict
     save_file(state, weights, metadata={"format": "pt"})
     os.chmod(weights, 0o666 & ~_umask())  # safetensors creates it 0600; every other file follows the umask
     tok_type = save_tokenizer(cfg, out_dir) if tokenizer else None
-    return {"out": out_dir, "tensors": len(state), "tokenizer": tok_type, "pos_emb": cfg.model.pos_emb}
+    return {"out": out_dir, "tensors": len(state), "tokenizer": tok_type, "pos_emb": cfg.model.pos_emb,
+            "class": "KerpleForCausalLM (remote code)"}

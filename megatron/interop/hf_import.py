@@ -23,9 +23,9 @@ import os
 import torch
 
 from megatron.errors import UserError
+from megatron.interop.hf_stock import GELU_TANH, from_hf
 
 SUPPORTED = ("GPTNeoXForCausalLM", "LlamaForCausalLM", "MistralForCausalLM")
-GELU_TANH = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")  # transformers' names of the tanh approximation
 TOKENIZER_DIR = "tokenizer"
 
 
@@ -129,78 +129,6 @@ def _shards(hf_dir: str, single: str) -> list[str]:
     return [os.path.join(hf_dir, x) for x in files]
 
 
-def our_state(hf: dict, weights: dict, model_cfg) -> dict:
-    """HF tensors -> our GPTModel's names and layouts (model_cfg: the config neox_keys made)."""
-    arch = hf["architectures"][0]
-    take = _Taker(weights)
-    L, out = model_cfg.num_layers, {}
-    if arch == "GPTNeoXForCausalLM":
-        out["word_embeddings.weight"] = take("gpt_neox.embed_in.weight")
-        for i in range(L):
-            src = f"gpt_neox.layers.{i}."
-            for ours, theirs in (("input_layernorm", "input_layernorm"), ("post_attention_layernorm",
-                                 "post_attention_layernorm"), ("attention.query_key_value", "attention.query_key_value"),
-                                 ("attention.dense", "attention.dense"), ("mlp.dense_h_to_4h", "mlp.dense_h_to_4h"),
-                                 ("mlp.dense_4h_to_h", "mlp.dense_4h_to_h")):
-                for part in ("weight", "bias"):
-                    if src + f"{theirs}.{part}" in weights:
-                        out[f"layers.{i}.{ours}.{part}"] = take(src + f"{theirs}.{part}")
-        out["final_norm.weight"] = take("gpt_neox.final_layer_norm.weight")
-        out["final_norm.bias"] = take("gpt_neox.final_layer_norm.bias")
-        head = "embed_out.weight"
-    else:
-        out["word_embeddings.weight"] = take("model.embed_tokens.weight")
-        for i in range(L):
-            src = f"model.layers.{i}."
-            out[f"layers.{i}.input_layernorm.weight"] = take(src + "input_layernorm.weight")
-            out[f"layers.{i}.post_attention_layernorm.weight"] = take(src + "post_attention_layernorm.weight")
-            for part in ("weight", "bias"):
-                qkv = [src + f"self_attn.{p}_proj.{part}" for p in "qkv"]
-                if all(n in weights for n in qkv):
-                    out[f"layers.{i}.attention.query_key_value.{part}"] = _qkv(*map(take, qkv), model_cfg)
-                if src + f"self_attn.o_proj.{part}" in weights:
-                    out[f"layers.{i}.attention.dense.{part}"] = take(src + f"self_attn.o_proj.{part}")
-                up, gate = src + f"mlp.up_proj.{part}", src + f"mlp.gate_proj.{part}"
-                if up in weights:
-                    out[f"layers.{i}.mlp.dense_h_to_4h.{part}"] = torch.cat([take(up), take(gate)])  # [x | gate]
-                if src + f"mlp.down_proj.{part}" in weights:
-                    out[f"layers.{i}.mlp.dense_4h_to_h.{part}"] = take(src + f"mlp.down_proj.{part}")
-        out["final_norm.weight"] = take("model.norm.weight")
-        head = "lm_head.weight"
-    if model_cfg.no_weight_tying:
-        out["output_layer.weight"] = take(head)
-    elif head in weights:
-        take(head)  # a tied model may still save the (same) matrix
-    left = [k for k in weights if k not in take.used and not k.endswith("rotary_emb.inv_freq")]
-    if left:
-        raise UserError(f"the weights hold tensors this architecture does not use: {left[:6]}"
-                        f"{' ...' if len(left) > 6 else ''}; is config.json the one these weights were saved with?")
-    return out
-
-
-def _qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, m) -> torch.Tensor:
-    """Llama's q/k/v projections as our QKV: [Q | K | V] with fewer kv heads (NeoX's GQA layout),
-    per head [q_h | k_h | v_h] for multi-head attention (NeoX's layout, which HF's GPTNeoX shares)."""
-    if m.grouped_query:
-        return torch.cat([q, k, v])
-    H = m.num_attention_heads
-    return torch.cat([t.unflatten(0, (H, -1)) for t in (q, k, v)], dim=1).flatten(0, 1)
-
-
-class _Taker:
-    """Reads tensors by name, remembering which were used (the rest is an error: another model)."""
-
-    def __init__(self, weights: dict):
-        self.weights, self.used = weights, set()
-
-    def __call__(self, name: str) -> torch.Tensor:
-        if name not in self.weights:
-            raise UserError(f"the weights have no tensor {name!r}, which this architecture needs; is config.json "
-                            "the one these weights were saved with?")
-        self.used.add(name)
-        return self.weights[name]
-
-
 def check_shapes(state: dict, model) -> None:
     """Every tensor fits the model the config describes, else one message naming them."""
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
@@ -243,7 +171,7 @@ def import_hf(hf_dir: str, output_dir: str, overwrite: bool = False) -> tuple[st
     weights = read_weights(hf_dir)
     with torch.device("meta"):
         described = GPTModel(cfg.model, hf["vocab_size"])
-    state = our_state(hf, weights, cfg.model)
+    state = from_hf(hf["architectures"][0], weights, cfg.model)
     check_shapes(state, described)
     fresh = GPTModel(cfg.model, hf["vocab_size"])  # the scheme's derived buffers (rotary inv_freq)
     state.update({k: v for k, v in fresh.state_dict().items() if k.startswith("position.")})

@@ -155,3 +155,40 @@ def test_an_existing_output_is_refused_untouched_unless_overwrite(tmp_path):
     assert import_cli(src, str(out), "--overwrite").returncode == 0 and not (out / "keep.txt").exists()
     assert import_cli(src, src, "--overwrite").returncode != 0  # never into its own input
     assert os.path.isfile(os.path.join(src, "config.json"))
+
+
+@pytest.mark.parametrize("shape", ["pythia", "neox-sequential-tanh", "llama-gqa-tied", "llama-mha-untied",
+                                   "mistral-window"])
+def test_export_writes_the_stock_class_that_loads_without_remote_code(tmp_path, shape):
+    """import -> export: the stock class again, loaded by plain transformers (no trust_remote_code,
+    no .py file in the directory), with our logits."""
+    _, src = save_hf(tmp_path, shape)
+    assert import_cli(src, str(tmp_path / "ck")).returncode == 0
+    proc = subprocess.run([sys.executable, "tools/export_hf.py", "--checkpoint", str(tmp_path / "ck"),
+                           "--out", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert not [f for f in os.listdir(tmp_path / "out") if f.endswith(".py")]
+    cls = json.load(open(tmp_path / "out" / "config.json"))["architectures"][0]
+    assert cls == json.load(open(os.path.join(src, "config.json")))["architectures"][0] and cls in proc.stdout
+    exported = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "out"), dtype=torch.float32).eval()
+    ours, _, _ = load_checkpoint_model(str(tmp_path / "ck"))
+    tokens = torch.randint(0, V, (2, L))
+    with torch.no_grad():
+        torch.testing.assert_close(exported(tokens).logits, ours(tokens), rtol=1e-5, atol=1e-5)
+
+
+def test_a_kerple_llama_exports_as_remote_code_refusing_what_it_lacks(tmp_path):
+    """No stock class has KERPLE: the remote-code model, which covers NeoX's classic block only, so
+    a Llama-style KERPLE model is refused by name rather than exported as another model."""
+    from megatron.config import load_config
+    from megatron.errors import UserError
+    from megatron.interop.hf_export import _check_supported
+    from megatron.interop.hf_stock import stock_class
+    from tests.conftest import TINY_MODEL, write_yaml
+
+    cfg = load_config([write_yaml(tmp_path / "m.yml", TINY_MODEL),
+                       os.path.join(ROOT, "configs", "quickstart_llama_kerple.yml")]).model
+    arch, why = stock_class(cfg)
+    assert arch is None and "pos-emb kerple_log" in why
+    with pytest.raises(UserError, match="num-kv-heads 2"):
+        _check_supported(cfg)
