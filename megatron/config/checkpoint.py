@@ -28,6 +28,11 @@ class CheckpointConfig:
     no_save_rng: bool = key(False, "Do not save RNG state.")
     no_load_rng: bool = key(False, "Do not load RNG state.")
     finetune: bool = key(False, "Load weights only and start at iteration 0.")
+    finetune_new_pos_emb: bool = key(
+        False, "Our key, with finetune: the checkpoint was trained with another pos-emb (a released rotary "
+        "model given KERPLE, say): every other tensor is loaded and the new scheme's parameters start from "
+        "their initial values; the old scheme's tensors (rotary's inv_freq) are dropped. Refused without "
+        "finetune, or when pos-emb is the checkpoint's own.")
     iteration: int | None = key(None, "Load this step instead of the one `latest` names.", ge=0)
     overwrite_checkpoints: bool = key(
         False, "Let a run that does not resume from `save` start over there: the checkpoints `save` already "
@@ -59,4 +64,7 @@ class CheckpointConfig:
                         "setting, set one of them"))
         if self.save is not None and self.interval is None:
             out.append(("save", "checkpoint-factor (or save-interval) is required when save is set"))
+        if self.finetune_new_pos_emb and not (self.finetune and self.load):
+            out.append(("finetune_new_pos_emb", "needs finetune: true and a load directory (it starts a new "
+                        "positional scheme on a checkpoint's weights)"))
         return out

@@ -171,7 +171,7 @@ class Checkpointer:
             return None
         if not os.path.isdir(os.path.join(c.load, tag)):
             raise CheckpointError(f"checkpoint {os.path.join(c.load, tag)} does not exist (iteration: {c.iteration})")
-        if is_neox(detect_layout(os.path.join(c.load, tag))):
+        if is_neox(detect_layout(os.path.join(c.load, tag))) or c.finetune_new_pos_emb or self._weights_only_start(tag):
             return self._load_foreign(engine, tag)
         self._check_saved_model(os.path.join(c.load, tag))  # before DeepSpeed's strict load
         path, client = self._engine_load(engine, tag)
@@ -295,28 +295,59 @@ class Checkpointer:
               "the sample order from here on differs from the saved run's", flush=True)
 
     def _load_foreign(self, engine, tag: str) -> dict:
-        """A NeoX / KERPLE checkpoint: module weights only (its optimizer state is DeepSpeed's
-        from another codebase), as a fine-tune start at iteration 0."""
+        """Module weights only, as a fine-tune start at iteration 0: a NeoX / KERPLE checkpoint (its
+        optimizer state is DeepSpeed's from another codebase), or any checkpoint whose positional
+        scheme this run replaces (finetune-new-pos-emb)."""
         from megatron.checkpoint.reader import read_tp1_state
         from megatron.checkpoint.trust import trusted_from_env
 
         c = self.ccfg
         if self.cfg.parallel.model_parallel_size > 1 or self.cfg.parallel.pipe_parallel_size >= 1:
-            raise CheckpointError(f"load: {c.load!r} is a NeoX checkpoint; convert it first with "
-                                  "tools/convert_neox_checkpoint.py, or train it with model-parallel-size 1 "
-                                  "and pipe-parallel-size 0")
+            raise CheckpointError(f"load: {c.load!r} is read as weights only (a NeoX checkpoint, or "
+                                  "finetune-new-pos-emb); convert or merge it first with tools/convert_neox_checkpoint.py "
+                                  "/ tools/merge_tp_checkpoint.py, or train with model-parallel-size 1 and pipe-parallel-size 0")
         module = engine.module
         dtype = next(module.parameters()).dtype
         ck = read_tp1_state(c.load, tag, trust=trusted_from_env(), dtype=dtype,
                             allow_nonfinite=c.allow_nonfinite_weights)
-        self._check_args({k: getattr(ck.cfg.model, k) for k in CHECKED_ARGS}
-                         | {"padded_vocab_size": ck.vocab_size}, ck.tag_dir)
-        module.load_state_dict(ck.state, strict=True)
+        saved = {k: getattr(ck.cfg.model, k) for k in CHECKED_ARGS} | {"padded_vocab_size": ck.vocab_size}
+        state, trained_with = ck.state, saved["pos_emb"]
+        if c.finetune_new_pos_emb:
+            state = self._without_positional(saved, state, ck.tag_dir)
+        self._check_args(saved, ck.tag_dir)
+        result = module.load_state_dict(state, strict=not c.finetune_new_pos_emb)
+        if c.finetune_new_pos_emb:
+            left = [k for k in result.missing_keys + result.unexpected_keys if not k.startswith("position.")]
+            if left:
+                raise CheckpointError(f"{ck.tag_dir}: besides the positional scheme, these tensors do not match the "
+                                      f"model: {left[:6]}")
+            fresh = sorted(k for k in result.missing_keys)
+            print(f"[checkpoint] finetune-new-pos-emb: pos-emb {trained_with} -> {self.cfg.model.pos_emb}; "
+                  f"{', '.join(fresh) or 'no new tensors'} start from their initial values", flush=True)
         if hasattr(engine.optimizer, "refresh_fp32_params"):  # bf16 / ZeRO keep fp32 master copies
             engine.optimizer.refresh_fp32_params()
         print(f"[checkpoint] loaded the module weights only of {ck.tag_dir} (no optimizer, LR schedule, "
               "RNG or data position): training starts at iteration 0", flush=True)
         return {"iteration": 0}
+
+    def _weights_only_start(self, tag: str) -> bool:
+        """finetune from a checkpoint that holds weights only (imported, converted, merged: it has no
+        optimizer state nor DeepSpeed's engine fields), on one rank's model: read by our reader
+        rather than DeepSpeed's engine, which expects a training checkpoint."""
+        from megatron.checkpoint.trust import trusted_from_env
+
+        c = self.ccfg
+        one_rank = self.cfg.parallel.model_parallel_size == 1 and self.cfg.parallel.pipe_parallel_size < 1
+        return bool(c.finetune and one_rank and
+                    not writer.holds_optimizer_state(os.path.join(c.load, tag), trusted_from_env()))
+
+    def _without_positional(self, saved: dict, state: dict, where: str) -> dict:
+        """The checkpoint's tensors less its positional scheme's; `saved` then names this run's scheme."""
+        if saved["pos_emb"] == self.cfg.model.pos_emb:
+            raise CheckpointError(f"finetune-new-pos-emb: {where} was trained with pos-emb {saved['pos_emb']}, "
+                                  "the one this config sets; remove finetune-new-pos-emb (nothing to replace)")
+        saved["pos_emb"] = self.cfg.model.pos_emb
+        return {k: v for k, v in state.items() if not k.startswith("position.")}
 
     def _check_args(self, saved: dict, where: str) -> None:
         refuse_shape_change(where, saved, self.args, "Set them back to the checkpoint's values, or start a new run")
