@@ -57,3 +57,14 @@ def outside_run_dir(cfg) -> str | None:
     if not away:
         return None
     return f"note: {' and '.join(away)} {'is' if len(away) == 1 else 'are'} outside run-dir {run_dir} (set in the config)"
+
+
+def saves_nothing(cfg) -> str | None:
+    """One line when a save interval is set but no save directory (a resolved config stacked under
+    another carries an explicit `save: null`, which run-dir does not replace): such a run trains to
+    the end and keeps no checkpoint, which nobody setting an interval means."""
+    ck = cfg.checkpoint
+    if ck.interval is None or ck.save:
+        return None
+    return (f"note: save-interval {ck.interval} is set but no save directory is (save: null), so this run keeps "
+            "no checkpoint; set `save:` (e.g. <run-dir>/checkpoints) to keep them")

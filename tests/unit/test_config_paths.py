@@ -54,3 +54,18 @@ def test_resolved_config_states_derived_paths_and_replace_rederives(tmp_path):
     again = NeoXConfig.from_file(tmp_path / "resolved_config.yml")
     assert paths(again) == paths(cfg)
     assert paths(cfg.replace(run_dir="runs/y"))[1] == "runs/y/checkpoints"
+
+
+def test_a_save_interval_without_a_save_directory_is_said(tmp_path):
+    """A resolved config stacked under another carries `save: null`, which run-dir does not replace:
+    the run would keep no checkpoint without a word (found running configs/extend/ on an imported model)."""
+    from megatron.config.paths import saves_nothing
+    from tests.conftest import TINY_MODEL, write_yaml
+
+    base = load_config([write_yaml(tmp_path / "a.yml", {**TINY_MODEL, "save": None, "load": "ck"})])
+    stacked = load_config([write_yaml(tmp_path / "b.yml", {**TINY_MODEL, "save": None, "load": "ck",
+                                                           "save-interval": 10})])
+    assert saves_nothing(base) is None  # no interval: nothing meant to be saved
+    assert "save-interval 10 is set but no save directory" in saves_nothing(stacked)
+    derived = load_config([write_yaml(tmp_path / "c.yml", {**TINY_MODEL, "save-interval": 10})])
+    assert derived.checkpoint.save and saves_nothing(derived) is None
