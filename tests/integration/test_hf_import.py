@@ -129,6 +129,23 @@ def test_the_tokenizer_travels(tmp_path):
     assert os.path.dirname(cfg.data.vocab_file) == str(tmp_path / "ck" / "tokenizer")
 
 
+def test_a_sentencepiece_tokenizer_travels_as_spm(tmp_path):
+    """Llama's tokenizer.model (no tokenizer.json beside it) -> SPMTokenizer, readable after import."""
+    spm = pytest.importorskip("sentencepiece")
+    from megatron.tokenizer import build_tokenizer
+    from tests.unit.test_tokenizers import CORPUS
+
+    _, src = save_hf(tmp_path, "llama-gqa-tied")
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(CORPUS * 3), model_prefix=os.path.join(src, "tokenizer"),
+                                   vocab_size=100, model_type="bpe", user_defined_symbols=["<|endoftext|>"],
+                                   hard_vocab_limit=False, character_coverage=1.0, num_threads=1, minloglevel=2)
+    assert import_cli(src, str(tmp_path / "ck")).returncode == 0
+    _, cfg, _ = load_checkpoint_model(str(tmp_path / "ck"))
+    assert cfg.data.tokenizer_type == "SPMTokenizer"
+    tok = build_tokenizer(cfg.data.tokenizer_type, cfg.data.vocab_file)
+    assert tok.detokenize(tok.tokenize("def f(x): return x")) == "def f(x): return x"
+
+
 @pytest.mark.parametrize("edit,message", [
     ({"architectures": ["GPT2LMHeadModel"]}, "architecture 'GPT2LMHeadModel' is not supported; this importer reads"),
     ({"intermediate_size": 64}, "the weights do not fit config.json: layers.0.mlp.dense_h_to_4h.weight"),
