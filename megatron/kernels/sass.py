@@ -86,7 +86,9 @@ def hot_loop(prog: Program, masked: Callable[[tuple[str, int]], bool]) -> tuple[
            if not any(x.source and masked(x.source) for x in prog.instrs[a:b + 1])]
     if len(hot) != 1:
         raise ValueError(f"expected one unmasked MMA loop, found {len(hot)} of {len(innermost)} MMA loops "
-                         "(is the cubin built with line info, and does the mask still use `allowed`?)")
+                         "(is the cubin built with line info, and does the mask still use `allowed`? A cubin Triton cached "
+                         "for another checkout points at that checkout's source files: set TRITON_CACHE_DIR to an "
+                         "empty directory)")
     return hot[0]
 
 

@@ -99,6 +99,9 @@ def test_plain_forward_compiles_and_its_row_reaches_the_doc(tmp_path):
     out = tmp_path / "bench.md"
     out.write_text("# Benchmarks\n\nkept\n")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # compiled, not interpreted
+    # A cache of its own: a cubin cached from another checkout carries that checkout's source paths in
+    # its line info, and the loop finder reads the source lines through them (seen: a removed worktree).
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton_cache")
     res = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "sass_mix.py"), "--kernels", "fwd",
                           "--schemes", "plain", "--head-dim", "64", "--out", str(out)],
                          capture_output=True, text=True, env=env, timeout=300)
