@@ -15,6 +15,7 @@ evaluation refused) unless --overwrite. See megatron/evaluation/harness/.
 import argparse
 import os
 
+from megatron.cli_args import ArgumentParser
 from megatron.errors import run_cli
 
 
@@ -22,7 +23,7 @@ def main() -> int:
     from megatron.checkpoint.trust import add_load_flags, apply_trust_flag
     from megatron.evaluation.harness.cli import add_eval_flags, limit_value, progress_bars, results_path
 
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("conf_file", nargs="*", help="YAML config files merged in order")
     p.add_argument("--resolved-config", help="a resolved config written by deepy.py")
     p.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE")

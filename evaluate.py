@@ -39,7 +39,7 @@ import sys
 import time
 
 from megatron.atomic_io import atomic_output
-from megatron.cli_args import int_at_least
+from megatron.cli_args import ArgumentParser, int_at_least
 from megatron.errors import OutOfMemory, UserError, is_out_of_memory, out_of_memory, run_cli
 from megatron.evaluation.outputs import check_output_dir, output_locks, refuse_earlier_results
 from megatron.evaluation.windows import WINDOW_ORDERS
@@ -48,7 +48,7 @@ PARTIAL = "eval.partial.json"  # not eval.json: globs and run_matrix's "done" ch
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", required=True, nargs="+", help="directories holding `latest` and global_step<N>/")
     p.add_argument("--iteration", type=int_at_least(0), default=None, help="evaluate global_step<N> instead of latest")
     p.add_argument("--lengths", default=None, help="comma-separated lengths (default: 1x..--max-factor x train length)")

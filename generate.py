@@ -16,12 +16,12 @@ import argparse
 import sys
 import time
 
-from megatron.cli_args import int_at_least
+from megatron.cli_args import ArgumentParser, int_at_least
 from megatron.errors import UserError, run_cli
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", required=True, help="directory holding `latest` and global_step<N>/")
     p.add_argument("--iteration", type=int_at_least(0), default=None)
     src = p.add_mutually_exclusive_group(required=True)

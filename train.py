@@ -4,13 +4,14 @@ passes) or directly `python train.py a.yml b.yml [-o KEY=VALUE ...]`. `--debug` 
 traceback of an expected failure (bad config, data, checkpoint, full disk, out of memory)."""
 import argparse
 
+from megatron.cli_args import ArgumentParser
 from megatron.config.inputs import check_inputs
 from megatron.errors import run_cli
 from megatron.launcher import config_from_cli
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__)
+    p = ArgumentParser(description=__doc__)
     p.add_argument("conf_file", nargs="*", help="YAML config files merged in order")
     p.add_argument("--resolved-config", help="a resolved config written by deepy.py")
     p.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE")

@@ -1,4 +1,5 @@
-"""argparse types shared by the entry points: an integer flag that must be at least some bound.
+"""argparse pieces shared by the entry points: the parser every CLI uses (a misspelt flag gets a
+"did you mean"), and an integer flag that must be at least some bound.
 
 `type=int` took `--num-docs -1` (and then islice raised a ValueError naming no flag) or
 `--batch-size 0` (range() arg 3 must not be zero). With `type=int_at_least(1)` argparse reports
@@ -6,6 +7,34 @@
 from __future__ import annotations
 
 import argparse
+import sys
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, whose errors name the flag a misspelt one was meant to be. `--chekpoint X`
+    otherwise gets "the following arguments are required: --checkpoint" (the required check comes
+    first) or "unrecognized arguments: --chekpoint X", neither pointing at the typo."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._given = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message: str):
+        super().error(message + self._suggestions())
+
+    def _suggestions(self) -> str:
+        from megatron.config.errors import close_matches
+
+        known = [s for action in self._actions for s in action.option_strings if s.startswith("--")]
+        hints = []
+        for arg in getattr(self, "_given", []):
+            flag = arg.split("=", 1)[0]
+            if not flag.startswith("--") or flag in known or any(k.startswith(flag) for k in known):
+                continue  # a known flag, or an abbreviation argparse accepts
+            close = close_matches(flag, known, n=1)
+            if close:
+                hints.append(f"{flag}: did you mean {close[0]}?")
+        return ("; " + "; ".join(hints)) if hints else ""
 
 
 def int_at_least(minimum: int, meaning: str = ""):

@@ -20,6 +20,7 @@ import sys
 
 import yaml
 
+from megatron.cli_args import ArgumentParser
 from megatron.errors import DEBUG_FLAG, UserError, debug_enabled
 
 # Tokenizer vocab sizes for a dry run when the vocab files are not on this machine.
@@ -27,7 +28,7 @@ KNOWN_VOCAB = {"GPT2BPETokenizer": 50257, "CharLevelTokenizer": 512, "HFGPT2Toke
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="deepy.py", description=__doc__,
+    p = ArgumentParser(prog="deepy.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("user_script", help="the training (or evaluation) script, e.g. train.py")
     p.add_argument("conf_file", nargs="+", help="YAML config files, merged in order (later wins)")

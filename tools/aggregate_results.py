@@ -17,6 +17,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from anywhere
 
+from megatron.cli_args import ArgumentParser  # noqa: E402
 from megatron.errors import run_cli  # noqa: E402
 
 
@@ -44,7 +45,7 @@ def build_report(results, args, log=print) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("results", nargs="+", help="eval.json files, directories (searched recursively) or quoted globs")
     add_common_args(p)
     args = p.parse_args(argv)

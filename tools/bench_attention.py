@@ -55,6 +55,7 @@ from megatron.benchmarks.timing import (  # noqa: E402
     release_memory,
     reset_peak_memory,
 )
+from megatron.cli_args import ArgumentParser  # noqa: E402
 from megatron.config.precision import DTYPE_NAMES, torch_dtype  # noqa: E402
 from megatron.errors import run_cli  # noqa: E402
 from megatron.positional.base import PositionalSpec  # noqa: E402
@@ -99,7 +100,7 @@ class Row:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--lengths", type=int, nargs="+", default=None,
                    help=f"sequence lengths for fwd and fwd+bwd (default {DEFAULTS['lengths']})")
     p.add_argument("--fwd-only-lengths", type=int, nargs="*", default=None,

@@ -20,11 +20,12 @@ and is reported on its own (`first call s`), never in the median.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
 import time
+
+from megatron.cli_args import ArgumentParser
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
@@ -36,7 +37,7 @@ DEFAULT_VARIANTS = ["none", "alibi", "kerple_log", "hf_neox"]
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS)
     p.add_argument("--lengths", nargs="+", type=int, default=[2048, 4096])
     p.add_argument("--layers", type=int, default=4)

@@ -42,6 +42,7 @@ from megatron.benchmarks.timing import (  # noqa: E402
     release_memory,
     reset_peak_memory,
 )
+from megatron.cli_args import ArgumentParser  # noqa: E402
 from megatron.errors import run_cli  # noqa: E402
 from megatron.positional.registry import scheme_names  # noqa: E402
 
@@ -79,7 +80,7 @@ class Result:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--configs", nargs="+", default=DEFAULT_CONFIGS, help="YAML files merged in order (later wins)")
     p.add_argument("--schemes", nargs="+", default=DEFAULT_SCHEMES, help="pos-emb names; include none for the overhead")
     p.add_argument("--model-overrides", nargs="*", default=None, metavar="KEY=VALUE",

@@ -34,6 +34,7 @@ import tarfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, ".device")
 sys.path.insert(0, ROOT)
+from megatron.cli_args import ArgumentParser  # noqa: E402
 from megatron.errors import UserError  # noqa: E402
 
 # Distributions our code and tests import that the device image lacks (KINDS.md's package list,
@@ -115,7 +116,7 @@ def download_wheels(dest: str) -> None:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", nargs="+", default=[], metavar="PATH",
                    help="dataset prefixes (.bin/.idx/.identity.json) or files to take along, relative to the repository")
     args = p.parse_args()

@@ -20,12 +20,12 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from megatron.cli_args import int_at_least  # noqa: E402
+from megatron.cli_args import ArgumentParser, int_at_least  # noqa: E402
 from megatron.errors import run_cli  # noqa: E402
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", required=True, help="directory holding `latest` and global_step<N>/")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--iteration", type=int_at_least(0), default=None)

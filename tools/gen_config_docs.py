@@ -1,13 +1,13 @@
 """Write docs/config.md from the config key declarations; --check exits 1 if it is stale."""
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from megatron.cli_args import ArgumentParser  # noqa: E402
 from megatron.config.docs import render  # noqa: E402
 from megatron.errors import run_cli  # noqa: E402
 
@@ -15,7 +15,7 @@ DOC_PATH = os.path.join(ROOT, "docs", "config.md")
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = ArgumentParser(description=__doc__)
     parser.add_argument("--check", action="store_true", help="exit 1 if docs/config.md is out of date")
     parser.add_argument("--output", default=DOC_PATH)
     args = parser.parse_args(argv)

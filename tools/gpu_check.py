@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from megatron.cli_args import ArgumentParser  # noqa: E402
 from megatron.errors import UserError  # noqa: E402
 
 SUMMARY = "summary.json"
@@ -185,7 +186,7 @@ def write_summary(out: str, summary: dict) -> None:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("out", help="directory for the results (created); on the device tool: $OUT")
     p.add_argument("--tiny", action="store_true", help="toy sizes on any machine: checks the plumbing, no GPU needed")
     p.add_argument("--seconds", type=float, default=None, help="the clock for all steps (default 470; --tiny 120)")

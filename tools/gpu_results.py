@@ -23,6 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from megatron.benchmarks.report import markdown_table, markers, replace_section  # noqa: E402
+from megatron.cli_args import ArgumentParser  # noqa: E402
 from megatron.errors import UserError  # noqa: E402
 
 BENCH_FILES = ["attention", "attention-hd128", "train"]  # file stem = section name
@@ -282,7 +283,7 @@ def report(out: str, summary: dict) -> tuple[str, str]:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("out", help="the directory tools/gpu_check.sh wrote")
     p.add_argument("--doc", default=os.path.join(ROOT, "docs", "benchmarks.md"))
     p.add_argument("--readme", default=os.path.join(ROOT, "README.md"))

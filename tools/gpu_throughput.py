@@ -24,6 +24,7 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from megatron.cli_args import ArgumentParser  # noqa: E402
 
 PAPER = ["configs/paper/local_setup.yml", "configs/paper/train.yml"]
 VOCAB = 50304  # GPT-2's 50,257 padded to a multiple of 128, as NeoX pads it
@@ -79,7 +80,7 @@ def summarize(metrics_path: str) -> dict:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="JSON file to write")
     p.add_argument("--iters", type=int, default=None, help="training steps (default 40; --tiny 4)")
     p.add_argument("--log-interval", type=int, default=None, help="steps per logged window (default 10; --tiny 2)")

@@ -17,11 +17,12 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from megatron.cli_args import ArgumentParser  # noqa: E402
 from megatron.errors import run_cli  # noqa: E402
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--input", required=True, help="the HF model directory (config.json + safetensors or .bin)")
     p.add_argument("--output", required=True, help="the checkpoint directory to write")
     p.add_argument("--overwrite", action="store_true",

@@ -17,13 +17,14 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from megatron.cli_args import ArgumentParser  # noqa: E402
 from megatron.errors import run_cli  # noqa: E402
 
 
 def main(argv=None) -> int:
     from megatron.evaluation.harness.local_tasks import DATA_DIR, build_task_files
 
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=DATA_DIR, help=f"output directory (default: {os.path.relpath(DATA_DIR)})")
     p.add_argument("--lastword", type=int, default=500, help="at most this many last-word documents")
     p.add_argument("--choice", type=int, default=300, help="at most this many multiple-choice documents")

@@ -24,7 +24,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from megatron.cli_args import int_at_least  # noqa: E402
+from megatron.cli_args import ArgumentParser, int_at_least  # noqa: E402
 from megatron.errors import UserError, run_cli  # noqa: E402
 from megatron.experiments import ORDERS, parse_data, write_matrix  # noqa: E402
 
@@ -62,7 +62,7 @@ def parse_settings(items: list[str], base: list[str]) -> dict:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="directory for the experiment YAMLs and matrix.json")
     p.add_argument("--base", nargs="+", required=True, help="shared config files, before each experiment's YAML")
     p.add_argument("--schemes", required=True, help="comma-separated pos-emb names")

@@ -35,6 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from aggregate_results import add_common_args, build_report  # noqa: E402
 
 from megatron.atomic_io import atomic_output  # noqa: E402
+from megatron.cli_args import ArgumentParser  # noqa: E402
 from megatron.errors import run_cli  # noqa: E402
 
 
@@ -171,7 +172,7 @@ def growth_report(runs, args, log=print) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--results", action="append", default=[], help="eval.json glob or directory (repeatable)")
     p.add_argument("--records", default=None, metavar="DIR",
                    help="run records written by tools/run_matrix.py --records (results, kernels, convergence)")

@@ -19,12 +19,12 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from megatron.cli_args import int_at_least  # noqa: E402
+from megatron.cli_args import ArgumentParser, int_at_least  # noqa: E402
 from megatron.errors import run_cli  # noqa: E402
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--input", required=True, help="checkpoint directory holding `latest` and global_step<N>/")
     p.add_argument("--output", required=True, help="directory for the TP=1 checkpoint")
     p.add_argument("--overwrite", action="store_true",

@@ -21,7 +21,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from anywhere
 
-from megatron.cli_args import int_at_least
+from megatron.cli_args import ArgumentParser, int_at_least
 from megatron.data.corpora import CORPORA
 from megatron.data.corpora.pile import pile_corpus
 from megatron.data.corpora.prepare import prepare_corpus
@@ -29,7 +29,7 @@ from megatron.errors import UserError, run_cli
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("corpus", choices=sorted(CORPORA) + ["pile"], help="which corpus to build (pile: your own --input files)")
     p.add_argument("--data-dir", default="data", help="outputs go to DATA_DIR/<corpus>/, downloads to DATA_DIR/downloads/")
     p.add_argument("--tokenizer", choices=("bpe", "gpt2", "neox"), default="bpe",

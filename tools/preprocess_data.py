@@ -14,7 +14,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from anywhere
 
-from megatron.cli_args import int_at_least
+from megatron.cli_args import ArgumentParser, int_at_least
 from megatron.data.preprocess import preprocess
 from megatron.errors import DataError, UserError, run_cli
 from megatron.tokenizer import build_tokenizer
@@ -22,7 +22,7 @@ from megatron.tokenizer.types import NEOX_ONLY_TYPES, TOKENIZER_TYPES
 
 
 def get_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("input data")
     g.add_argument("--input", required=True,
                    help="comma-separated files or directories (.jsonl, .jsonl.zst, .txt, ... as lm_dataformat reads)")

@@ -25,6 +25,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from megatron.cli_args import ArgumentParser  # noqa: E402
 from megatron.errors import UserError, run_cli  # noqa: E402
 from megatron.experiments import read_matrix  # noqa: E402
 from megatron.training.metrics_file import metrics_path  # noqa: E402
@@ -98,7 +99,7 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("matrix", help="matrix.json written by tools/make_experiments.py")
     p.add_argument("--eval-args", default="", help="extra evaluate.py arguments, quoted")
     p.add_argument("--windowed", default=None,

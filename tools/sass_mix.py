@@ -20,6 +20,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from megatron.cli_args import ArgumentParser  # noqa: E402
 from megatron.errors import run_cli  # noqa: E402
 
 KERNELS = ("fwd", "bwd_dkdv", "bwd_dq")
@@ -114,7 +115,7 @@ def section(rows: list[dict], dtype: str, head_dim: int, argv: list[str]) -> str
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=list(KERNELS))
     ap.add_argument("--schemes", nargs="+", default=list(SCHEMES))
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
