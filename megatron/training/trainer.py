@@ -29,6 +29,7 @@ from megatron.training.data_setup import build_datasets, check_data_tokenizer
 from megatron.training.disk import check_run_room
 from megatron.training.distributed import init_distributed
 from megatron.training.logging import MetricsLogger
+from megatron.training.metrics_file import metrics_path, read_metrics
 from megatron.training.neox_runtime import IntervalRuntime, RunShape
 from megatron.training.optim import build_optimizer
 from megatron.training.pipeline_step import (
@@ -139,6 +140,7 @@ class Trainer:
         self._restore_tp_rng(client)
         self.datasets = build_datasets(cfg, self.batch, self.tokenizer.vocab_size if self.tokenizer else self.vocab_size)
         self.loss_watch = health.LossWatch(cfg.training.max_nonfinite_loss_steps)
+        self.finished = self._already_finished()
         self.log = MetricsLogger(cfg, self.run_dir, self.dist.is_rank0, cfg.training.train_iters, self.iteration)
         self._grads: dict[str, float] = {}  # filled by _gradient_norms before each optimizer step
         self.throughput, self.runtime = self._throughput()
@@ -146,7 +148,8 @@ class Trainer:
         self.timers = Timers(cfg.logging.wall_clock_breakdown and not self.pipe, self.dist.device,
                              cfg.logging.log_interval)
         self.log.console(f"device {describe_device(self.dist.device)} | process group {torch.distributed.get_backend()}")
-        self.log.log_start(self.iteration, describe_device(self.dist.device), torch.distributed.get_world_size())
+        if not self.finished:  # a finished run started again adds no row (it does nothing)
+            self.log.log_start(self.iteration, describe_device(self.dist.device), torch.distributed.get_world_size())
         self.log.console(f"model: {count_parameters(model):,} parameters | pos-emb {cfg.model.pos_emb} | "
                          f"attention backend {model.backend(self.dist.device, self._dtype()).name} | "
                          f"batch {self.batch} = micro {self.micro} x gas {self.gas} x dp {self.par.dp_size}"
@@ -200,8 +203,27 @@ class Trainer:
         finally:
             self.release()
 
+    def _already_finished(self) -> bool:
+        """This run was started again after it finished: its checkpoint is at train-iters and its
+        end-of-training evaluation (the test row, or validation without test data) is in
+        metrics.jsonl. A run whose final evaluation never happened (killed after its last save)
+        is not finished: it evaluates now."""
+        t, c = self.cfg.training, self.cfg.checkpoint
+        if t.train_iters == 0 or self.iteration < t.train_iters or c.finetune:
+            return False
+        path = metrics_path(self.run_dir)
+        rows = read_metrics(path) if os.path.isfile(path) else []
+        last = "test" if self.datasets[2] is not None else "validation"
+        return any(r.get("kind") == last and r.get("iteration") == self.iteration for r in rows)
+
     def _train(self) -> dict:
         t = self.cfg.training
+        if self.finished:
+            self.log.console(f"[train] this run already finished: its checkpoint is at iteration {self.iteration} = "
+                             f"train-iters and its final evaluation is in {metrics_path(self.run_dir)}; nothing to do. "
+                             "Raise train-iters to train further, or evaluate the checkpoint with evaluate.py")
+            self.log.close()
+            return {"iteration": self.iteration, "last": {}, "exit_code": 0, "already_finished": True}
         todo = t.train_iters - self.iteration
         if todo > 0 and self.datasets[0] is None:
             raise ValueError("train-iters > 0 but there is no training data")
