@@ -30,6 +30,11 @@ class LoggingConfig:
                             "them); before the first interval also at iterations 1, 2, 4, 8, ... with an ETA. "
                             "NeoX's runtime/* figures (TensorBoard, W&B) are logged at these iterations, over the "
                             "interval's wall clock.", ge=1)
+    console_metrics: str = key(
+        "short", "Our key: which training metrics the console line shows. short: the loss (the mean over the "
+        "interval, labelled so), the current learning rate, the gradient norm (mean) and tokens/s, then the ETA; "
+        "all: every metric of the step (the KERPLE parameters' statistics, MFU, ...). metrics.jsonl, TensorBoard "
+        "and W&B get every metric either way.", choices=("short", "all"))
     log_grad_norm: bool = key(
         False, "Also log each parameter's gradient norm (grad_norm/<name>, before clipping) to "
         "metrics.jsonl, and as NeoX's gradient_norms/<name> to TensorBoard and W&B; the global gradient "

@@ -26,6 +26,11 @@ def tensorboard_dir(cfg) -> str | None:
     return cfg.tensorboard_dir
 
 
+# The console line's default keys (console-metrics: short), in this order; every key goes to the files.
+SHORT_KEYS = ("lm_loss", "learning_rate", "grad_norm", "tokens_per_sec")
+CURRENT_KEYS = ("learning_rate",)  # shown at the step's value, never averaged
+
+
 def format_eta(seconds: float) -> str:
     """'1d 02:03:04' / '02:03:04': the time left at the recent step time."""
     seconds = int(round(seconds))
@@ -104,18 +109,25 @@ class MetricsLogger:
             self.bar.update(1)
             self.bar.set_postfix(loss=f"{metrics.get('lm_loss', float('nan')):.3f}", refresh=False)
         if iteration % self.cfg.log_interval == 0:
-            self._console_line(iteration, {k: v / self.count for k, v in self.sums.items()})
+            means = {k: v / self.count for k, v in self.sums.items()}
+            # NeoX prints the learning rate the step used, not its mean over the interval
+            means.update({k: metrics[k] for k in CURRENT_KEYS if k in metrics})
+            self._console_line(iteration, means, self.count)
             self.sums.clear()
             self.count = 0
         elif iteration < self.cfg.log_interval and iteration & (iteration - 1) == 0:
             # Steps 1, 2, 4, 8, ... before the first interval: a new run shows that it trains and
             # how long it will take within seconds, not after log_interval steps (minutes on CPU).
             # This step's own values; the interval's average is still printed at log_interval.
-            self._console_line(iteration, metrics)
+            self._console_line(iteration, metrics, 1)
 
-    def _console_line(self, iteration: int, values: dict[str, float]) -> None:
-        """NeoX's line: `iteration N | key: value | ... | eta: hh:mm:ss |` (ETA at this step time)."""
-        parts = [f"iteration {iteration}"] + [f"{k}: {v:.4E}" for k, v in values.items()]
+    def _console_line(self, iteration: int, values: dict[str, float], steps: int) -> None:
+        """NeoX's line, `iteration N/T | key: value | ... | eta: hh:mm:ss |` (ETA at this step time),
+        short by default (console-metrics); a value averaged over `steps` > 1 says so."""
+        shown = values if self.cfg.console_metrics == "all" else {k: values[k] for k in SHORT_KEYS if k in values}
+        parts = [f"iteration {iteration}" + (f"/{self.total_iters}" if self.total_iters else "")]
+        parts += [f"{k}{f' (mean of {steps})' if steps > 1 and k not in CURRENT_KEYS else ''}: {v:.4E}"
+                  for k, v in shown.items()]
         step_ms = values.get("elapsed_time_per_iteration_ms")
         if step_ms is not None and self.total_iters > iteration:
             parts.append(f"eta: {format_eta((self.total_iters - iteration) * step_ms / 1000)}")

@@ -17,7 +17,7 @@ def test_console_tensorboard_and_wandb_offline(tiny_config, tmp_path, capsys, mo
     log.log_eval(2, "validation", {"lm_loss": 1.5, "lm_loss_ppl": 4.48}, "iteration 2")
     log.close()
     out = capsys.readouterr().out
-    assert "iteration 2 | lm_loss: 3.0000E+00 | bias_p_mean: 2.0000E+00 |" in out
+    assert "iteration 2 | lm_loss (mean of 2): 3.0000E+00 |" in out and "bias_p_mean" not in out  # short line
     assert "validation results at iteration 2 | lm_loss value: 1.500000E+00" in out
     assert glob.glob(str(tmp_path / "tb" / "events.out.tfevents.*"))
     assert glob.glob(str(tmp_path / "wandb" / "offline-run-*")), os.listdir(tmp_path)
@@ -69,6 +69,23 @@ def test_first_steps_are_logged_with_an_early_eta(tiny_config, tmp_path, capsys)
         log.log_step(i, {"lm_loss": float(i), "elapsed_time_per_iteration_ms": 1000.0})
     log.close()
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("iteration ")]
-    assert [int(ln.split()[1]) for ln in lines] == [1, 2, 4, 8, 16, 32, 50]
+    assert [ln.split()[1] for ln in lines] == ["1/400", "2/400", "4/400", "8/400", "16/400", "32/400", "50/400"]
     assert "lm_loss: 2.0000E+00" in lines[1] and "eta: 00:06:38" in lines[1]  # 398 steps left at 1 s
-    assert "lm_loss: 2.5500E+01" in lines[-1] and "eta: 00:05:50" in lines[-1]  # the mean of 1..50
+    assert "lm_loss (mean of 50): 2.5500E+01" in lines[-1] and "eta: 00:05:50" in lines[-1]  # the mean of 1..50
+
+
+def test_the_line_shows_the_current_learning_rate_and_is_short_unless_asked(tiny_config, tmp_path, capsys):
+    """The loss is the interval's mean and says so; the learning rate is the step's own (NeoX's:
+    an averaged one read 2.42e-3 while the schedule was at 2.96e-3); KERPLE's statistics and the
+    rest go to the files, and to the console with console-metrics: all."""
+    for mode in ("short", "all"):
+        log = MetricsLogger(tiny_config(log_interval=4, progress_bar=False, console_metrics=mode), str(tmp_path / mode),
+                            enabled=True, total_iters=8)
+        for i in range(1, 9):
+            log.log_step(i, {"lm_loss": 5.0 - i / 10, "learning_rate": 1e-3 * i, "grad_norm": 1.0, "tokens_per_sec": 100.0,
+                             "bias_p_mean": 0.5, "elapsed_time_per_iteration_ms": 10.0})
+        log.close()
+        line = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("iteration 8/8")][0]
+        assert "learning_rate: 8.0000E-03" in line and "lm_loss (mean of 4): 4.3500E+00" in line
+        assert ("bias_p_mean (mean of 4)" in line) == (mode == "all")
+        assert ("elapsed_time_per_iteration_ms" in line) == (mode == "all")
