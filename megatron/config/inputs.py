@@ -28,7 +28,7 @@ DATA_SUFFIXES = (".bin", ".idx")
 
 
 def origin_of(cfg, name: str) -> str:
-    """The file (or "overrides") that set a key last; "default" when none did."""
+    """The file (or the -o origin) that set a key last; "default" when none did."""
     origin = "default"
     for entry in cfg._sources:
         if canonical(entry.key) == name:

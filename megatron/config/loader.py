@@ -10,6 +10,8 @@ import os
 from megatron.config.errors import Problem
 from megatron.config.sources import Entry, read_files
 
+OVERRIDE_ORIGIN = "-o on the command line"  # where an override's problem is said to come from
+
 
 def read_entries(paths=(), overrides: dict | None = None) -> tuple[list[Entry], dict[str, str], str, list[Problem]]:
     """(entries, {basename: text}, run name, problems reading the files).
@@ -21,6 +23,6 @@ def read_entries(paths=(), overrides: dict | None = None) -> tuple[list[Entry], 
         paths = [paths]
     paths = list(paths)
     entries, texts, problems = read_files(paths)
-    entries += [Entry(k, v, "overrides") for k, v in (overrides or {}).items()]
+    entries += [Entry(k, v, OVERRIDE_ORIGIN) for k, v in (overrides or {}).items()]
     run_name = os.path.splitext(os.path.basename(os.fspath(paths[0])))[0] if paths else "default"
     return entries, texts, run_name, problems

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import copy
 
-from megatron.config.errors import Problem
+from megatron.config.errors import UNKNOWN, Problem
 from megatron.config.foreign import attention_type_names, feature_of, feature_of_attention_type, refusals
 from megatron.config.schema import ALIASES, KEYS, canonical, hyphen
 from megatron.config.sources import Entry
@@ -15,7 +15,12 @@ def merge_entries(entries: list[Entry]) -> tuple[dict, dict, list[Problem]]:
     merged, origins, alias_vals, problems, foreign = {}, {}, {}, [], {}
     for e in entries:
         name = canonical(e.key)
-        if name in ALIASES:
+        path = nested_path(e.key)
+        if path is not None:  # `optimizer.params.lr`, `zero_optimization.stage`, NeoX's flat `lr`
+            problem = set_nested(merged, origins, path, e)
+            if problem:
+                problems.append(problem)
+        elif name in ALIASES:
             alias_vals[ALIASES[name]] = (name, e)
         elif name in KEYS:
             merged[name], origins[name] = copy.deepcopy(e.value), e.origin
@@ -42,3 +47,40 @@ def located(issues: list[tuple[str, str]], value_of, origins: dict) -> list[Prob
     """Attach the current value and its origin to (key, what is wrong) issues."""
     return [value_problem(name, value_of(name), origins.get(name, "default"), what)
             for name, what in issues]
+
+
+# NeoX's flat `lr`: NeoX derives it from optimizer.params.lr (arguments.py), which is what it sets here.
+FLAT_PATHS = {"lr": ("optimizer", "params", "lr")}
+
+
+def nested_path(raw_key: str) -> tuple[str, ...] | None:
+    """The path a dotted key (or NeoX's flat `lr`) names inside a section's value, else None."""
+    if canonical(raw_key) in FLAT_PATHS:
+        return FLAT_PATHS[canonical(raw_key)]
+    if "." not in raw_key:
+        return None
+    head, *rest = raw_key.split(".")
+    return (canonical(head), *rest)
+
+
+def set_nested(merged: dict, origins: dict, path: tuple[str, ...], e: Entry) -> Problem | None:
+    """Set one value inside a mapping-valued key (later entries still replace the whole key): the
+    rest of the section keeps its merged or default value. A path into a key that is not a mapping
+    is one problem naming it."""
+    from megatron.config.fields import default_of
+
+    head, *inner = path
+    info = KEYS.get(head)
+    base = merged[head] if head in merged else (default_of(info.field) if info is not None else None)
+    if info is None or not isinstance(base, dict) or not inner:
+        return Problem(UNKNOWN, f"{e.key!r} (in {e.origin}): {head!r} is not a section that takes a dotted path "
+                                "(optimizer, zero_optimization, fp16, bf16, ...); set the whole key instead")
+    value = copy.deepcopy(base)
+    node = value
+    for part in inner[:-1]:
+        if not isinstance(node.get(part, {}), dict):
+            return Problem(UNKNOWN, f"{e.key!r} (in {e.origin}): {part!r} inside {head} is not a mapping")
+        node = node.setdefault(part, {})
+    node[inner[-1]] = copy.deepcopy(e.value)
+    merged[head], origins[head] = value, e.origin
+    return None

@@ -16,7 +16,7 @@ from megatron.config.checkpoint import CheckpointConfig
 from megatron.config.cross import cross_section_problems
 from megatron.config.data import DataConfig
 from megatron.config.errors import ConfigError, Problem
-from megatron.config.loader import read_entries
+from megatron.config.loader import OVERRIDE_ORIGIN, read_entries
 from megatron.config.logs import LoggingConfig
 from megatron.config.merge import located, merge_entries
 from megatron.config.model import ModelConfig
@@ -106,7 +106,7 @@ class NeoXConfig:
     def replace(self, **flat_overrides) -> NeoXConfig:
         """A validated copy with some flat keys changed; derived defaults are derived again."""
         sources = list(self._sources) or [Entry(k, v, "config") for k, v in self.to_flat_dict().items()]
-        sources += [Entry(k, v, "replace()") for k, v in flat_overrides.items()]
+        sources += [Entry(k, v, OVERRIDE_ORIGIN) for k, v in flat_overrides.items()]
         run_dir = self.logging.run_dir or "runs/default"
         return self.build(sources, dict(self.config_files), os.path.basename(run_dir))
 

@@ -70,7 +70,14 @@ class OptimizerConfig:
         return float(self._params.get("momentum", 0.0))
 
     def check(self) -> list[tuple[str, str]]:
-        out = [("optimizer", m) for m in _optimizer_problems(self.optimizer)]
+        from megatron.config.nested import optimizer_key_problems, zero_key_problems
+
+        # unknown nested keys first and all of them: a typo'd `lrr` is the cause of "lr ... got None"
+        out = [("optimizer", m) for m in optimizer_key_problems(self.optimizer)]
+        out += [("zero_optimization", m) for m in zero_key_problems(self.zero_optimization)]
+        out += [("optimizer", m) for m in _optimizer_problems(self.optimizer)
+                if not (m.startswith("params.lr ") and "lr" not in (self.optimizer.get("params") or {})
+                        and any("optimizer.params." in p for _, p in out))]
         stage = self.zero_optimization.get("stage", 0)
         if isinstance(stage, bool) or stage not in (0, 1, 2, 3):
             out.append(("zero_optimization", f"stage must be 0, 1, 2 or 3, got {stage!r}"))

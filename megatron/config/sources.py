@@ -18,7 +18,7 @@ from megatron.config.errors import FILE, Problem, did_you_mean
 class Entry:
     key: str  # as the user spelled it
     value: object
-    origin: str  # file path, "overrides" or "replace()"
+    origin: str  # file path, or loader.OVERRIDE_ORIGIN for -o and replace()
 
 
 class _StrictLoader(yaml.SafeLoader):

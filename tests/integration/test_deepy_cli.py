@@ -52,7 +52,7 @@ def test_missing_file_and_bad_override(tmp_path):
     assert proc.returncode != 0 and "KEY=VALUE" in proc.stderr
     proc = deepy("--dry-run", "train.py", os.path.join(PAPER, "train.yml"), "-o", "weight-decay=.inf")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert "weight-decay = inf (from overrides): not a finite number" in proc.stderr
+    assert "weight-decay = inf (from -o on the command line): not a finite number" in proc.stderr
 
 
 def test_dry_run_answers_in_seconds_for_any_depth():
