@@ -47,6 +47,9 @@ from megatron.evaluation.windows import WINDOW_ORDERS
 PARTIAL = "eval.partial.json"  # not eval.json: globs and run_matrix's "done" check must not take it
 
 
+PLOTS_ENV = "KERPLE_EVAL_PLOTS"
+
+
 def parse_args(argv=None):
     p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", required=True, nargs="+", help="directories holding `latest` and global_step<N>/")
@@ -82,6 +85,9 @@ def parse_args(argv=None):
                         "fix it to compare runs of different seeds on the same tokens under a --max-tokens budget")
     p.add_argument("--dataset", default=None, help="dataset name recorded in eval.json (default: from data-path)")
     p.add_argument("--out", default=None, help="output directory (with several checkpoints: one subdirectory each)")
+    p.add_argument("--plots", action=argparse.BooleanOptionalAction, default=os.environ.get(PLOTS_ENV, "1") != "0",
+                   help="write ppl_vs_length.png, positionwise.png and (for a score-bias scheme) kernels.png beside "
+                        f"eval.json (default on; {PLOTS_ENV}=0 makes --no-plots the default, e.g. in batch jobs)")
     from megatron.device import add_device_flag
 
     add_device_flag(p)
@@ -286,7 +292,27 @@ def evaluate_checkpoint(args, ckpt: str) -> None:
     if os.path.exists(partial):
         os.remove(partial)  # eval.json now holds every length
     print(markdown_table(rec))
-    print(f"wrote {paths['json']}, {paths['csv']}, {paths['md']}, {paths['positionwise']}")
+    plots = write_plots(paths["json"], model, cfg, max(lengths), out_dir) if args.plots else []
+    print(f"wrote {paths['json']}, {paths['csv']}, {paths['md']}, {paths['positionwise']}"
+          + "".join(f", {p}" for p in plots))
+
+
+def write_plots(eval_json: str, model, cfg, max_length: int, out_dir: str) -> list[str]:
+    """The pictures of one evaluation, from the eval.json just written (the same plots
+    tools/make_report.py draws for many runs): perplexity against length, the position-wise loss,
+    and the learned kernel f_h(d) of a score-bias scheme up to the longest length evaluated."""
+    from megatron.evaluation.kernels import kernel_of_scheme
+    from megatron.evaluation.plots import plot_kernels, plot_positionwise, plot_ppl_vs_length
+    from megatron.evaluation.results import parse_result
+
+    run = parse_result(eval_json)
+    out = [plot_ppl_vs_length([run], os.path.join(out_dir, "ppl_vs_length.png")),
+           plot_positionwise([run], os.path.join(out_dir, "positionwise.png"))]
+    kernel = kernel_of_scheme(model.position, max_length)
+    if kernel is not None:
+        out.append(plot_kernels({cfg.model.pos_emb: kernel}, os.path.join(out_dir, "kernels.png"),
+                                train_length=cfg.model.seq_length))
+    return out
 
 
 def main(argv=None) -> int:

@@ -13,6 +13,9 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(ROOT, ".venv", "torch_extensions"))
 os.environ.setdefault("WANDB_MODE", "disabled")
+# evaluate.py draws its PNGs by default (seconds of matplotlib per call); the suite runs it dozens of
+# times, so here --no-plots is the default and tests/integration/test_evaluate_plots.py asks for them.
+os.environ.setdefault("KERPLE_EVAL_PLOTS", "0")
 # Without a GPU the Triton kernels run in Triton's interpreter on CPU tensors; this must be set
 # before anything imports triton (megatron/kernels read it when their kernels are defined).
 if not __import__("torch").cuda.is_available():

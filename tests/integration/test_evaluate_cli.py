@@ -17,10 +17,12 @@ def test_evaluate_cli_writes_schema(tmp_path, token_dataset):
     out = tmp_path / "eval"
     proc = subprocess.run(
         [sys.executable, os.path.join(ROOT, "evaluate.py"), "--checkpoint", ck, "--lengths", "32,64,128",
-         "--max-tokens", "512", "--out", str(out), "--quiet"],
+         "--max-tokens", "512", "--out", str(out), "--quiet", "--plots"],  # the suite's default is --no-plots
         capture_output=True, text=True, cwd=ROOT, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
+    for png in ("ppl_vs_length.png", "positionwise.png", "kernels.png"):  # kerple_log: a learned kernel
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png in proc.stdout, png
     rec = json.loads((out / "eval.json").read_text())
     assert rec["schema"] == "kerple-eval/1"
     assert rec["lengths"] == [32, 64, 128] and rec["train_length"] == 32 and rec["iteration"] == 4
