@@ -134,13 +134,16 @@ class MetricsLogger:
         self.console(" | ".join(parts) + " |")
 
     def log_eval(self, iteration: int, chart: str, metrics: dict[str, float], prefix: str,
-                 console: bool = True) -> None:
-        """console False: the caller prints these figures itself (the harness's results table)."""
+                 console: bool = True, windows: str | None = None) -> None:
+        """console False: the caller prints these figures itself (the harness's results table).
+        `windows`: which windows the figures are on, said at the end of the line (a perplexity
+        means nothing without them: evaluate.py's tables are on other windows)."""
         if not self.enabled:
             return
         self._row({"iteration": iteration, "kind": chart, **metrics})
         if console:
-            line = f" {chart} results at {prefix} | " + " | ".join(f"{k} value: {v:.6E}" for k, v in metrics.items()) + " |"
+            line = (f" {chart} results at {prefix} | " + " | ".join(f"{k} value: {v:.6E}" for k, v in metrics.items())
+                    + " |" + (f" on {windows} |" if windows else ""))
             self.console("-" * len(line) + "\n" + line + "\n" + "-" * len(line))
         self.log_tags(iteration, neox_names.eval_tags(chart, metrics))
 

@@ -452,7 +452,10 @@ class Trainer:
             loss = float(self._all_reduce_mean(torch.tensor(sum(losses) / max(len(losses), 1))))
         self.engine.train()
         metrics = {"lm_loss": loss, "lm_loss_ppl": math.exp(min(loss, 700.0))}
-        self.log.log_eval(self.iteration, chart, metrics, prefix)
+        windows = (f"{t.eval_iters * self.batch} windows of {self.cfg.training.seq_length_val or self.cfg.model.seq_length} "
+                   f"tokens of the {chart} split (eval-iters {t.eval_iters} x batch {self.batch}, its shuffled "
+                   "sample order)")
+        self.log.log_eval(self.iteration, chart, metrics, prefix, windows=windows)
         return metrics
 
     def _all_reduce_mean(self, x: torch.Tensor) -> torch.Tensor:
