@@ -13,12 +13,17 @@ export WANDB_MODE ?= offline
 setup: $(STAMP)
 
 $(STAMP): requirements.txt constraints.txt
+	@echo "setup 1/4: creating $(VENV)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "setup 2/4: installing torch 2.13.0 (CPU wheel; a few minutes on a fresh machine)"
 	$(PY) -m pip install --quiet torch==2.13.0
+	@echo "setup 3/4: installing requirements.txt under constraints.txt (DeepSpeed, transformers, ...)"
 	DS_BUILD_OPS=0 PIP_CONSTRAINT=$(CURDIR)/constraints.txt $(PY) -m pip install --quiet -c constraints.txt -r requirements.txt
+	@echo "setup 4/4: building DeepSpeed's shared-memory comm op once (1-2 min), so no run builds it again"
 	# DeepSpeed JIT-builds its shared-memory comm op at every process-group start; build it once now.
 	$(PY) tools/build_deepspeed_ops.py
 	touch $(STAMP)
+	@echo "setup done: $(VENV)"
 
 test: setup
 	$(VENV)/bin/ruff check .
