@@ -128,9 +128,11 @@ def parse_lengths(text: str) -> list[int]:
 def data_source(cfg, split: str) -> tuple[str, str]:
     """(prefix, split string) for the requested split."""
     d = cfg.data
-    if d.data_path:
-        return d.data_path, d.split
+    if d.single_path:
+        return d.single_path, d.split
     paths = d.test_data_paths if split == "test" else d.valid_data_paths
+    if not paths and d.data_path:  # train-data-paths without this split's own: the data-path's split
+        return d.data_path, d.split
     if not paths:
         raise UserError(f"the checkpoint's config has no data-path and no {split}-data-paths; "
                         "pass -o data-path=<prefix>")

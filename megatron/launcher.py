@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     from megatron.config import load_config
     from megatron.config.inputs import input_problems, inputs_error
     from megatron.config.originals import RESOLVED_NAME, write_originals
-    from megatron.config.paths import outside_run_dir, saves_nothing
+    from megatron.config.paths import outside_run_dir, saves_nothing, unused_data_path
     from megatron.hosts import hostfile_in_use, missing_hostfile_warning
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
@@ -153,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
                         + did_you_mean_file(args.user_script, (".py",)))
     cfg = load_config(config_paths(args), overrides=parse_overrides(args.override))
     missing = input_problems(cfg)
-    for note in (outside_run_dir(cfg), saves_nothing(cfg), missing_hostfile_warning(cfg.parallel.hostfile)):
+    for note in (outside_run_dir(cfg), saves_nothing(cfg), unused_data_path(cfg),
+                 missing_hostfile_warning(cfg.parallel.hostfile)):
         if note:
             print(f"deepy.py: {note}", flush=True)
     if args.dry_run:

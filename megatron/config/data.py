@@ -22,7 +22,9 @@ def parse_split(split: str) -> list[float] | None:
 class DataConfig:
     data_path: str | None = key(
         None, "Prefix of one .bin/.idx dataset, split into train/valid/test by `split`.")
-    train_data_paths: list[str] | None = key(None, "Training dataset prefixes (instead of data-path).")
+    train_data_paths: list[str] | None = key(
+        None, "Training dataset prefixes; when set they take precedence over data-path, which is then unused (NeoX's "
+        "rule; said at launch).")
     valid_data_paths: list[str] | None = key(None, "Validation dataset prefixes.")
     test_data_paths: list[str] | None = key(None, "Test dataset prefixes.")
     train_data_weights: list[float] | None = key(
@@ -49,12 +51,17 @@ class DataConfig:
     data_cache_dir: str | None = key(
         None, "Where the sample-index .npy caches go; null = next to the data.")
 
+    @property
+    def single_path(self) -> str | None:
+        """The one dataset `split` divides, or None: train-data-paths take precedence over data-path,
+        as in NeoX (megatron/data/data_utils.py builds from train_data_paths when they are set), so
+        NeoX's pythia/14M.yml on top of its local_setup.yml's data-path reads its own paths."""
+        return None if self.train_data_paths else self.data_path
+
     def check(self) -> list[tuple[str, str]]:
         out = []
         if parse_split(self.split) is None:
             out.append(("split", "expected up to three non-negative numbers, e.g. \"949,50,1\""))
-        if self.data_path is not None and self.train_data_paths is not None:
-            out.append(("train_data_paths", "set data-path or train-data-paths, not both"))
         for part in ("train", "valid", "test"):
             paths, weights = getattr(self, f"{part}_data_paths"), getattr(self, f"{part}_data_weights")
             if weights is not None and (paths is None or len(weights) != len(paths)):

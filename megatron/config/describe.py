@@ -11,7 +11,7 @@ def _lines(cfg) -> list[tuple[str, str]]:
     vocab = _or(m.padded_vocab_size, f"from tokenizer (multiple of {m.make_vocab_size_divisible_by})")
     decay = o.lr_decay_iters or (f"{o.lr_decay_fraction} x train-iters" if o.lr_decay_fraction
                                  else t.train_iters)
-    data = d.data_path or (f"train {d.train_data_paths}, valid {d.valid_data_paths}, test {d.test_data_paths}"
+    data = d.single_path or (f"train {d.train_data_paths}, valid {d.valid_data_paths}, test {d.test_data_paths}"
                            if d.train_data_paths else "no data path set")
     prec = cfg.precision.dtype + (", fp32 all-reduce" if cfg.precision.fp32_allreduce else "")
     return [

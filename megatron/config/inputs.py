@@ -76,8 +76,8 @@ def _tokenizer_problems(cfg) -> list[tuple[str, str, str]]:
 
 def _data_problems(cfg) -> list[tuple[str, str, str]]:
     d, out = cfg.data, []
-    if d.data_path is not None:
-        bad = data_prefix_problem(d.data_path)
+    if d.single_path is not None:
+        bad = data_prefix_problem(d.single_path)
         if bad:
             out.append(("data_path", INPUT, bad))
     for part in ("train", "valid", "test"):

@@ -68,3 +68,12 @@ def saves_nothing(cfg) -> str | None:
         return None
     return (f"note: save-interval {ck.interval} is set but no save directory is (save: null), so this run keeps "
             "no checkpoint; set `save:` (e.g. <run-dir>/checkpoints) to keep them")
+
+
+def unused_data_path(cfg) -> str | None:
+    """One line when data-path is set but train-data-paths take precedence (NeoX's rule)."""
+    d = cfg.data
+    if d.data_path and d.train_data_paths:
+        return (f"note: data-path {d.data_path} is not used: train-data-paths are set and take precedence, as in "
+                "NeoX (valid/test data come from valid-data-paths / test-data-paths)")
+    return None

@@ -36,7 +36,7 @@ def check_data_tokenizer(cfg) -> None:
     """Refuse data written by another tokenizer than the config's (identity.py), for every prefix
     training reads. The trainer calls it before building the engine (no heavy work first)."""
     d = cfg.data
-    for prefix in [d.data_path] if d.data_path else _prefixes(d):
+    for prefix in [d.single_path] if d.single_path else _prefixes(d):
         if prefix:
             check_tokenizer(prefix, d)
 
@@ -48,9 +48,9 @@ def build_datasets(cfg, train_batch_size: int, vocab_size: int | None = None):
     counts = sample_counts(cfg, train_batch_size)
     val_len = t.seq_length_val or m.seq_length
     check_data_tokenizer(cfg)
-    if d.data_path:
+    if d.single_path:
         return build_train_valid_test_datasets(
-            d.data_path, d.split, m.seq_length, t.seed, num_samples=counts,
+            d.single_path, d.split, m.seq_length, t.seed, num_samples=counts,
             seq_length_val=t.seq_length_val, cache_dir=d.data_cache_dir, vocab_size=vocab_size,
         )
     prefixes = _prefixes(d)

@@ -69,3 +69,17 @@ def test_a_save_interval_without_a_save_directory_is_said(tmp_path):
     assert "save-interval 10 is set but no save directory" in saves_nothing(stacked)
     derived = load_config([write_yaml(tmp_path / "c.yml", {**TINY_MODEL, "save-interval": 10})])
     assert derived.checkpoint.save and saves_nothing(derived) is None
+
+
+def test_train_data_paths_take_precedence_over_data_path_as_in_neox(tmp_path):
+    """NeoX's pythia/14M.yml sets train/valid/test-data-paths on top of local_setup.yml's data-path:
+    NeoX builds from the paths (data_utils.py) and so does this stack, saying data-path is unused."""
+    from megatron.config.paths import unused_data_path
+    from tests.conftest import TINY_MODEL, write_yaml
+
+    cfg = load_config([write_yaml(tmp_path / "a.yml", {**TINY_MODEL, "data-path": "data/x/x_text_document",
+                                                       "train-data-paths": ["data/y/y_text_document"],
+                                                       "test-data-paths": ["data/z/z_text_document"]})])
+    assert cfg.data.single_path is None and "data-path data/x/x_text_document is not used" in unused_data_path(cfg)
+    alone = load_config([write_yaml(tmp_path / "b.yml", {**TINY_MODEL, "data-path": "data/x/x_text_document"})])
+    assert alone.data.single_path == "data/x/x_text_document" and unused_data_path(alone) is None
