@@ -20,9 +20,6 @@ SHAPES = ["20B.yml", *(f"pythia/{s}.yml" for s in ("14M", "70M", "160M", "410M",
           *(f"llama2/{s}.yml" for s in ("7B", "13B", "70B", "codellama_7B", "codellama_34B")), "mistral/7B.yml"]
 # NeoX's mistral/7B.yml gives Hugging Face's per-half MLP width; NeoX's rule needs 3x (see the README there)
 FIXES = {"mistral/7B.yml": {"intermediate-size": 3 * 14336}}
-# pythia/14M.yml names its own train/valid/test data, so it runs without local_setup.yml's data-path
-# (both together are refused: which one trains would be a silent choice)
-OWN_SETUP = {"pythia/14M.yml"}
 REFUSED = {"mamba/mamba-130M.yml": "Mamba blocks", "rwkv/170M.yml": "RWKV blocks", "gmlp_small.yml": "gMLP",
            "1-3B-transformer-engine.yml": "Transformer Engine", "125M-dmoe.yml": "mixture-of-experts",
            "bnb_125M.yml": "bitsandbytes", "sparse.yml": "block-sparse"}
@@ -40,8 +37,10 @@ def training_section(tmp_path, **extra) -> str:
 
 @pytest.mark.parametrize("name", SHAPES)
 def test_neox_model_file_dry_runs_with_only_files_missing(name, tmp_path):
-    setup = [] if name in OWN_SETUP else [os.path.join(NEOX, "local_setup.yml")]
-    cfg = load_config([os.path.join(NEOX, name), *setup, training_section(tmp_path, **FIXES.get(name, {}))])
+    # with local_setup.yml as NeoX users run them: pythia/14M.yml's own train/valid/test-data-paths take
+    # precedence over its data-path, as in NeoX
+    cfg = load_config([os.path.join(NEOX, name), os.path.join(NEOX, "local_setup.yml"),
+                       training_section(tmp_path, **FIXES.get(name, {}))])
     problems = input_problems(cfg)
     assert problems and all(p.kind == INPUT for p in problems), [str(p) for p in problems]  # data files only
 
