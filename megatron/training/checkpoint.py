@@ -171,7 +171,7 @@ class Checkpointer:
             return None
         if not os.path.isdir(os.path.join(c.load, tag)):
             raise CheckpointError(f"checkpoint {os.path.join(c.load, tag)} does not exist (iteration: {c.iteration})")
-        if is_neox(detect_layout(os.path.join(c.load, tag))) or c.finetune_new_pos_emb or self._weights_only_start(tag):
+        if is_neox(detect_layout(os.path.join(c.load, tag))) or c.finetune_new_pos_emb or self._weights_only_start():
             return self._load_foreign(engine, tag)
         self._check_saved_model(os.path.join(c.load, tag))  # before DeepSpeed's strict load
         path, client = self._engine_load(engine, tag)
@@ -330,16 +330,13 @@ class Checkpointer:
               "RNG or data position): training starts at iteration 0", flush=True)
         return {"iteration": 0}
 
-    def _weights_only_start(self, tag: str) -> bool:
-        """finetune from a checkpoint that holds weights only (imported, converted, merged: it has no
-        optimizer state nor DeepSpeed's engine fields), on one rank's model: read by our reader
-        rather than DeepSpeed's engine, which expects a training checkpoint."""
-        from megatron.checkpoint.trust import trusted_from_env
-
-        c = self.ccfg
+    def _weights_only_start(self) -> bool:
+        """finetune on one rank's model takes the weights alone: read by our reader (every layout,
+        weights-only ones included: imported, converted, merged), not by DeepSpeed's engine, which
+        expects a training checkpoint and would read the optimizer state only to drop it. Not under
+        ZeRO-3, whose partitioned parameters only the engine's load fills."""
         one_rank = self.cfg.parallel.model_parallel_size == 1 and self.cfg.parallel.pipe_parallel_size < 1
-        return bool(c.finetune and one_rank and
-                    not writer.holds_optimizer_state(os.path.join(c.load, tag), trusted_from_env()))
+        return self.ccfg.finetune and one_rank and self.cfg.optimizer.zero_optimization.get("stage", 0) < 3
 
     def _without_positional(self, saved: dict, state: dict, where: str) -> dict:
         """The checkpoint's tensors less its positional scheme's; `saved` then names this run's scheme."""
