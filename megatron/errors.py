@@ -141,6 +141,10 @@ def run_cli(main, prog: str, expected: tuple = ()) -> None:
     if DEBUG_FLAG in sys.argv[1:]:
         sys.argv = [a for a in sys.argv if a != DEBUG_FLAG]
         os.environ[DEBUG_ENV] = "1"
+    from megatron.console import prefix_rank_output, quiet_third_party
+
+    quiet_third_party()
+    prefix_rank_output()
     try:
         code = main()
     except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - handle() re-raises what it does not expect

@@ -216,6 +216,8 @@ def runner_args(cfg, user_script: str, resolved: str) -> list[str]:
     if p.master_addr:
         out += ["--master_addr", p.master_addr]
     out += ["--master_port", str(p.master_port), "--launcher", p.launcher]
+    # The runner's INFO lines repeat what deepy.py prints (megatron/console.py); its warnings stay.
+    out += ["--log_level", "info" if debug_enabled() else "warning"]
     from megatron.checkpoint.trust import trusted_from_env
 
     # On other nodes the runner exports only a few variables, so KERPLE_DEBUG and the trust
@@ -244,6 +246,11 @@ def launch_with_deepspeed(cfg, user_script: str, resolved: str) -> int:
 
     if hostfile_in_use(cfg.parallel.hostfile):
         check_hosts(cfg.parallel.hostfile, cfg.parallel.include, cfg.parallel.exclude)  # every host, before launching
+    if not cfg.parallel.hostfile:  # the runner's default /job/hostfile: no hostfile was asked for
+        from megatron.console import drop_log_message
+        from megatron.hosts import MISSING_HOSTFILE
+
+        drop_log_message(MISSING_HOSTFILE)
     print("deepy.py: deepspeed " + " ".join(argv), flush=True)
     try:
         with forwarding_to_workers():  # SIGTERM to deepy.py: the workers save and exit (signals.py)

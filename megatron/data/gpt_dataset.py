@@ -18,6 +18,8 @@ maps were built from (maps_key): maps for other data, or torn/corrupt files, are
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -151,6 +153,20 @@ def _load_maps(paths: dict, key: str | None, rows: dict) -> dict | None:
     return maps if ok and maps["sample"].ndim == 2 and maps["sample"].shape[1] == 2 else None
 
 
+@contextlib.contextmanager
+def _building_maps(directory: str):
+    """One process at a time builds index maps in `directory`: the ranks of a run (and runs sharing
+    a data directory) start together on a fresh cache; without it each rank built the same maps,
+    and one could find another's half-written set and call it "damaged". flock on the directory
+    itself, so no lock file is left beside the data; released when the process dies."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
 def _writable_cache_dir(cache_dir: str | None, data_prefix: str) -> str:
     """cache_dir if given, else the data's own directory, else FALLBACK_CACHE_DIR under the cwd."""
     if cache_dir is not None:
@@ -224,6 +240,12 @@ class GPTDataset(torch.utils.data.Dataset):
             maps = _load_maps(found, key, rows)
             if maps is not None:
                 return maps
+        with _building_maps(os.path.dirname(paths["doc"])):
+            maps = _load_maps(paths, key, rows)  # another process (a rank of this run) built them meanwhile
+            return maps if maps is not None else self._build(data_prefix, documents, num_epochs, tokens_per_epoch,
+                                                             seed, shuffle, paths, key, rows)
+
+    def _build(self, data_prefix, documents, num_epochs, tokens_per_epoch, seed, shuffle, paths, key, rows):
         if os.path.exists(paths["doc"]):
             print(f" > cached {self.name} index maps {paths['doc']} (and _sample/_shuffle) were built for other data, "
                   f"have no _key.json (made by another tool) or are damaged; rebuilding them for {data_prefix}", flush=True)
@@ -241,8 +263,7 @@ class GPTDataset(torch.utils.data.Dataset):
             json.dump({"key": key, "data": os.path.abspath(data_prefix)}, f)
         print(f" > built {self.name} index maps: {num_epochs} epoch(s), {shuffle_idx.size} samples "
               f"in {time.time() - t0:.2f}s -> {os.path.dirname(paths['doc'])}", flush=True)
-        # Memory-mapped like cached maps. Not checked against the key: another rank may be writing
-        # the same (identical) maps and has removed the key for the moment.
+        # Memory-mapped like cached maps (written under _building_maps, so no one is rewriting them).
         return _load_maps(paths, None, rows) or {"doc": doc_idx, "sample": sample_idx, "shuffle": shuffle_idx}
 
     def __len__(self) -> int:

@@ -45,6 +45,7 @@ from megatron.checkpoint.tags import (
     tag_for,
     write_latest,
 )
+from megatron.console import say
 
 INCOMPLETE = ".incomplete"  # suffix of a tag directory that is still being written
 
@@ -167,7 +168,7 @@ class Checkpointer:
             self._claim_save_dir()
         if tag is None:
             if c.load:
-                print(f"[checkpoint] no checkpoint in {c.load!r}: starting from scratch", flush=True)
+                say(f"[checkpoint] no checkpoint in {c.load!r}: starting from scratch")
             return None
         if not os.path.isdir(os.path.join(c.load, tag)):
             raise CheckpointError(f"checkpoint {os.path.join(c.load, tag)} does not exist (iteration: {c.iteration})")
@@ -180,7 +181,7 @@ class Checkpointer:
         self._check_args(client.get("args", {}), os.path.join(c.load, tag))
         if not (c.no_load_rng or c.finetune) and "torch_rng_state" in client:
             set_rng_state(client)
-        print(f"[checkpoint] loaded {path} (iteration {client.get('iteration')})", flush=True)
+        say(f"[checkpoint] loaded {path} (iteration {client.get('iteration')})")
         if c.finetune:
             client["iteration"] = 0
         return client
@@ -221,8 +222,8 @@ class Checkpointer:
                 "`overwrite-checkpoints: true` to start over (they are deleted first)")
         _barrier()
         if steps and self.is_rank0:
-            print(f"[checkpoint] overwrite-checkpoints: deleting {describe_steps(steps)} in {c.save}: "
-                  "this run starts over", flush=True)
+            say(f"[checkpoint] overwrite-checkpoints: deleting {describe_steps(steps)} in {c.save}: "
+                "this run starts over")
             remove_quietly(os.path.join(c.save, LATEST))  # first: `latest` never names a deleted step
             for step in steps:
                 shutil.rmtree(os.path.join(c.save, tag_for(step)))
@@ -291,8 +292,8 @@ class Checkpointer:
                 "seq-length, so resuming would continue from the saved data position in a different sample order "
                 "(some text seen twice, some never). Set seq-length back, set `allow-seq-length-change: true` to "
                 "resume anyway, or `finetune: true` to start from its weights at iteration 0")
-        print(f"[checkpoint] resuming with another sequence length ({change}; allow-seq-length-change: true): "
-              "the sample order from here on differs from the saved run's", flush=True)
+        say(f"[checkpoint] resuming with another sequence length ({change}; allow-seq-length-change: true): "
+            "the sample order from here on differs from the saved run's")
 
     def _load_foreign(self, engine, tag: str) -> dict:
         """Module weights only, as a fine-tune start at iteration 0: a NeoX / KERPLE checkpoint (its
@@ -322,12 +323,12 @@ class Checkpointer:
                 raise CheckpointError(f"{ck.tag_dir}: besides the positional scheme, these tensors do not match the "
                                       f"model: {left[:6]}")
             fresh = sorted(k for k in result.missing_keys)
-            print(f"[checkpoint] finetune-new-pos-emb: pos-emb {trained_with} -> {self.cfg.model.pos_emb}; "
-                  f"{', '.join(fresh) or 'no new tensors'} start from their initial values", flush=True)
+            say(f"[checkpoint] finetune-new-pos-emb: pos-emb {trained_with} -> {self.cfg.model.pos_emb}; "
+                f"{', '.join(fresh) or 'no new tensors'} start from their initial values")
         if hasattr(engine.optimizer, "refresh_fp32_params"):  # bf16 / ZeRO keep fp32 master copies
             engine.optimizer.refresh_fp32_params()
-        print(f"[checkpoint] loaded the module weights only of {ck.tag_dir} (no optimizer, LR schedule, "
-              "RNG or data position): training starts at iteration 0", flush=True)
+        say(f"[checkpoint] loaded the module weights only of {ck.tag_dir} (no optimizer, LR schedule, "
+            "RNG or data position): training starts at iteration 0")
         return {"iteration": 0}
 
     def _weights_only_start(self) -> bool:

@@ -72,7 +72,10 @@ def init_distributed(device: str | torch.device = "auto", backend: str = "nccl")
     if not torch.distributed.is_initialized():
         import deepspeed
 
-        deepspeed.init_distributed(dist_backend=wanted, auto_mpi_discovery=False)
+        from megatron.console import quiet_op_load
+
+        with quiet_op_load("starting the process group", is_rank0=os.environ.get("RANK", "0") == "0"):
+            deepspeed.init_distributed(dist_backend=wanted, auto_mpi_discovery=False)
         atexit.register(shutdown_distributed)
     return DistInfo(torch.distributed.get_rank(), torch.distributed.get_world_size(), local_rank, chosen)
 

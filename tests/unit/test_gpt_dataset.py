@@ -147,6 +147,40 @@ def test_cache_files_written_then_loaded(tmp_path, capsys):
     assert len(train) >= 100 and train.num_epochs == num_epochs_needed(800, 16, 100)
 
 
+def test_ranks_starting_together_build_the_maps_once(tmp_path, capsys, monkeypatch):
+    """Two ranks of a run open the same split on a fresh cache at once: one builds the maps, the
+    other waits and loads them (it used to build them as well, or find the first's half-written set
+    and announce maps "built for other data ... or damaged")."""
+    import threading
+    import time
+
+    prefix = make_dataset(tmp_path, [50] * 20)
+    indexed = MMapIndexedDataset(prefix)
+    built, build = [], GPTDataset._build
+
+    def slow_build(self, *args):  # widens the window in which the other rank looks for the maps
+        built.append(threading.get_ident())
+        time.sleep(0.3)
+        return build(self, *args)
+
+    monkeypatch.setattr(GPTDataset, "_build", slow_build)
+    start, results = threading.Barrier(2), []
+
+    def rank():
+        start.wait()
+        results.append(GPTDataset("train", prefix, np.arange(16), indexed, 100, 16, 1234))
+
+    threads = [threading.Thread(target=rank) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(built) == 1 and len(results) == 2
+    out = capsys.readouterr().out
+    assert out.count("built train index maps") == 1 and "damaged" not in out
+    np.testing.assert_array_equal(results[0][7]["text"], results[1][7]["text"])
+
+
 def test_read_only_data_dir_falls_back_to_cwd_cache(tmp_path, monkeypatch):
     prefix = make_dataset(tmp_path, [50] * 4)
     monkeypatch.chdir(tmp_path)

@@ -14,7 +14,7 @@ def test_runner_args_for_a_hostfile_cluster(tiny_config):
     args = runner_args(cfg, "train.py", "runs/x/resolved_config.yml")
     assert args == ["--hostfile", os.path.join(ROOT, "configs/cluster/hostfile.example"), "--num_nodes", "2",
                     "--num_gpus", "8", "--master_addr", "node001", "--master_port", "29600", "--launcher", "slurm",
-                    "train.py", "--resolved-config", "runs/x/resolved_config.yml"]
+                    "--log_level", "warning", "train.py", "--resolved-config", "runs/x/resolved_config.yml"]
 
 
 def test_include_replaces_num_gpus(tiny_config):

@@ -1,0 +1,135 @@
+"""What a run prints, from several processes and through third-party libraries: one home for
+(1) the "[rank N] " prefix on the lines of every rank but 0, so that two workers' lines can be told
+apart, and (2) the third-party lines that say nothing to a user of this stack, dropped where they
+are made.
+
+Dropped, each because our own output already says it:
+- DeepSpeed's "Setting accelerator to CPU. If you have GPU or other accelerator, we were unable to
+  detect it." (a WARNING at its import on every machine without CUDA): every entry point prints
+  its device (`device cpu (2 threads)`), chosen by megatron/device.py.
+- DeepSpeed's "DeepSpeed ... deepspeed_shm_comm_op built successfully", printed at every process
+  group start even when the op comes from the cache: init_distributed says once, with the time,
+  when the op was really compiled (`quiet_op_load`).
+- The runner's "Unable to find hostfile, will proceed with training with local resources only."
+  when no hostfile was configured (a run on this machine is what was asked for).
+- The runner's INFO lines (its command, world info, "process N spawned", "exits successfully"):
+  deepy.py prints the command it runs, and the runner's warnings and errors still show
+  (launcher.runner_args passes `--log_level warning`).
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import re
+import sys
+import time
+
+DEEPSPEED_LOGGER = "DeepSpeed"
+_DROPPED_LOG_MESSAGES = [re.compile(r"^Setting accelerator to CPU\. If you have GPU")]
+_DROPPED_OP_LINE = re.compile(r"^DeepSpeed \S+ built successfully$")
+# A JIT load slower than this compiled the op (a cached load takes well under a second).
+COMPILED_OP_SECONDS = 5.0
+
+
+class _DropKnownNoise(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not any(p.search(message) for p in _DROPPED_LOG_MESSAGES)
+
+
+def quiet_third_party() -> None:
+    """Install the filters before DeepSpeed is imported (its import logs the CPU warning).
+    logging.getLogger returns the logger DeepSpeed configures later, and a filter set on it stays."""
+    logger = logging.getLogger(DEEPSPEED_LOGGER)
+    if not any(isinstance(f, _DropKnownNoise) for f in logger.filters):
+        logger.addFilter(_DropKnownNoise())
+
+
+def drop_log_message(message: str) -> None:
+    """Drop one more exact DeepSpeed log message from now on (a launcher's, when our own line says it)."""
+    quiet_third_party()
+    _DROPPED_LOG_MESSAGES.append(re.compile("^" + re.escape(message) + "$"))
+
+
+class _LineFilter(io.TextIOBase):
+    """A text stream that passes whole lines to `target`, transformed by `edit` (None drops the line)."""
+
+    def __init__(self, target, edit):
+        self.target, self.edit, self.pending = target, edit, ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self.pending += text
+        *lines, self.pending = self.pending.split("\n")
+        for line in lines:
+            edited = self.edit(line)
+            if edited is not None:
+                self.target.write(edited + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        if self.pending:  # a partial line is written as it is (a prompt, a progress dot)
+            edited = self.edit(self.pending)
+            self.pending = ""
+            if edited is not None:
+                self.target.write(edited)
+        self.target.flush()
+
+    def isatty(self) -> bool:
+        return self.target.isatty()
+
+    def fileno(self) -> int:
+        return self.target.fileno()
+
+    @property
+    def encoding(self):
+        return getattr(self.target, "encoding", "utf-8")
+
+
+def rank_of_worker() -> int | None:
+    """This process's global rank when a launcher started several (RANK, WORLD_SIZE), else None."""
+    try:
+        world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return None
+    return rank if world > 1 else None
+
+
+def prefix_rank_output() -> None:
+    """Every line a worker of rank > 0 prints gets "[rank N] " in front: rank 0 speaks for the run
+    (its lines stay as they are), and what another rank says is told apart. Output written below
+    Python (C++ warnings from gloo) is not prefixed."""
+    rank = rank_of_worker()
+    if not rank or isinstance(sys.stdout, _LineFilter):
+        return
+    sys.stdout = _LineFilter(sys.stdout, lambda line: f"[rank {rank}] {line}" if line else line)
+    sys.stderr = _LineFilter(sys.stderr, lambda line: f"[rank {rank}] {line}" if line else line)
+
+
+@contextlib.contextmanager
+def quiet_op_load(what: str, is_rank0: bool = True):
+    """Drop DeepSpeed's "op built successfully" line printed inside the block, and say once (on rank
+    0) when the block took long enough to have compiled the op rather than loaded it from the cache."""
+    saved = sys.stdout
+    sys.stdout = _LineFilter(saved, lambda line: None if _DROPPED_OP_LINE.match(line.strip()) else line)
+    t0 = time.time()
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stdout = saved
+    took = time.time() - t0
+    if is_rank0 and took > COMPILED_OP_SECONDS:
+        print(f"[deepspeed] {what} took {took:.0f}s (a first build of DeepSpeed's op; cached in "
+              f"{os.environ.get('TORCH_EXTENSIONS_DIR', 'TORCH_EXTENSIONS_DIR')} for the next runs)", flush=True)
+
+
+def say(message: str, file=None) -> None:
+    """print() for a line about the whole run, which every rank would say alike ("no checkpoint in
+    ...", "loaded ..."): rank 0 says it for all."""
+    if not rank_of_worker():
+        print(message, file=file or sys.stdout, flush=True)
