@@ -45,21 +45,21 @@ quickstart: setup
 	$(PY) tools/prepare_data.py stdlib --data-dir data
 	$(PY) deepy.py train.py configs/quickstart.yml
 	$(PY) evaluate.py --checkpoint runs/quickstart/checkpoints --max-factor 16 --max-tokens 65536 --window-order contiguous \
-		--batch-size 4 --out runs/quickstart --quiet --overwrite
+		--batch-size 4 --quiet --overwrite
 
 # The same run with rotary positions (one extra YAML), for contrast.
 quickstart-rotary: setup
 	$(PY) tools/prepare_data.py stdlib --data-dir data
 	$(PY) deepy.py train.py configs/quickstart.yml configs/quickstart_rotary.yml
 	$(PY) evaluate.py --checkpoint runs/quickstart_rotary/checkpoints --max-factor 16 --max-tokens 65536 --window-order contiguous \
-		--batch-size 4 --out runs/quickstart_rotary --quiet --overwrite
+		--batch-size 4 --quiet --overwrite
 
 # Downstream tasks (lm-evaluation-harness), offline: the local tasks built from held-out stdlib
 # docstrings (megatron/evaluation/harness/local_tasks.py) on the checkpoint `make quickstart` left;
-# harness.json goes beside its eval.json.
+# harness.json goes beside its eval.json, in runs/quickstart/eval/ (where `deepy.py eval.py` puts it too).
 eval-tasks: setup
 	@test -f runs/quickstart/checkpoints/latest || { echo "eval-tasks: no checkpoint in runs/quickstart/checkpoints: run 'make quickstart' first" >&2; exit 2; }
-	$(PY) evaluate.py --checkpoint runs/quickstart/checkpoints --tasks kerple_local --out runs/quickstart --quiet --overwrite
+	$(PY) evaluate.py --checkpoint runs/quickstart/checkpoints --tasks kerple_local --quiet --overwrite
 
 docs: setup
 	$(PY) tools/gen_config_docs.py

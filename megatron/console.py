@@ -15,6 +15,7 @@ Dropped, each because our own output already says it:
 - The runner's INFO lines (its command, world info, "process N spawned", "exits successfully"):
   deepy.py prints the command it runs, and the runner's warnings and errors still show
   (launcher.runner_args passes `--log_level warning`).
+`--debug` (KERPLE_DEBUG=1) keeps all of them.
 """
 from __future__ import annotations
 
@@ -35,6 +36,10 @@ COMPILED_OP_SECONDS = 5.0
 
 class _DropKnownNoise(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
+        from megatron.errors import debug_enabled
+
+        if debug_enabled():  # --debug: everything, as the library says it
+            return True
         message = record.getMessage()
         return not any(p.search(message) for p in _DROPPED_LOG_MESSAGES)
 
@@ -114,8 +119,11 @@ def prefix_rank_output() -> None:
 def quiet_op_load(what: str, is_rank0: bool = True):
     """Drop DeepSpeed's "op built successfully" line printed inside the block, and say once (on rank
     0) when the block took long enough to have compiled the op rather than loaded it from the cache."""
+    from megatron.errors import debug_enabled
+
     saved = sys.stdout
-    sys.stdout = _LineFilter(saved, lambda line: None if _DROPPED_OP_LINE.match(line.strip()) else line)
+    drop = not debug_enabled()
+    sys.stdout = _LineFilter(saved, lambda line: None if drop and _DROPPED_OP_LINE.match(line.strip()) else line)
     t0 = time.time()
     try:
         yield
@@ -133,3 +141,11 @@ def say(message: str, file=None) -> None:
     ...", "loaded ..."): rank 0 says it for all."""
     if not rank_of_worker():
         print(message, file=file or sys.stdout, flush=True)
+
+
+def seconds_since_start() -> float:
+    """Wall-clock seconds since this process started (imports included): the "ready after" a
+    run's first lines report, the setup phase's one timing."""
+    import psutil  # a DeepSpeed requirement
+
+    return max(0.0, time.time() - psutil.Process().create_time())

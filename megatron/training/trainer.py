@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from megatron.checkpoint.tags import read_latest, tag_for
+from megatron.console import seconds_since_start
 from megatron.data.loader import batch_loader, loss_mask_for
 from megatron.device import describe as describe_device
 from megatron.errors import is_out_of_memory, out_of_memory
@@ -153,7 +154,8 @@ class Trainer:
         self.log.console(f"model: {count_parameters(model):,} parameters | pos-emb {cfg.model.pos_emb} | "
                          f"attention backend {model.backend(self.dist.device, self._dtype()).name} | "
                          f"batch {self.batch} = micro {self.micro} x gas {self.gas} x dp {self.par.dp_size}"
-                         + (f" | tp {self.par.tp_size}" if self.par.tp_size > 1 else ""))
+                         + (f" | tp {self.par.tp_size}" if self.par.tp_size > 1 else "")
+                         + f" | ready after {seconds_since_start():.1f}s")
 
     def _build_engine(self, deepspeed):
         """(engine, model, parallel context): the DeepSpeed engine around our model (sequential) or

@@ -3,6 +3,7 @@ parameter norms when asked (log-grad-norm, log-param-norm); TensorBoard under ru
 import glob
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -24,6 +25,7 @@ def test_norms_throughput_eta_and_tensorboard(tmp_path, token_dataset, capsys):
     rows = train(tmp_path, token_dataset, train_iters=3, log_grad_norm=True, log_param_norm=True)
     out = capsys.readouterr().out
     assert "eta: 00:00:0" in out and "tokens_per_sec" in out
+    assert re.search(r"^model: .* \| ready after \d+\.\ds$", out, flags=re.M), out  # the setup phase, timed
     for row in rows:
         assert row["tokens_per_sec"] == pytest.approx(row["samples_per_sec"] * 32)  # seq-length 32
         assert row["grad_norm"] > 0 and math.isfinite(row["grad_norm"])

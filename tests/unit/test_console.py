@@ -103,3 +103,11 @@ def test_the_runner_is_asked_for_warnings_only(tiny_config, monkeypatch):
     monkeypatch.setenv("KERPLE_DEBUG", "1")
     args = runner_args(tiny_config(num_gpus=2), "train.py", "r.yml")
     assert args[args.index("--log_level") + 1] == "info"
+
+
+def test_debug_keeps_every_line(deepspeed_log, monkeypatch, capsys):
+    monkeypatch.setenv("KERPLE_DEBUG", "1")
+    logging.getLogger(console.DEEPSPEED_LOGGER).warning("Setting accelerator to CPU. If you have GPU or other")
+    with console.quiet_op_load("starting the process group"):
+        print("DeepSpeed deepspeed.ops.comm.deepspeed_shm_comm_op built successfully")
+    assert len(deepspeed_log) == 1 and "built successfully" in capsys.readouterr().out
