@@ -1,0 +1,62 @@
+"""Issue 35, class 2: inputs are sacred. No tool writes into, or with --overwrite deletes, one of its
+inputs (megatron/outputs_vs_inputs.py, the one rule), in both directions, through symlinks too;
+and several inputs never share one output. Every entry point is answered before anything is read:
+the checkpoints here are empty layouts (tests/conftest.checkpoint_layout)."""
+import os
+
+import pytest
+
+from megatron.outputs_vs_inputs import OutputOverlapsInput, overlap, refuse_overlap, refuse_shared_outputs
+from tests.conftest import checkpoint_layout
+
+
+def test_the_rule_in_both_directions_and_through_links(tmp_path):
+    ck = checkpoint_layout(tmp_path / "run" / "checkpoints")
+    (tmp_path / "link").symlink_to(ck)
+    assert overlap(ck, ck) == "is"
+    assert overlap(str(tmp_path / "link"), ck) == "is"  # a symlink to the input is the input
+    assert overlap(os.path.join(ck, "..", "checkpoints"), ck) == "is"
+    assert overlap(str(tmp_path / "link" / "hf"), ck) == "lies inside"  # not created yet: where it would be
+    assert overlap(str(tmp_path / "run"), ck) is None  # results written beside the checkpoints: fine
+    assert overlap(str(tmp_path / "run"), ck, replaced_whole=True) == "holds"  # --overwrite would delete it
+    assert overlap(str(tmp_path / "other"), ck, replaced_whole=True) is None
+    data = tmp_path / "data.jsonl"
+    data.write_text("{}\n")
+    os.link(data, tmp_path / "hard.jsonl")
+    assert overlap(str(tmp_path / "hard.jsonl"), str(data)) == "is"  # a hard link is the same file
+    assert overlap(str(tmp_path / "data.jsonl.out"), str(data)) is None  # beside a file is not inside it
+    with pytest.raises(OutputOverlapsInput, match=r"--out .*link \(really .*checkpoints\) is the checkpoint being "
+                                                  r"read .*deleted first, with --overwrite.*choose a --out outside"):
+        refuse_overlap("--out", str(tmp_path / "link"), [("the checkpoint being read (--checkpoint)", ck)], True)
+
+
+def test_several_inputs_never_share_an_output(tmp_path):
+    refuse_shared_outputs("--out", [("a", "out/a"), ("b", "out/b")])
+    with pytest.raises(OutputOverlapsInput, match="a and b would both write their results to --out out/x"):
+        refuse_shared_outputs("--out", [("a", "out/x"), ("b", "out/x")])
+    with pytest.raises(OutputOverlapsInput, match="is given twice"):
+        refuse_shared_outputs("--out", [(str(tmp_path), "out/x"), (str(tmp_path / "."), "out/x")])
+
+
+def test_export_hf_never_deletes_the_checkpoint_it_reads(tmp_path):
+    """export_hf.py --out CKPT --overwrite used to delete the checkpoints it was exporting."""
+    from tools.export_hf import main
+
+    ck = checkpoint_layout(tmp_path / "ck")
+    for out in (ck, os.path.join(ck, "hf"), str(tmp_path)):
+        with pytest.raises(OutputOverlapsInput, match=f"--out {out} (is|lies inside|holds) the checkpoint being read"):
+            main(["--checkpoint", ck, "--out", out, "--overwrite"])
+    assert sorted(os.listdir(ck)) == ["global_step4", "latest"]
+
+
+@pytest.mark.parametrize("tool", ["merge_tp_checkpoint", "convert_neox_checkpoint", "import_hf"])
+def test_checkpoint_writers_stay_out_of_their_input(tool, tmp_path):
+    """Both directions: an --output inside the input was accepted (a checkpoint written into another one)."""
+    import importlib
+
+    main = importlib.import_module(f"tools.{tool}").main
+    ck = checkpoint_layout(tmp_path / "ck")
+    for out in (os.path.join(ck, "merged"), str(tmp_path)):
+        with pytest.raises(OutputOverlapsInput, match=f"--output {out} (lies inside|holds) the "):
+            main(["--input", ck, "--output", out, "--overwrite"])
+    assert sorted(os.listdir(ck)) == ["global_step4", "latest"]
