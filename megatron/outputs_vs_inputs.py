@@ -58,10 +58,12 @@ def overlap(output: str, input_path: str, replaced_whole: bool = False) -> str |
     return None
 
 
-def refuse_overlap(flag: str, output: str, inputs: Iterable[tuple[str, str]], replaced_whole: bool = False) -> None:
+def refuse_overlap(flag: str, output: str, inputs: Iterable[tuple[str, str]], replaced_whole: bool = False,
+                   fix: str | None = None) -> None:
     """OutputOverlapsInput unless `output` (given with `flag`, e.g. '--out') stays clear of every
     input. inputs: (what, path) pairs, what naming the input as the user gave it, e.g.
-    ('the checkpoint being read (--checkpoint)', ckpt). Empty or unset paths are skipped."""
+    ('the checkpoint being read (--checkpoint)', ckpt). Empty or unset paths are skipped.
+    fix: what to do instead (default: choose another `flag` outside the input)."""
     for what, path in inputs:
         if not path or not output:
             continue
@@ -73,8 +75,8 @@ def refuse_overlap(flag: str, output: str, inputs: Iterable[tuple[str, str]], re
                 "holds": "replacing the output (--overwrite) would delete it"}[how]
         raise OutputOverlapsInput(
             f"{flag} {_where(output)} {how} {what}, {_where(path)}: {harm}. An output never goes into, or "
-            f"replaces, one of the inputs it is made from; nothing was read, written or deleted: choose a "
-            f"{flag} outside {path}")
+            f"replaces, one of the inputs it is made from; nothing was read, written or deleted: "
+            + (fix or f"choose a {flag} outside {path}"))
 
 
 def refuse_shared_outputs(flag: str, outputs: Iterable[tuple[str, str]]) -> None:

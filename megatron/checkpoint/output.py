@@ -13,12 +13,12 @@ from megatron.outputs_vs_inputs import refuse_overlap
 
 
 def check_output(output_dir: str, overwrite: bool, input_dir: str | None = None,
-                 what: str = "the checkpoint being read (--input)") -> None:
-    """Before any reading: --output stays clear of the input (`what`, at input_dir: the rule of
+                 input_is: str = "the checkpoint being read (--input)") -> None:
+    """Before any reading: --output stays clear of the input (`input_is`, at input_dir: the rule of
     megatron/outputs_vs_inputs.py, for a directory replaced whole), and an existing one (another
     run's checkpoints: replacing a step would drop its optimizer state and move `latest`
     backwards) is replaced only with --overwrite."""
-    refuse_overlap("--output", output_dir, [(what, input_dir)], replaced_whole=True)
+    refuse_overlap("--output", output_dir, [(input_is, input_dir)], replaced_whole=True)
     steps = steps_in(output_dir) if os.path.isdir(output_dir) else []
     try:
         latest = read_latest(output_dir) if steps else None

@@ -60,3 +60,44 @@ def test_checkpoint_writers_stay_out_of_their_input(tool, tmp_path):
         with pytest.raises(OutputOverlapsInput, match=f"--output {out} (lies inside|holds) the "):
             main(["--input", ck, "--output", out, "--overwrite"])
     assert sorted(os.listdir(ck)) == ["global_step4", "latest"]
+
+
+def test_evaluate_never_writes_into_a_checkpoint(tmp_path):
+    import evaluate
+
+    a, b = checkpoint_layout(tmp_path / "a"), checkpoint_layout(tmp_path / "b")
+    for argv in (["--checkpoint", a, "--out", a], ["--checkpoint", a, "--out", os.path.join(a, "eval")],
+                 ["--checkpoint", a, b, "--out", a]):  # with several: b's results would go to a/b
+        with pytest.raises(OutputOverlapsInput, match=r"--out .* (is|lies inside) the checkpoint being evaluated"):
+            evaluate.main([*argv, "--lengths", "8"])
+    assert sorted(os.listdir(a)) == ["global_step4", "latest"]
+
+
+def test_evaluate_gives_checkpoints_of_the_same_name_their_own_results(tmp_path):
+    """Two runs' checkpoints/ named alike (x/run1, y/run1) used to share --out/run1: the second's
+    results replaced the first's. Each now gets the shortest name that tells it apart."""
+    import evaluate
+
+    cks = [checkpoint_layout(tmp_path / d / "run1" / "checkpoints") for d in ("x", "y")]
+    other = checkpoint_layout(tmp_path / "z" / "run2" / "checkpoints")
+    args = evaluate.parse_args(["--checkpoint", *cks, other, "--out", str(tmp_path / "res")])
+    assert [os.path.relpath(evaluate.output_dir(args, c), tmp_path) for c in (*cks, other)] == [
+        "res/x_run1", "res/y_run1", "res/run2"]
+    for twice in (cks[0], os.path.join(cks[0], ".")):
+        with pytest.raises(OutputOverlapsInput, match="is given twice"):
+            evaluate.main(["--checkpoint", cks[0], twice, "--out", str(tmp_path / "res")])
+    assert not (tmp_path / "res").exists()
+
+
+@pytest.mark.parametrize("save", ["ck", "ck/ft"])
+def test_a_finetune_never_saves_into_the_checkpoints_it_starts_from(save, tmp_path, tiny_config):
+    """finetune from a run's checkpoints with save = load restarted at iteration 0: its first save
+    replaced a step it was started from and moved `latest` back."""
+    from megatron.training.checkpoint import Checkpointer
+
+    ck = checkpoint_layout(tmp_path / "ck")
+    cfg = tiny_config(load=ck, save=str(tmp_path / save), finetune=True, save_interval=2)
+    with pytest.raises(OutputOverlapsInput, match=r"save: .*(is|lies inside) the checkpoints this run starts from "
+                                                  r"at iteration 0 .*global_step4.*give this run its own `save`"):
+        Checkpointer(cfg, 128).load(engine=None)
+    assert sorted(os.listdir(ck)) == ["global_step4", "latest"]
