@@ -101,3 +101,23 @@ def test_a_finetune_never_saves_into_the_checkpoints_it_starts_from(save, tmp_pa
                                                   r"at iteration 0 .*global_step4.*give this run its own `save`"):
         Checkpointer(cfg, 128).load(engine=None)
     assert sorted(os.listdir(ck)) == ["global_step4", "latest"]
+
+
+def test_preprocess_never_writes_among_or_over_its_input(tmp_path):
+    """--output-prefix inside an --input directory put the .bin among the documents the next run
+    of the same command reads; a prefix whose .bin is the input file would replace it."""
+    from megatron.data.preprocess import preprocess
+    from megatron.tokenizer import build_tokenizer
+
+    docs = tmp_path / "raw"
+    docs.mkdir()
+    (docs / "a.jsonl").write_text('{"text": "hello"}\n')
+    tok = build_tokenizer("CharLevelTokenizer")
+    with pytest.raises(OutputOverlapsInput, match=r"--output-prefix .*raw/x_text_document.bin lies inside the data "
+                                                  r"being read \(--input\)"):
+        preprocess([str(docs)], tok, str(docs / "x"), overwrite=True)
+    assert os.listdir(docs) == ["a.jsonl"]
+    (tmp_path / "y_text_document.bin").write_text('{"text": "a document file with a .bin name"}\n')
+    with pytest.raises(OutputOverlapsInput, match="y_text_document.bin is the data being read"):
+        preprocess([str(tmp_path / "y_text_document.bin")], tok, str(tmp_path / "y"), overwrite=True)
+    assert preprocess([str(docs / "a.jsonl")], tok, str(docs.parent / "ok"))["documents"] == 1  # beside it: fine
