@@ -45,7 +45,7 @@ import time
 
 from megatron.atomic_io import atomic_output
 from megatron.cli_args import ArgumentParser, int_at_least
-from megatron.errors import OutOfMemory, UserError, is_out_of_memory, out_of_memory, run_cli
+from megatron.errors import OutOfMemory, UserError, is_out_of_memory, out_of_memory, run_cli, writing
 from megatron.evaluation.outputs import check_output_dir, output_locks, refuse_earlier_results
 from megatron.evaluation.windows import WINDOW_ORDERS
 
@@ -280,16 +280,25 @@ def evaluate_checkpoint(args, ckpt: str) -> None:
     print(f"evaluating {ckpt} (iteration {meta['iteration']}, pos-emb {meta['pos_emb']}): "
           f"{attention_label(meta)}, lengths {', '.join(map(str, lengths))}", flush=True)
 
+    saved = []  # the lengths eval.partial.json holds (a failed save keeps the previous one whole)
+
     def save_partial(done: list) -> None:
         os.makedirs(out_dir, exist_ok=True)
         rec = build_record(dict(meta, lengths=[r.length for r in done], incomplete=True,
                                 seconds=round(time.perf_counter() - start, 2)), done)
         with atomic_output(partial, fsync=False) as tmp, open(tmp, "w") as f:
             json.dump(rec, f, indent=1)
+        saved[:] = [r.length for r in done]
 
-    results = run_lengths(args, model, cfg, lengths, prefix, split, partial, save_partial, block)
-    rec = build_record(dict(meta, seconds=round(time.perf_counter() - start, 2)), results)
-    paths = write_outputs(rec, results, out_dir)
+    def kept() -> str:
+        if not saved:
+            return "no length had finished, so no result was kept"
+        return f"lengths {', '.join(map(str, saved))} finished and are kept in {partial}"
+
+    with writing("the results into", out_dir, kept):  # a full disk: where, and what is kept
+        results = run_lengths(args, model, cfg, lengths, prefix, split, partial, save_partial, block)
+        rec = build_record(dict(meta, seconds=round(time.perf_counter() - start, 2)), results)
+        paths = write_outputs(rec, results, out_dir)
     if os.path.exists(partial):
         os.remove(partial)  # eval.json now holds every length
     print(markdown_table(rec))

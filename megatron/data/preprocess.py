@@ -23,7 +23,7 @@ from megatron.data.indexed import (
     dataset_exists,
     idx_path,
 )
-from megatron.errors import DataError, UserError
+from megatron.errors import DataError, UserError, writing
 from megatron.outputs_vs_inputs import refuse_overlap
 
 _BATCH = 256  # documents per tokenize_batch call in the single-process path
@@ -148,7 +148,8 @@ def preprocess(inputs, tokenizer, output_prefix: str, key: str = "text", append_
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
     dtype = best_dtype(tokenizer.vocab_size)
     t0, docs, tokens, chars = time.time(), 0, 0, 0
-    with MMapIndexedDatasetBuilder(bin_path(prefix), dtype=dtype, overwrite=overwrite,
+    kept = "nothing was written" + (f": the existing {prefix}.bin/.idx are unchanged" if dataset_exists(prefix) else "")
+    with writing("the dataset", prefix, kept), MMapIndexedDatasetBuilder(bin_path(prefix), dtype=dtype, overwrite=overwrite,
                                    tokenizer=tokenizer_identity(tokenizer)) as builder:
         documents = itertools.islice(read_documents(inputs), num_docs)
         for doc, ids in _encoded_docs(documents, tokenizer, append_eod, workers, ftfy):
