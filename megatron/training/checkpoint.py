@@ -195,6 +195,8 @@ class Checkpointer:
         from megatron.outputs_vs_inputs import refuse_overlap
 
         c = self.ccfg
+        if not c.save:  # a fine-tune that saves nothing cannot overwrite anything
+            return
         steps = describe_steps(steps_in(c.load))
         refuse_overlap("save:", c.save, [(f"the checkpoints this run starts from at iteration 0 (load: {c.load}, "
                                           f"{steps}, `latest` {tag})", c.load)],
