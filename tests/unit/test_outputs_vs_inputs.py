@@ -121,3 +121,27 @@ def test_preprocess_never_writes_among_or_over_its_input(tmp_path):
     with pytest.raises(OutputOverlapsInput, match="y_text_document.bin is the data being read"):
         preprocess([str(tmp_path / "y_text_document.bin")], tok, str(tmp_path / "y"), overwrite=True)
     assert preprocess([str(docs / "a.jsonl")], tok, str(docs.parent / "ok"))["documents"] == 1  # beside it: fine
+
+
+def test_prepare_data_never_rewrites_its_pile_input(tmp_path):
+    """pile --input data/x/x.jsonl.zst --name x rewrote the user's file as its own archive (cut short by --max-mb)."""
+    from tools.prepare_data import main
+
+    (tmp_path / "x").mkdir()
+    src = tmp_path / "x" / "x.jsonl.zst"
+    src.write_bytes(b"the user's shard")
+    with pytest.raises(OutputOverlapsInput, match=r"--name .*x/x.jsonl.zst is the input being read \(--input\).*give "
+                                                  "another --name"):
+        main(["pile", "--input", str(src), "--name", "x", "--data-dir", str(tmp_path)])
+    assert src.read_bytes() == b"the user's shard" and os.listdir(tmp_path / "x") == ["x.jsonl.zst"]
+
+
+def test_convert_never_deletes_the_configs_it_reads(tmp_path):
+    from tools.convert_neox_checkpoint import main
+
+    ck = checkpoint_layout(tmp_path / "ck")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "neox.yml").write_text("{}")
+    with pytest.raises(OutputOverlapsInput, match=r"--output .*out holds a NeoX config being read \(--config\)"):
+        main(["--input", ck, "--output", str(tmp_path / "out"), "--config", str(tmp_path / "out" / "neox.yml"),
+              "--overwrite"])
