@@ -53,14 +53,16 @@ def main() -> int:
     from megatron.evaluation.harness.run import evaluate_tasks
     from megatron.evaluation.outputs import check_output_dir, output_locks
     from megatron.evaluation.report import default_output_dir
+    from megatron.outputs_vs_inputs import refuse_overlap
 
-    out_dir = default_output_dir(load)
+    out_dir, path = default_output_dir(load), results_path(args.eval_results_prefix)
+    refuse_overlap("--eval_results_prefix", path, [("the checkpoint being evaluated (load)", load)])
     check_output_dir(out_dir)
     with output_locks([out_dir]), progress_bars(not args.quiet):
         evaluate_tasks(load, args.eval_tasks, out_dir, tag=tag_or_latest(cfg.checkpoint.iteration),
                        max_length=args.max_length, batch_size=args.batch_size, limit=limit_value(args.limit),
                        num_fewshot=args.num_fewshot, device=args.device, allow_nonfinite=args.allow_nonfinite,
-                       results_path=results_path(args.eval_results_prefix), include_paths=args.include_paths,
+                       results_path=path, include_paths=args.include_paths,
                        bootstrap_iters=args.bootstrap_iters, overwrite=args.overwrite)
     return 0
 

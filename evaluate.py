@@ -4,7 +4,7 @@ extrapolation evaluation).
 
     python evaluate.py --checkpoint runs/quickstart/checkpoints --lengths 128,256,512
     python evaluate.py --checkpoint CKPT                 # default: 1x, 2x, ... 32x the train length
-    python evaluate.py --checkpoint A B C --out results  # several checkpoints: results/<name>/
+    python evaluate.py --checkpoint A B C --out results  # several checkpoints: results/<name>/ (below)
     python evaluate.py --checkpoint CKPT --window 128    # windowed attention (the paper's windowed@L)
     python evaluate.py --checkpoint CKPT --stride 64     # sliding-window (strided) evaluation
     python evaluate.py --checkpoint CKPT --blockwise-causal   # xPos's blockwise causal attention
@@ -25,6 +25,11 @@ data seed), eval.csv, eval.md and positionwise.csv into --out (default: <checkpo
 checked before anything is loaded; while the lengths run, the finished ones are kept in
 eval.partial.json there (removed once eval.json is written), so a failure loses none of them.
 
+With several checkpoints each gets its own results/<name>/: the checkpoint directory's name (its
+run directory's, for runs/<run>/checkpoints); names that coincide (x/run1 and y/run1) take parent
+directories until they differ (results/x_run1, results/y_run1). No result is ever written into a
+checkpoint directory (--out there is refused), and the same checkpoint given twice is refused.
+
 Results are never replaced silently: an output directory that already holds this mode's results
 (eval.json ... for the sweep, harness.json for --tasks; the other mode's are not touched) is
 refused unless --overwrite, and while an evaluation runs it holds the directory's eval.lock, so a
@@ -40,7 +45,7 @@ import time
 
 from megatron.atomic_io import atomic_output
 from megatron.cli_args import ArgumentParser, int_at_least
-from megatron.errors import OutOfMemory, UserError, is_out_of_memory, out_of_memory, run_cli
+from megatron.errors import OutOfMemory, UserError, is_out_of_memory, out_of_memory, run_cli, writing
 from megatron.evaluation.outputs import check_output_dir, output_locks, refuse_earlier_results
 from megatron.evaluation.windows import WINDOW_ORDERS
 
@@ -158,15 +163,9 @@ def train_speed(cfg) -> dict | None:
 
 
 def output_dir(args, ckpt: str) -> str:
-    if len(args.checkpoint) > 1:
-        base = args.out or "eval"
-        name = os.path.basename(os.path.normpath(ckpt))
-        if name in ("checkpoints", "ckpt"):
-            name = os.path.basename(os.path.dirname(os.path.normpath(ckpt)))
-        return os.path.join(base, name)
-    from megatron.evaluation.report import default_output_dir
+    from megatron.evaluation.outputs import results_dirs
 
-    return args.out or default_output_dir(ckpt)
+    return results_dirs(args.checkpoint, args.out)[ckpt]
 
 
 def oom_fix(args, done: list, partial: str) -> str:
@@ -281,16 +280,25 @@ def evaluate_checkpoint(args, ckpt: str) -> None:
     print(f"evaluating {ckpt} (iteration {meta['iteration']}, pos-emb {meta['pos_emb']}): "
           f"{attention_label(meta)}, lengths {', '.join(map(str, lengths))}", flush=True)
 
+    saved = []  # the lengths eval.partial.json holds (a failed save keeps the previous one whole)
+
     def save_partial(done: list) -> None:
         os.makedirs(out_dir, exist_ok=True)
         rec = build_record(dict(meta, lengths=[r.length for r in done], incomplete=True,
                                 seconds=round(time.perf_counter() - start, 2)), done)
         with atomic_output(partial, fsync=False) as tmp, open(tmp, "w") as f:
             json.dump(rec, f, indent=1)
+        saved[:] = [r.length for r in done]
 
-    results = run_lengths(args, model, cfg, lengths, prefix, split, partial, save_partial, block)
-    rec = build_record(dict(meta, seconds=round(time.perf_counter() - start, 2)), results)
-    paths = write_outputs(rec, results, out_dir)
+    def kept() -> str:
+        if not saved:
+            return "no length had finished, so no result was kept"
+        return f"lengths {', '.join(map(str, saved))} finished and are kept in {partial}"
+
+    with writing("the results into", out_dir, kept):  # a full disk: where, and what is kept
+        results = run_lengths(args, model, cfg, lengths, prefix, split, partial, save_partial, block)
+        rec = build_record(dict(meta, seconds=round(time.perf_counter() - start, 2)), results)
+        paths = write_outputs(rec, results, out_dir)
     if os.path.exists(partial):
         os.remove(partial)  # eval.json now holds every length
     print(markdown_table(rec))
@@ -330,7 +338,11 @@ def main(argv=None) -> int:
         from megatron.evaluation.harness.run import check_max_length_value
 
         check_max_length_value(args.max_length)  # before any checkpoint is loaded
-    for ckpt in args.checkpoint:  # every output directory, before hours of evaluation
+    from megatron.outputs_vs_inputs import refuse_overlap
+
+    refuse_overlap("--eval_results_prefix", args.eval_results_prefix,
+                   [("the checkpoint being evaluated (--checkpoint)", c) for c in args.checkpoint])
+    for ckpt in args.checkpoint:  # every output directory (none inside a checkpoint), before hours of evaluation
         check_output_dir(output_dir(args, ckpt))
         refuse_earlier_results(output_dir(args, ckpt), result_names(args), args.overwrite)
     if len(args.checkpoint) == 1:  # a missing checkpoint is answered before torch loads (several: skipped)

@@ -100,10 +100,16 @@ def prompts(args):
     """The prompts: a list (a --prompt-file is read now, so a bad path fails before the model
     loads), or a generator over stdin for --interactive."""
     if args.prompt is not None:
+        if not args.prompt.strip():
+            raise UserError("--prompt is empty: nothing to generate; give the text to continue, e.g. --prompt 'def main('")
         return [args.prompt]
     if args.prompt_file:
         with open(args.prompt_file) as f:
-            return [line.rstrip("\n") for line in f if line.strip()]
+            texts = [line.rstrip("\n") for line in f if line.strip()]
+        if not texts:
+            raise UserError(f"--prompt-file {args.prompt_file} holds no prompt (it is empty or blank): nothing to "
+                            "generate; write one prompt per line into it")
+        return texts
     return interactive_prompts()
 
 
@@ -139,10 +145,12 @@ def main(argv=None) -> int:
     tok = build_tokenizer(d.tokenizer_type, d.vocab_file, d.merge_file)
     gen = torch.Generator(device=args.device).manual_seed(args.seed)
     limit = model.position.max_length()
+    generated = skipped = 0
     for text in texts:
         ids = tok.tokenize(text)
         if not ids:
-            print("generate.py: the prompt tokenizes to nothing; skipped", file=sys.stderr)
+            print(f"generate.py: the prompt {text!r} tokenizes to nothing; skipped", file=sys.stderr)
+            skipped += 1
             continue
         if limit and len(ids) + args.max_new_tokens > limit:
             raise UserError(f"pos-emb {cfg.model.pos_emb} represents at most {limit} positions; the prompt has "
@@ -158,6 +166,10 @@ def main(argv=None) -> int:
         secs = time.perf_counter() - start
         print(f"[generate] {len(new)} tokens in {secs:.2f}s ({len(new) / secs:.1f} tokens/s, prompt "
               f"{len(ids)} tokens, kv-cache on)", file=sys.stderr, flush=True)
+        generated += 1
+    if skipped and not generated:  # every prompt skipped: say so, and not with exit 0
+        raise UserError(f"none of the {skipped} prompts tokenizes to any token of {d.tokenizer_type}: nothing was "
+                        "generated; give prompts in text the tokenizer knows")
     return 0
 
 

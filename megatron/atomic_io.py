@@ -91,8 +91,10 @@ def atomic_output(path: str, fsync: bool = True):
         if fsync:
             fsync_path(tmp)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         remove_quietly(tmp)
+        if isinstance(e, OSError) and not e.filename:  # a write() names no file: the message names this one
+            e.filename = path
         raise
 
 

@@ -12,6 +12,7 @@ its traceback.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import sys
@@ -36,6 +37,49 @@ class UserError(ValueError):
 
 class DataError(UserError):
     """A data file (jsonl, .zst, .bin/.idx, sample-index cache) that cannot be used as it is."""
+
+
+class DiskFull(UserError):
+    """No room to write (a full disk or quota: the machine, not the input): names where, how much is
+    free there, what was kept and the fix."""
+
+    exit_code = EXIT_SYSTEM_ERROR
+
+
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+def is_disk_full(e: BaseException) -> bool:
+    return isinstance(e, OSError) and e.errno in DISK_FULL_ERRNOS
+
+
+def free_space(path: str) -> str:
+    """'N MiB free there' for the disk holding `path` (or its nearest existing parent), '' if unknown."""
+    import shutil
+
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    try:
+        return f"{shutil.disk_usage(probe).free / 2**20:.0f} MiB free there"
+    except OSError:
+        return ""
+
+
+@contextlib.contextmanager
+def writing(what: str, path: str, kept):
+    """Turn a full disk inside into one DiskFull: 'the disk is full writing <what> '<path>' (N MiB
+    free there); <kept>; free space there ...'. kept: what is still on disk, a string or a
+    function called at the failure (e.g. the lengths evaluated so far)."""
+    try:
+        yield
+    except OSError as e:
+        if not is_disk_full(e):
+            raise
+        left = free_space(path)
+        raise DiskFull(f"the disk is full writing {what} {path!r}{f' ({left})' if left else ''}; "
+                       f"{kept() if callable(kept) else kept}; free space there or write to another disk, "
+                       "then run again") from e
 
 
 class OutOfMemory(UserError):
@@ -73,8 +117,11 @@ def describe_os_error(e: OSError) -> str:
     """One sentence for an OSError, naming the file and, for the common errnos, the fix."""
     where = f" {e.filename!r}" if e.filename else ""
     reason = e.strerror or str(e)
-    if e.errno == errno.ENOSPC:
-        return f"the disk is full{' writing' + where if where else ''}: free space there or choose another directory"
+    if e.errno in DISK_FULL_ERRNOS:  # a write() into an open file names no file: say so, not "there"
+        if not where:
+            return ("the disk is full (the system named no file; the traceback shows which write): free space on "
+                    "the disk of the outputs or choose another directory")
+        return f"the disk is full writing{where}: free space there or choose another directory"
     if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return f"no permission to write or read{where} ({reason}): choose a writable directory or fix its permissions"
     if e.errno == errno.ENOENT:

@@ -11,6 +11,8 @@ import json
 import os
 from dataclasses import dataclass
 
+from megatron.errors import UserError
+
 
 @dataclass(frozen=True)
 class Run:
@@ -129,9 +131,84 @@ def write_matrix(schemes, data: dict[str, str], seeds, out_dir: str, runs_root: 
     return runs
 
 
+class MatrixError(UserError):
+    """A matrix.json that cannot be run as it is (missing, not JSON, hand-edited wrongly)."""
+
+
+MATRIX_FIX = "write it again with tools/make_experiments.py, or fix it by hand"
+
+
 def read_matrix(path: str) -> tuple[list[str], list[Run]]:
+    """(base configs, runs) of a matrix.json; MatrixError naming the file and every problem in it."""
     if not os.path.isfile(path):
-        raise ValueError(f"matrix file {path} does not exist; create it with tools/make_experiments.py")
-    with open(path) as f:
-        blob = json.load(f)
-    return blob["base_configs"], [Run(**r) for r in blob["runs"]]  # v2 matrices lack the optional fields
+        raise MatrixError(f"matrix {path} does not exist; create it with tools/make_experiments.py")
+    try:
+        with open(path) as f:
+            blob = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        where = f"line {e.lineno}, column {e.colno}: {e.msg}" if isinstance(e, json.JSONDecodeError) else str(e)
+        raise MatrixError(f"matrix {path} is not valid JSON ({where}); fix it by hand or write it again with "
+                          "tools/make_experiments.py") from None
+    base, runs, problems = _parse_matrix(blob)
+    if problems:
+        raise MatrixError(f"matrix {path}: {'; '.join(problems)} ({MATRIX_FIX})")
+    return base, runs
+
+
+def _unknown(word: str, known) -> str:
+    from megatron.config.errors import did_you_mean  # the one home of "did you mean"
+
+    hint = did_you_mean(word, known).removeprefix("; ")
+    return f"unknown field {word!r}" + (f" ({hint})" if hint else "")
+
+
+def _parse_matrix(blob) -> tuple[list[str], list[Run], list[str]]:
+    """(base configs, runs, problems): every problem of a hand-edited matrix at once, each naming
+    the run (index and name) and the field."""
+    if not isinstance(blob, dict):
+        return [], [], [f"must be a JSON object with base_configs and runs (as tools/make_experiments.py writes "
+                        f"it), not a {type(blob).__name__}"]
+    problems = [_unknown(k, ("base_configs", "runs")) for k in blob if k not in ("base_configs", "runs")]
+    problems += [f"has no {key}" for key in ("base_configs", "runs") if key not in blob]
+    base, runs = blob.get("base_configs", []), blob.get("runs", [])
+    if not (isinstance(base, list) and all(isinstance(b, str) for b in base)):
+        problems.append("base_configs must be a list of config file paths")
+        base = []
+    if not isinstance(runs, list):
+        problems.append("runs must be a list of runs")
+        runs = []
+    elif "runs" in blob and not runs:
+        problems.append("lists no run: nothing to run")
+    parsed = []
+    for i, r in enumerate(runs):
+        run, found = _parse_run(r)
+        name = f" ({r['name']})" if isinstance(r, dict) and "name" in r else ""
+        problems += [f"run {i}{name}: {', '.join(found)}"] if found else []
+        if run is not None:
+            parsed.append((i, run))
+    for field in ("name", "run_dir"):  # two runs in one directory: the second would resume the first
+        seen: dict = {}
+        for i, run in parsed:
+            value = getattr(run, field)
+            if value in seen:
+                problems.append(f"runs {seen[value]} and {i} share the {field.replace('_', ' ')} {value} (one would "
+                                "resume or skip the other's training)")
+            seen.setdefault(value, i)
+    return base, [run for _, run in parsed], problems
+
+
+def _parse_run(r) -> tuple[Run | None, list[str]]:
+    from dataclasses import MISSING, fields
+
+    if not isinstance(r, dict):
+        return None, [f"must be an object with the fields {', '.join(f.name for f in fields(Run))}"]
+    known = {f.name: f for f in fields(Run)}
+    problems = [_unknown(k, known) for k in r if k not in known]
+    problems += [f"missing field {k}" for k, f in known.items() if k not in r and f.default is MISSING]
+    for k, v in r.items():
+        if k not in known or (v is None and known[k].default is None):
+            continue
+        kind = int if k in ("seed", "train_length") else str
+        if not isinstance(v, kind) or isinstance(v, bool):
+            problems.append(f"{k} {v!r} must be {'an integer' if kind is int else 'a string'}")
+    return (None if problems else Run(**r)), problems

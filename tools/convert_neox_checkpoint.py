@@ -41,6 +41,10 @@ def main(argv=None) -> int:
     from megatron.checkpoint.writer import write_tp1_checkpoint
 
     check_output(args.output, args.overwrite, args.input)  # before the (long) read
+    from megatron.outputs_vs_inputs import refuse_overlap
+
+    refuse_overlap("--output", args.output, [("a NeoX config being read (--config)", c) for c in args.config or []],
+                   replaced_whole=True)
     dtype = torch_dtype(args.dtype)
     tag = tag_or_latest(args.iteration)
     tag_dir = tag_dir_of(args.input, tag)

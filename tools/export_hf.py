@@ -47,8 +47,11 @@ def main(argv=None) -> int:
     apply_trust_flag(args)
     from megatron.atomic_io import refuse_existing_output
     from megatron.checkpoint.tags import resolve_tag, tag_or_latest
+    from megatron.outputs_vs_inputs import refuse_overlap
 
     resolve_tag(args.checkpoint, tag_or_latest(args.iteration))  # a missing checkpoint: answered before torch loads
+    # --out is replaced whole: never the checkpoint it reads, inside it or above it (--overwrite would delete it)
+    refuse_overlap("--out", args.out, [("the checkpoint being read (--checkpoint)", args.checkpoint)], replaced_whole=True)
     refuse_existing_output(args.out, args.overwrite, "--out")  # and an earlier export
     from megatron.device import device_from_flag
     from megatron.evaluation.load import load_checkpoint_model
@@ -58,6 +61,9 @@ def main(argv=None) -> int:
     device = device_from_flag(args.device, "export_hf.py")
     model, cfg, _ = load_checkpoint_model(args.checkpoint, tag_or_latest(args.iteration), parse_overrides(args.override) or None,
                                           device, allow_nonfinite=args.allow_nonfinite)
+    d = cfg.data  # the tokenizer files it copies are inputs too (--out data/ --overwrite would delete them)
+    refuse_overlap("--out", args.out, [("the tokenizer file being exported (vocab-file)", d.vocab_file),
+                                       ("the tokenizer file being exported (merge-file)", d.merge_file)], replaced_whole=True)
     info = export_hf(model, cfg, args.out, args.dtype, tokenizer=not args.no_tokenizer, overwrite=args.overwrite)
     print(f"wrote {info['out']}: {info['class']}, {info['tensors']} tensors, pos-emb {info['pos_emb']}, "
           f"tokenizer {info['tokenizer'] or 'none (no HF equivalent of the training tokenizer)'}")

@@ -98,7 +98,55 @@ def parse_shard(text: str) -> tuple[int, int]:
     return k, n
 
 
-def main() -> int:
+def listing(runs) -> str:
+    names = [r.name for r in runs]
+    return f"{len(runs)} run{'s' if len(runs) != 1 else ''}: " + ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
+
+
+def select_runs(runs, matrix: str, index: int | None, only: str | None, shard: tuple[int, int] | None) -> list:
+    """The runs --index, --only and --shard leave; a selection that leaves none is refused, naming
+    what it was applied to (a typo in --only used to run nothing, say nothing and exit 0)."""
+    if not runs:
+        raise UserError(f"matrix {matrix} lists no run: nothing to run; write it with tools/make_experiments.py")
+    where = matrix
+    if index is not None:
+        if not 0 <= index < len(runs):
+            raise UserError(f"--index {index} out of range: the matrix has {len(runs)} runs (0-{len(runs) - 1})")
+        runs, where = [runs[index]], f"{matrix} selected by --index {index}"
+    if only:
+        matched = [r for r in runs if only in r.name]
+        if not matched:
+            from megatron.config.errors import did_you_mean
+
+            words = dict.fromkeys([r.name for r in runs] + [w for r in runs for w in (r.scheme, r.label, r.dataset) if w])
+            raise UserError(f"--only {only!r} matches no run of {where} ({listing(runs)}){did_you_mean(only, words)}; "
+                            "nothing was run: --only keeps the runs whose name contains its text")
+        runs, where = matched, f"{where} with --only {only!r}"
+    if shard:
+        k, n = shard
+        if k > len(runs):
+            raise UserError(f"--shard {k}/{n} leaves no run: {where} has {listing(runs)}, so shards past {len(runs)} "
+                            f"are empty; use N <= {len(runs)}; nothing was run")
+        runs = runs[k - 1::n]
+    return runs
+
+
+def check_windowed_only(windowed: str | None, scheme: str | None, runs, matrix: str) -> None:
+    """--windowed-only must name a scheme of the matrix (a typo skipped every windowed evaluation)."""
+    if scheme is None:
+        return
+    if not windowed:
+        raise UserError(f"--windowed-only {scheme} applies to --windowed W, which is not given: nothing would be "
+                        "evaluated windowed; add --windowed W (or L), or drop --windowed-only")
+    schemes = list(dict.fromkeys(r.scheme for r in runs))
+    if scheme not in schemes:
+        from megatron.config.errors import did_you_mean
+
+        raise UserError(f"--windowed-only {scheme!r} is no scheme of {matrix} ({', '.join(schemes)})"
+                        f"{did_you_mean(scheme, schemes)}; no run would be evaluated windowed")
+
+
+def main(argv=None) -> int:
     p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("matrix", help="matrix.json written by tools/make_experiments.py")
     p.add_argument("--eval-args", default="", help="extra evaluate.py arguments, quoted")
@@ -112,17 +160,11 @@ def main() -> int:
                    help="run only the K-th of every N runs (N processes, one per core, share the matrix)")
     p.add_argument("--records", default=None, metavar="DIR",
                    help="write each finished run's record to DIR/<run name>/ and skip runs whose record is complete")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     shard = parse_shard(args.shard) if args.shard else None
     base, runs = read_matrix(args.matrix)
-    if args.index is not None:
-        if not 0 <= args.index < len(runs):
-            raise UserError(f"--index {args.index} out of range: the matrix has {len(runs)} runs (0-{len(runs) - 1})")
-        runs = [runs[args.index]]
-    if args.only:
-        runs = [r for r in runs if args.only in r.name]
-    if shard:
-        runs = runs[shard[0] - 1::shard[1]]
+    check_windowed_only(args.windowed, args.windowed_only, runs, args.matrix)
+    runs = select_runs(runs, args.matrix, args.index, args.only, shard)
     where = f", shard {shard[0]}/{shard[1]}" if shard else ""
     for i, r in enumerate(runs):
         windowed = args.windowed if (not args.windowed_only or r.scheme == args.windowed_only) else None

@@ -9,17 +9,16 @@ import os
 from megatron.atomic_io import refuse_existing_output
 from megatron.checkpoint.errors import CheckpointError
 from megatron.checkpoint.tags import describe_steps, read_latest, steps_in
+from megatron.outputs_vs_inputs import refuse_overlap
 
 
-def check_output(output_dir: str, overwrite: bool, input_dir: str | None = None) -> None:
-    """Before any reading: --output must not hold the checkpoint being read, and an existing one
-    (another run's checkpoints: replacing a step would drop its optimizer state and move `latest`
+def check_output(output_dir: str, overwrite: bool, input_dir: str | None = None,
+                 input_is: str = "the checkpoint being read (--input)") -> None:
+    """Before any reading: --output stays clear of the input (`input_is`, at input_dir: the rule of
+    megatron/outputs_vs_inputs.py, for a directory replaced whole), and an existing one (another
+    run's checkpoints: replacing a step would drop its optimizer state and move `latest`
     backwards) is replaced only with --overwrite."""
-    if input_dir is not None:
-        out, src = os.path.realpath(output_dir), os.path.realpath(input_dir)
-        if src == out or src.startswith(out + os.sep):
-            raise CheckpointError(f"--output {output_dir} holds the checkpoint being read ({input_dir}); "
-                                  "the checkpoint it reads is never overwritten: choose another --output")
+    refuse_overlap("--output", output_dir, [(input_is, input_dir)], replaced_whole=True)
     steps = steps_in(output_dir) if os.path.isdir(output_dir) else []
     try:
         latest = read_latest(output_dir) if steps else None

@@ -23,7 +23,8 @@ from megatron.data.indexed import (
     dataset_exists,
     idx_path,
 )
-from megatron.errors import DataError, UserError
+from megatron.errors import DataError, UserError, writing
+from megatron.outputs_vs_inputs import refuse_overlap
 
 _BATCH = 256  # documents per tokenize_batch call in the single-process path
 _POOL_BATCH = 64  # documents per task sent to a worker process (NeoX's imap used chunks of 25)
@@ -142,10 +143,13 @@ def preprocess(inputs, tokenizer, output_prefix: str, key: str = "text", append_
     if num_docs is not None and num_docs < 1:  # islice would raise a ValueError naming no flag
         raise DataError(f"num_docs (--num-docs) must be >= 1, got {num_docs}; leave it unset for every document")
     prefix = output_prefix_for(output_prefix, key)
+    for out in (bin_path(prefix), idx_path(prefix)):  # never among the documents, never over one of them
+        refuse_overlap("--output-prefix", out, [("the data being read (--input)", p) for p in inputs])
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
     dtype = best_dtype(tokenizer.vocab_size)
     t0, docs, tokens, chars = time.time(), 0, 0, 0
-    with MMapIndexedDatasetBuilder(bin_path(prefix), dtype=dtype, overwrite=overwrite,
+    kept = "nothing was written" + (f": the existing {prefix}.bin/.idx are unchanged" if dataset_exists(prefix) else "")
+    with writing("the dataset", prefix, kept), MMapIndexedDatasetBuilder(bin_path(prefix), dtype=dtype, overwrite=overwrite,
                                    tokenizer=tokenizer_identity(tokenizer)) as builder:
         documents = itertools.islice(read_documents(inputs), num_docs)
         for doc, ids in _encoded_docs(documents, tokenizer, append_eod, workers, ftfy):

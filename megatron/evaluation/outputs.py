@@ -1,7 +1,8 @@
 """Where evaluation results go, for every entry point that writes them (evaluate.py, eval.py):
-the output directory is proven writable before anything is loaded, earlier results there are never
-replaced silently (refused unless --overwrite), and one evaluation at a time writes into it (a
-second one into the same directory would leave only one of the two results).
+each checkpoint's results get their own directory (`results_dirs`), never inside a checkpoint
+(megatron/outputs_vs_inputs.py), the output directory is proven writable before anything is loaded,
+earlier results there are never replaced silently (refused unless --overwrite), and one evaluation
+at a time writes into it (a second one into the same directory would leave only one of the two results).
 """
 from __future__ import annotations
 
@@ -11,8 +12,43 @@ import tempfile
 
 from megatron.atomic_io import OutputExists
 from megatron.errors import UserError
+from megatron.outputs_vs_inputs import refuse_overlap, refuse_shared_outputs
 
 LOCK_NAME = "eval.lock"
+GENERIC_NAMES = ("checkpoints", "ckpt")  # a run's checkpoint directory: its run directory names it
+
+
+def _name_parts(ckpt: str) -> list[str]:
+    """The path's components that can name its results, innermost last (runs/x/checkpoints -> [.., runs, x])."""
+    parts = [p for p in os.path.abspath(ckpt).split(os.sep) if p]
+    return parts[:-1] if len(parts) > 1 and parts[-1] in GENERIC_NAMES else parts
+
+
+def results_dirs(checkpoints: list[str], out: str | None) -> dict[str, str]:
+    """{checkpoint: its results directory}. One checkpoint: `out` (default <checkpoint>/../eval).
+    Several: one subdirectory of `out` (default eval/) each, named by the checkpoint's directory
+    (its run's, for a `checkpoints` directory); checkpoints whose names coincide (x/run1 and
+    y/run1) take as many parent directories as tell them apart (x_run1, y_run1), so no result
+    replaces another's. Refused: the same checkpoint twice, or results inside any checkpoint."""
+    if len(checkpoints) == 1:
+        from megatron.evaluation.report import default_output_dir
+
+        dirs = {checkpoints[0]: out or default_output_dir(checkpoints[0])}
+    else:
+        parts = {c: _name_parts(c) for c in checkpoints}
+        depth = dict.fromkeys(checkpoints, 1)
+        while True:  # lengthen only the names that still coincide
+            names = {c: "_".join(parts[c][-depth[c]:]) for c in checkpoints}
+            clash = [c for c in checkpoints if list(names.values()).count(names[c]) > 1 and depth[c] < len(parts[c])]
+            if not clash:
+                break
+            for c in clash:
+                depth[c] += 1
+        dirs = {c: os.path.join(out or "eval", names[c]) for c in checkpoints}
+    refuse_shared_outputs("--out", [(c, dirs[c]) for c in checkpoints])  # a checkpoint given twice too
+    for d in dirs.values():
+        refuse_overlap("--out", d, [("the checkpoint being evaluated (--checkpoint)", c) for c in checkpoints])
+    return dirs
 
 
 def missing_dirs(path: str) -> list[str]:

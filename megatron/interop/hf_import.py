@@ -163,7 +163,7 @@ def import_hf(hf_dir: str, output_dir: str, overwrite: bool = False) -> tuple[st
     from megatron.config import load_config
     from megatron.model import GPTModel
 
-    check_output(output_dir, overwrite, hf_dir)
+    check_output(output_dir, overwrite, hf_dir, "the Hugging Face model being read (--input)")
     hf = read_hf_config(hf_dir)
     tok, files = tokenizer_keys(hf_dir, output_dir)
     flat = {**neox_keys(hf, hf_dir), **tok, "train-iters": 0, "train_micro_batch_size_per_gpu": 1}

@@ -172,7 +172,10 @@ class Checkpointer:
             return None
         if not os.path.isdir(os.path.join(c.load, tag)):
             raise CheckpointError(f"checkpoint {os.path.join(c.load, tag)} does not exist (iteration: {c.iteration})")
-        if is_neox(detect_layout(os.path.join(c.load, tag))) or c.finetune_new_pos_emb or self._weights_only_start():
+        neox = is_neox(detect_layout(os.path.join(c.load, tag)))
+        if c.finetune or neox:
+            self._refuse_saving_into_load(tag)
+        if neox or c.finetune_new_pos_emb or self._weights_only_start():
             return self._load_foreign(engine, tag)
         self._check_saved_model(os.path.join(c.load, tag))  # before DeepSpeed's strict load
         path, client = self._engine_load(engine, tag)
@@ -185,6 +188,21 @@ class Checkpointer:
         if c.finetune:
             client["iteration"] = 0
         return client
+
+    def _refuse_saving_into_load(self, tag: str) -> None:
+        """A run that starts from `load`'s weights at iteration 0 (finetune, a NeoX checkpoint) is a
+        new run: its `save` must stay out of `load` (megatron/outputs_vs_inputs.py), or its first
+        save would replace a step it was started from and move `latest` back to it."""
+        from megatron.outputs_vs_inputs import refuse_overlap
+
+        c = self.ccfg
+        if not c.save:  # a fine-tune that saves nothing cannot overwrite anything
+            return
+        steps = describe_steps(steps_in(c.load))
+        refuse_overlap("save:", c.save, [(f"the checkpoints this run starts from at iteration 0 (load: {c.load}, "
+                                          f"{steps}, `latest` {tag})", c.load)],
+                       fix=f"give this run its own `save` (or run-dir), e.g. -o save={c.save.rstrip(os.sep)}_finetune; "
+                           "its saves would otherwise replace those steps and move `latest` back")
 
     def _tag_to_load(self) -> str | None:
         """The step to resume (`iteration:`, else the one `latest` names; read once, validated), or

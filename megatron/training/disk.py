@@ -12,15 +12,10 @@ import os
 import tempfile
 
 from megatron.checkpoint.writer import DISK_FULL_BYTES, free_bytes
-from megatron.errors import EXIT_SYSTEM_ERROR, UserError, describe_os_error
+from megatron.errors import DiskFull, UserError, describe_os_error
 
 PROBE_BYTES = 1 << 20  # written and fsynced once: a quota or a full disk shows here, not in a log line
-
-
-class DiskFull(UserError):
-    """No room in a directory the run writes (the machine, not the input: exit 1)."""
-
-    exit_code = EXIT_SYSTEM_ERROR
+__all__ = ["DiskFull", "check_room", "check_run_room"]  # DiskFull's home is megatron/errors.py
 
 
 def check_room(path: str, key: str) -> None:

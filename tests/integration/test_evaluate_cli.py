@@ -1,6 +1,7 @@
 """evaluate.py on a freshly trained tiny checkpoint: one process, every length, JSON schema."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -40,21 +41,23 @@ def test_evaluate_cli_writes_schema(tmp_path, token_dataset):
     assert rec["train_speed"]["sec_per_step"] > 0
     assert rec["device_name"].startswith(("cpu (", "cuda:"))  # the report names where each result was scored
 
-    # strided mode, two checkpoints in one call: one output directory each
-    multi = tmp_path / "multi"
+    # strided mode, two checkpoints in one call: one output directory each, though both are named ck
+    multi, copy = tmp_path / "multi", tmp_path / "copy" / "ck"
+    shutil.copytree(ck, copy)
     proc = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "evaluate.py"), "--checkpoint", ck, ck, "--lengths", "32,64",
+        [sys.executable, os.path.join(ROOT, "evaluate.py"), "--checkpoint", ck, str(copy), "--lengths", "32,64",
          "--stride", "16", "--max-tokens", "256", "--data-seed", "7", "--out", str(multi), "--quiet"],
         capture_output=True, text=True, cwd=ROOT, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
-    strided = json.loads((multi / "ck" / "eval.json").read_text())
+    assert sorted(os.listdir(multi)) == sorted([f"{tmp_path.name}_ck", "copy_ck"])
+    strided = json.loads((multi / "copy_ck" / "eval.json").read_text())
     assert strided["mode"] == "strided" and strided["stride"] == 16 and strided["data_seed"] == 7
     assert strided["window_order"] == "contiguous" and rec["window_order"] == "shuffled"
     assert rec["data_seed"] == rec["seed"] == 1234
     assert [r["tokens"] for r in strided["results"]] == [256, 256]
     # a strided evaluation says so, in the console and in eval.md's header (it is not comparable with the above)
-    assert "strided evaluation, stride 16" in (multi / "ck" / "eval.md").read_text().splitlines()[0]
+    assert "strided evaluation, stride 16" in (multi / "copy_ck" / "eval.md").read_text().splitlines()[0]
     assert proc.stdout.count("strided evaluation, stride 16") == 4  # per checkpoint: its first line and its table
 
     # only the long documents: recorded in eval.json; a threshold no document reaches is one clear error

@@ -24,6 +24,7 @@ class Corpus:
     description: str
     order: str | None = None  # how documents are ordered (part of the build's cache key)
     fetch: Callable[..., object] | None = None  # (data_dir, log) -> downloads + extracts; None = nothing to fetch
+    inputs: tuple[str, ...] = ()  # the user's files it reads (pile): never written over (megatron/outputs_vs_inputs.py)
 
 
 STDLIB = Source("stdlib", "local", None, None, None,

