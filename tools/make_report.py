@@ -17,10 +17,10 @@ training) and trajectories_<group>.png (the lowest seed of each scheme and every
 over the drift target, that head drawn thick); flat_kernels.md (every KERPLE head's f(L), f(8L),
 f(32L)); train_test.md (final training vs 1x test perplexity); trend.md and
 trend_<dataset>.png (the windowed-minus-full and power-minus-log gaps against the train length, and
-each train length's perplexity on the same windows: megatron/evaluation/train_length_quality.py);
+each train length's perplexity on the same windows: megatron/study/train_length_quality.py);
 gap_vs_quality_<corpus>.png and its trend.md section (every gap against model quality and the train
-length together: megatron/evaluation/gap_vs_quality.py); growth.md (each scheme's gap to the
-reference at 1x and how much it changes out to 8x and 32x: megatron/evaluation/growth.py).
+length together: megatron/study/gap_vs_quality.py); growth.md (each scheme's gap to the
+reference at 1x and how much it changes out to 8x and 32x: megatron/study/growth.py).
 """
 from __future__ import annotations
 
@@ -72,8 +72,9 @@ def records_report(records_dir: str, out_dir: str, log=print) -> None:
     assessment, the train/test check and the train-length trend, from run records."""
     import json
 
-    from megatron.evaluation.aggregate import group_slug, group_title
-    from megatron.evaluation.convergence import (
+    from megatron.evaluation.plots import plot_kernels
+    from megatron.study.aggregate import group_slug, group_title
+    from megatron.study.convergence import (
         drift_markdown,
         drift_rows,
         head_series,
@@ -81,7 +82,7 @@ def records_report(records_dir: str, out_dir: str, log=print) -> None:
         over_target,
         records_to_draw,
     )
-    from megatron.evaluation.plots import plot_kernels, plot_trajectories
+    from megatron.study.plots import plot_trajectories
 
     records = load_records(records_dir)
     if not records:
@@ -121,8 +122,8 @@ def records_report(records_dir: str, out_dir: str, log=print) -> None:
         f.write("# Do the learned positional parameters still move? (last 20% of training)\n\n")
         f.write(drift_markdown(rows) if rows else "No record has per-head positional parameters.\n")
     log(f"wrote {path}")
-    from megatron.evaluation.flat_kernels import flat_markdown, head_values
-    from megatron.evaluation.train_test import pairs, train_test_markdown
+    from megatron.study.flat_kernels import flat_markdown, head_values
+    from megatron.study.train_test import pairs, train_test_markdown
 
     _write(os.path.join(out_dir, "flat_kernels.md"), "# Do KERPLE heads learn flat kernels? (the paper's §5.4)\n\n"
            + flat_markdown(head_values(records)), log)
@@ -137,12 +138,12 @@ def _write(path: str, text: str, log) -> None:
 
 
 def trend_report(runs, args, log=print) -> None:
-    """trend.md and trend_<dataset>.png from the evaluations (megatron/evaluation/trend.py)."""
-    from megatron.evaluation.aggregate import _safe, table3_cells
-    from megatron.evaluation.gap_vs_quality import gap_quality_markdown, gap_quality_points
-    from megatron.evaluation.plots import plot_gap_vs_quality, plot_trend
-    from megatron.evaluation.train_length_quality import quality_markdown, quality_points
-    from megatron.evaluation.trend import gap_points, has_points, planned_runs, trend_markdown
+    """trend.md and trend_<dataset>.png from the evaluations (megatron/study/trend.py)."""
+    from megatron.study.aggregate import _safe, table3_cells
+    from megatron.study.gap_vs_quality import gap_quality_markdown, gap_quality_points
+    from megatron.study.plots import plot_gap_vs_quality, plot_trend
+    from megatron.study.train_length_quality import quality_markdown, quality_points
+    from megatron.study.trend import gap_points, has_points, planned_runs, trend_markdown
 
     matrices = sorted({m for pat in args.planned for m in glob.glob(pat)})
     gaps = gap_points(runs, planned_runs(matrices))
@@ -164,8 +165,8 @@ def trend_report(runs, args, log=print) -> None:
 
 def growth_report(runs, args, log=print) -> None:
     """growth.md: each scheme's gap to the reference at 1x and kx and the growth gap between them
-    (megatron/evaluation/growth.py)."""
-    from megatron.evaluation.growth import growth_markdown, growth_rows
+    (megatron/study/growth.py)."""
+    from megatron.study.growth import growth_markdown, growth_rows
 
     _write(os.path.join(args.out, "growth.md"), "# How much of each lead is extrapolation? The gap at 1x and its growth\n\n"
            + growth_markdown(growth_rows(runs, args.reference, args.alpha), args.reference, args.alpha), log)
@@ -196,7 +197,7 @@ def main(argv=None) -> int:
     if not args.results:
         raise ValueError("give --results (eval.json globs or directories) or --records (run records)")
     build_report(args.results, args)
-    from megatron.evaluation.results import load_results
+    from megatron.study.results import load_results
 
     runs = load_results(args.results, args.meta_from_path) if args.records or args.checkpoints else []  # read once
     if args.records:

@@ -21,8 +21,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from megatron.evaluation.aggregate import group_title, groups_of, order_schemes
 from megatron.evaluation.stats import paired_test
+from megatron.study.aggregate import group_title, groups_of, order_schemes
 
 FACTORS = (8, 32)
 
