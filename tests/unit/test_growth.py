@@ -33,6 +33,7 @@ def test_a_run_worse_everywhere_by_the_same_factor_has_no_growth_gap():
     md = growth_markdown(growth_rows(runs))
     assert "## code, train length 64" in md
     assert "| b_extrapolates | 3 | +0.0 ± 0.0 | " in md and "| 3/3 | " in md and "‡" in md
+    assert "| p | Holm | exact |" in md and "| 0.25 |" in md  # the exact test's floor with 3 pairs
     assert "| a_worse | 3 | +10.0 ± 0.0 | +10.0 ± 0.0 | " in md
 
 
