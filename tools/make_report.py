@@ -20,7 +20,10 @@ trend_<dataset>.png (the windowed-minus-full and power-minus-log gaps against th
 each train length's perplexity on the same windows: megatron/study/train_length_quality.py);
 gap_vs_quality_<corpus>.png and its trend.md section (every gap against model quality and the train
 length together: megatron/study/gap_vs_quality.py); growth.md (each scheme's gap to the
-reference at 1x and how much it changes out to 8x and 32x: megatron/study/growth.py).
+reference at 1x and how much it changes out to 8x and 32x: megatron/study/growth.py); and the report
+itself: README.md and claims.md rendered from --templates (README.template.md: every figure of the
+prose a {{name}} filled from megatron/study/claims.py) and, with --root-readme, the README's generated
+study paragraph (summary.template.md, between its study:summary markers).
 """
 from __future__ import annotations
 
@@ -29,7 +32,9 @@ import glob
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from anywhere
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STUDY_RECORDS = os.path.join(REPO, "docs", "results", "runs")
+sys.path.insert(0, REPO)  # run from anywhere
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from aggregate_results import add_common_args, build_report  # noqa: E402
@@ -172,6 +177,20 @@ def growth_report(runs, args, log=print) -> None:
            + growth_markdown(growth_rows(runs, args.reference, args.alpha), args.reference, args.alpha), log)
 
 
+def claims_report(runs, args, log=print) -> None:
+    """README.md and claims.md from the templates; the root README's study paragraph with --root-readme."""
+    from megatron.study.claims import report_texts, with_block
+    from megatron.study.convergence import load_records
+
+    texts = report_texts(runs, load_records(args.records), args.templates)
+    for name in ("claims.md", "README.md"):
+        _write(os.path.join(args.out, name), texts[name], log)
+    if args.root_readme:
+        with open(args.root_readme) as f:
+            text = f.read()
+        _write(args.root_readme, with_block(text, texts["summary"], args.root_readme), log)
+
+
 def main(argv=None) -> int:
     p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--results", action="append", default=[], help="eval.json glob or directory (repeatable)")
@@ -183,6 +202,14 @@ def main(argv=None) -> int:
                         "planned ones without a record (e.g. 'configs/repro_cpu_v3/*/matrix.json')")
     p.add_argument("--max-distance", type=int, default=None,
                    help="largest d of the kernel plot (default: the longest evaluated length)")
+    p.add_argument("--templates", default=None, metavar="DIR",
+                   help="with --records: render README.md and claims.md from DIR's README.template.md (and "
+                        "summary.template.md for --root-readme); the claims are this study's (megatron/study/"
+                        "claims.py). Default: docs/results when --records is this repository's docs/results/runs, "
+                        "else none")
+    p.add_argument("--root-readme", default=None, metavar="README",
+                   help="with --records: rewrite this file's study paragraph (between <!-- study:summary:begin --> "
+                        "and <!-- study:summary:end -->) from summary.template.md, e.g. README.md")
     add_common_args(p)
     args = p.parse_args(argv)
     if args.records:
@@ -204,6 +231,12 @@ def main(argv=None) -> int:
         records_report(args.records, args.out)
         trend_report(runs, args)
         growth_report(runs, args)
+        if args.templates is None and os.path.realpath(args.records) == os.path.realpath(STUDY_RECORDS):
+            args.templates = os.path.dirname(STUDY_RECORDS)  # the study's own records: its report too
+        if args.templates:
+            claims_report(runs, args)
+        elif args.root_readme:
+            raise ValueError("--root-readme needs --templates DIR (summary.template.md)")
     if args.checkpoints:
         longest = max(L for r in runs for L in r.ppl)
         kernel_plot(args.checkpoints, args.max_distance or longest, args.out)

@@ -13,4 +13,5 @@ train_length_quality  each train length's perplexity on the same windows
 gap_vs_quality the gaps against model quality and the train length together
 growth         each scheme's gap at 1x and its growth to 8x and 32x
 plots          the study's own figures (trajectories, trends, gaps against quality)
+claims         every figure the report quotes, and the report rendered from its template
 """
