@@ -6,8 +6,9 @@ r"""Many eval.json files (schemes x seeds x datasets) -> Table 3 / Table 4 layou
 
 Writes table3.md, table3.csv, speed.md, ppl_vs_length_<group>.png and positionwise_<group>.png (a group is a
 dataset at one train length: <dataset>_L<train length>).
-A † marks a scheme's cell where --reference (default kerple_log) is significantly better
-(paired two-sided t-test over seeds, alpha 0.05).
+A † marks a scheme's cell where --reference (default kerple_log) is significantly better, ‡ where it is
+significantly worse (paired two-sided t-test over seeds, Holm-Bonferroni adjusted over the row's lengths,
+alpha 0.05; table3.csv has the raw, adjusted and exact sign-flip p).
 """
 from __future__ import annotations
 
@@ -33,8 +34,8 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_report(results, args, log=print) -> dict:
-    from megatron.evaluation.aggregate import apply_speed, load_speed_file, write_report
-    from megatron.evaluation.results import load_results
+    from megatron.study.aggregate import apply_speed, load_speed_file, write_report
+    from megatron.study.results import load_results
 
     runs = load_results(results, args.meta_from_path)
     if args.speed:

@@ -17,10 +17,13 @@ training) and trajectories_<group>.png (the lowest seed of each scheme and every
 over the drift target, that head drawn thick); flat_kernels.md (every KERPLE head's f(L), f(8L),
 f(32L)); train_test.md (final training vs 1x test perplexity); trend.md and
 trend_<dataset>.png (the windowed-minus-full and power-minus-log gaps against the train length, and
-each train length's perplexity on the same windows: megatron/evaluation/train_length_quality.py);
+each train length's perplexity on the same windows: megatron/study/train_length_quality.py);
 gap_vs_quality_<corpus>.png and its trend.md section (every gap against model quality and the train
-length together: megatron/evaluation/gap_vs_quality.py); growth.md (each scheme's gap to the
-reference at 1x and how much it changes out to 8x and 32x: megatron/evaluation/growth.py).
+length together: megatron/study/gap_vs_quality.py); growth.md (each scheme's gap to the
+reference at 1x and how much it changes out to 8x and 32x: megatron/study/growth.py); and the report
+itself: README.md and claims.md rendered from --templates (README.template.md: every figure of the
+prose a {{name}} filled from megatron/study/claims.py) and, with --root-readme, the README's generated
+study paragraph (summary.template.md, between its study:summary markers).
 """
 from __future__ import annotations
 
@@ -29,7 +32,9 @@ import glob
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from anywhere
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STUDY_RECORDS = os.path.join(REPO, "docs", "results", "runs")
+sys.path.insert(0, REPO)  # run from anywhere
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from aggregate_results import add_common_args, build_report  # noqa: E402
@@ -72,8 +77,9 @@ def records_report(records_dir: str, out_dir: str, log=print) -> None:
     assessment, the train/test check and the train-length trend, from run records."""
     import json
 
-    from megatron.evaluation.aggregate import group_slug, group_title
-    from megatron.evaluation.convergence import (
+    from megatron.evaluation.plots import plot_kernels
+    from megatron.study.aggregate import group_slug, group_title
+    from megatron.study.convergence import (
         drift_markdown,
         drift_rows,
         head_series,
@@ -81,7 +87,7 @@ def records_report(records_dir: str, out_dir: str, log=print) -> None:
         over_target,
         records_to_draw,
     )
-    from megatron.evaluation.plots import plot_kernels, plot_trajectories
+    from megatron.study.plots import plot_trajectories
 
     records = load_records(records_dir)
     if not records:
@@ -121,8 +127,8 @@ def records_report(records_dir: str, out_dir: str, log=print) -> None:
         f.write("# Do the learned positional parameters still move? (last 20% of training)\n\n")
         f.write(drift_markdown(rows) if rows else "No record has per-head positional parameters.\n")
     log(f"wrote {path}")
-    from megatron.evaluation.flat_kernels import flat_markdown, head_values
-    from megatron.evaluation.train_test import pairs, train_test_markdown
+    from megatron.study.flat_kernels import flat_markdown, head_values
+    from megatron.study.train_test import pairs, train_test_markdown
 
     _write(os.path.join(out_dir, "flat_kernels.md"), "# Do KERPLE heads learn flat kernels? (the paper's §5.4)\n\n"
            + flat_markdown(head_values(records)), log)
@@ -137,12 +143,12 @@ def _write(path: str, text: str, log) -> None:
 
 
 def trend_report(runs, args, log=print) -> None:
-    """trend.md and trend_<dataset>.png from the evaluations (megatron/evaluation/trend.py)."""
-    from megatron.evaluation.aggregate import _safe, table3_cells
-    from megatron.evaluation.gap_vs_quality import gap_quality_markdown, gap_quality_points
-    from megatron.evaluation.plots import plot_gap_vs_quality, plot_trend
-    from megatron.evaluation.train_length_quality import quality_markdown, quality_points
-    from megatron.evaluation.trend import gap_points, has_points, planned_runs, trend_markdown
+    """trend.md and trend_<dataset>.png from the evaluations (megatron/study/trend.py)."""
+    from megatron.study.aggregate import _safe, table3_cells
+    from megatron.study.gap_vs_quality import gap_quality_markdown, gap_quality_points
+    from megatron.study.plots import plot_gap_vs_quality, plot_trend
+    from megatron.study.train_length_quality import quality_markdown, quality_points
+    from megatron.study.trend import gap_points, has_points, planned_runs, trend_markdown
 
     matrices = sorted({m for pat in args.planned for m in glob.glob(pat)})
     gaps = gap_points(runs, planned_runs(matrices))
@@ -164,11 +170,25 @@ def trend_report(runs, args, log=print) -> None:
 
 def growth_report(runs, args, log=print) -> None:
     """growth.md: each scheme's gap to the reference at 1x and kx and the growth gap between them
-    (megatron/evaluation/growth.py)."""
-    from megatron.evaluation.growth import growth_markdown, growth_rows
+    (megatron/study/growth.py)."""
+    from megatron.study.growth import growth_markdown, growth_rows
 
     _write(os.path.join(args.out, "growth.md"), "# How much of each lead is extrapolation? The gap at 1x and its growth\n\n"
            + growth_markdown(growth_rows(runs, args.reference, args.alpha), args.reference, args.alpha), log)
+
+
+def claims_report(runs, args, log=print) -> None:
+    """README.md and claims.md from the templates; the root README's study paragraph with --root-readme."""
+    from megatron.study.claims import report_texts, with_block
+    from megatron.study.convergence import load_records
+
+    texts = report_texts(runs, load_records(args.records), args.templates)
+    for name in ("claims.md", "README.md"):
+        _write(os.path.join(args.out, name), texts[name], log)
+    if args.root_readme:
+        with open(args.root_readme) as f:
+            text = f.read()
+        _write(args.root_readme, with_block(text, texts["summary"], args.root_readme), log)
 
 
 def main(argv=None) -> int:
@@ -182,6 +202,14 @@ def main(argv=None) -> int:
                         "planned ones without a record (e.g. 'configs/repro_cpu_v3/*/matrix.json')")
     p.add_argument("--max-distance", type=int, default=None,
                    help="largest d of the kernel plot (default: the longest evaluated length)")
+    p.add_argument("--templates", default=None, metavar="DIR",
+                   help="with --records: render README.md and claims.md from DIR's README.template.md (and "
+                        "summary.template.md for --root-readme); the claims are this study's (megatron/study/"
+                        "claims.py). Default: docs/results when --records is this repository's docs/results/runs, "
+                        "else none")
+    p.add_argument("--root-readme", default=None, metavar="README",
+                   help="with --records: rewrite this file's study paragraph (between <!-- study:summary:begin --> "
+                        "and <!-- study:summary:end -->) from summary.template.md, e.g. README.md")
     add_common_args(p)
     args = p.parse_args(argv)
     if args.records:
@@ -196,13 +224,19 @@ def main(argv=None) -> int:
     if not args.results:
         raise ValueError("give --results (eval.json globs or directories) or --records (run records)")
     build_report(args.results, args)
-    from megatron.evaluation.results import load_results
+    from megatron.study.results import load_results
 
     runs = load_results(args.results, args.meta_from_path) if args.records or args.checkpoints else []  # read once
     if args.records:
         records_report(args.records, args.out)
         trend_report(runs, args)
         growth_report(runs, args)
+        if args.templates is None and os.path.realpath(args.records) == os.path.realpath(STUDY_RECORDS):
+            args.templates = os.path.dirname(STUDY_RECORDS)  # the study's own records: its report too
+        if args.templates:
+            claims_report(runs, args)
+        elif args.root_readme:
+            raise ValueError("--root-readme needs --templates DIR (summary.template.md)")
     if args.checkpoints:
         longest = max(L for r in runs for L in r.ppl)
         kernel_plot(args.checkpoints, args.max_distance or longest, args.out)

@@ -8,8 +8,8 @@
   baseline's (seed-paired), on an axis zoomed on the ratios below RATIO_TOP so one failing scheme
   (sinusoidal) does not flatten the others; the schemes above it are named in the panel.
 - plot_kernels: Figs. 2-4, the learned bias f_h(d) of every head against distance d (log axis).
-- plot_trajectories: each head's learned positional parameters against the training step; the
-  heads that moved more than the drift target over the last 20% are drawn thick and named.
+The study's figures over many runs (trajectories, trends, gaps against quality) are
+megatron/study/plots.py, built on this module's helpers.
 Each scheme keeps one colour across a report's figures (scheme_colors) and the windowed baseline is
 black and dashed in both perplexity figures. Figures are small (dpi 100) so result folders stay
 light in git. Log-scale perplexity axes carry a plain number on every tick for any range
@@ -76,7 +76,7 @@ def mark_train_length(ax, records) -> None:
         ax.axvline(L, **TRAIN_LINE, label=f"train length {L}")
 
 
-def _save(fig, path: str) -> str:
+def save_figure(fig, path: str) -> str:
     fig.tight_layout()
     with atomic_output(path, fsync=False) as tmp:  # the format from `path`: the temporary name has none
         fig.savefig(tmp, dpi=DPI, format=os.path.splitext(path)[1].lstrip(".") or "png")
@@ -105,7 +105,7 @@ def _split_baseline(records) -> tuple[list, list]:
 
 def plot_ppl_vs_length(records, path: str, title: str | None = None) -> str:
     """One line per scheme: mean perplexity over seeds at each length, shaded ±1 sample std."""
-    return _save(ppl_vs_length_figure(records, title), path)
+    return save_figure(ppl_vs_length_figure(records, title), path)
 
 
 def _ratio_axis(ax, off_scale: list[str], xlabel: str, title: str) -> None:
@@ -204,7 +204,7 @@ def _log_binned(x: np.ndarray, loss: np.ndarray, bins: int = 32):
 
 def plot_positionwise(records, path: str, windowed=None, length: int | None = None, title: str | None = None) -> str:
     """Fig. 5 at `length` (default: the longest length every scheme has a curve for)."""
-    return _save(positionwise_figure(records, length, windowed, title), path)
+    return save_figure(positionwise_figure(records, length, windowed, title), path)
 
 
 def positionwise_figure(records, length: int | None = None, windowed=None, title: str | None = None):
@@ -253,7 +253,7 @@ def positionwise_figure(records, length: int | None = None, windowed=None, title
     return fig
 
 
-def _panel_grid(n: int, max_cols: int, panel_size: tuple[float, float]):
+def panel_grid(n: int, max_cols: int, panel_size: tuple[float, float]):
     """(figure, the first n axes) of a grid of n panels, max_cols wide; the unused cells are blank."""
     cols = min(max_cols, n)
     rows = -(-n // cols)
@@ -269,7 +269,7 @@ def plot_kernels(kernels: dict, path: str, train_length: int | None = None, titl
     is marked (distances beyond it were never seen in training); title (the domain) heads the figure."""
     if not kernels:
         raise ValueError("plot_kernels: no kernels to plot (every checkpoint lacked a score bias)")
-    fig, axes = _panel_grid(len(kernels), 3, (4.2, 3.2))
+    fig, axes = panel_grid(len(kernels), 3, (4.2, 3.2))
     for ax, (label, f) in zip(axes, kernels.items()):
         f = np.asarray(f)
         d = np.arange(f.shape[1])
@@ -290,97 +290,4 @@ def plot_kernels(kernels: dict, path: str, train_length: int | None = None, titl
         ax.grid(True, alpha=0.3)
         if f.shape[0] <= 12:
             ax.legend(fontsize=6, ncol=2)
-    return _save(fig, path)
-
-
-def plot_trajectories(panels: dict, path: str, title: str | None = None, over: dict | None = None) -> str:
-    """panels: {label: (iterations, {head: values})}: each head's learned positional parameter
-    against the training step, one subplot per label (the convergence evidence of the report).
-    over: {label: {head: relative change}} of the heads beyond the drift target: drawn thick, named."""
-    if not panels:
-        raise ValueError("plot_trajectories: no per-head trajectories to plot")
-    fig, axes = _panel_grid(len(panels), 4, (3.6, 2.7))
-    for ax, (label, (steps, heads)) in zip(axes, panels.items()):
-        moved = (over or {}).get(label, {})
-        for h, values in sorted(heads.items()):
-            if h in moved:
-                ax.plot(steps, values, lw=2.5, label=f"head {h}: {moved[h]:.1%} in last 20%")
-            else:
-                ax.plot(steps, values, lw=1, label=f"head {h}")
-        ax.axvspan(0.8 * steps[-1], steps[-1], color="0.9", lw=0)  # the tail the drift table measures
-        ax.set_title(f"{title}: {label}" if title else label, fontsize=7)
-        ax.set_xlabel("training step")
-        ax.set_ylabel("value (clamped)")
-        ax.grid(True, alpha=0.3)
-        if len(heads) <= 12:
-            ax.legend(fontsize=6, ncol=2)
-    return _save(fig, path)
-
-
-def plot_trend(gaps: dict, path: str, title: str, train_lengths=None) -> str:
-    """gaps: {(gap name, factor): {L: {seed: gap %}}}: one panel per gap name (in the dict's order),
-    the gap against the train length (log2 axis spanning train_lengths, the planned ones included),
-    one line per factor (mean over seeds, ±1 std band, each seed a dot)."""
-    names = list(dict.fromkeys(g for g, _ in gaps))
-    if not names:
-        raise ValueError("plot_trend: no gaps to plot")
-    fig, axes = _panel_grid(len(names), 3, (4.4, 3.4))
-    palette = plt.get_cmap("tab10").colors
-    factors = sorted({k for _, k in gaps})
-    for ax, name in zip(axes, names):
-        for i, k in enumerate(factors):
-            points = gaps.get((name, k), {})
-            if not points:
-                continue
-            Ls = sorted(points)
-            vals = [np.array(list(points[L].values())) for L in Ls]
-            mean = np.array([v.mean() for v in vals])
-            std = np.array([v.std(ddof=1) if v.size > 1 else 0.0 for v in vals])
-            color = palette[i % len(palette)]
-            ax.plot(Ls, mean, marker="o", ms=3, color=color, label=f"at {k}x L")
-            ax.fill_between(Ls, mean - std, mean + std, color=color, alpha=0.2)
-            for L, v in zip(Ls, vals):
-                ax.scatter([L] * v.size, v, s=8, color=color, alpha=0.6)
-        ax.set_xscale("log", base=2)
-        ax.xaxis.set_major_formatter(PLAIN)
-        ticks = sorted(set(train_lengths or ()) | {L for (g, _), pts in gaps.items() if g == name for L in pts})
-        ax.set_xticks(ticks)
-        ax.set_xlim(ticks[0] / 1.25, ticks[-1] * 1.25)
-        _gap_panel(ax, "train length L", f"{title}: {name}", 7)
-    return _save(fig, path)
-
-
-def plot_gap_vs_quality(panels: dict, path: str, title: str) -> str:
-    """panels: {(gap name, factor): [GapPoint]} (megatron/evaluation/gap_vs_quality.py): one panel each,
-    the gap against the kerple_log model's quality q (log x axis), one colour per train length and one
-    marker per group, so a gap that follows q and not L lines up across the colours."""
-    if not panels:
-        raise ValueError("plot_gap_vs_quality: no points to plot")
-    fig, axes = _panel_grid(len(panels), 2, (4.6, 3.6))
-    Ls = sorted({p.train_length for pts in panels.values() for p in pts})
-    groups = sorted({p.dataset for pts in panels.values() for p in pts})
-    palette, markers = plt.get_cmap("viridis"), "osD^vP*X"
-    color = {L: palette(i / max(len(Ls) - 1, 1)) for i, L in enumerate(Ls)}
-    for ax, ((name, k), pts) in zip(axes, panels.items()):
-        for L in Ls:
-            for j, d in enumerate(groups):
-                sel = [p for p in pts if p.train_length == L and p.dataset == d]
-                if sel:
-                    ax.scatter([p.quality for p in sel], [p.gap for p in sel], s=22, color=color[L],
-                               marker=markers[j % len(markers)], label=f"L = {L}, {d}", alpha=0.85)
-        ax.set_xscale("log")
-        ax.xaxis.set_major_locator(ReadableLogLocator())
-        ax.xaxis.set_major_formatter(PLAIN)
-        ax.xaxis.set_minor_locator(NullLocator())
-        _gap_panel(ax, "q: kerple_log's perplexity, first positions (lower: better)", f"{title}: {name} at {k}x L", 6)
-    return _save(fig, path)
-
-
-def _gap_panel(ax, xlabel: str, title: str, legend_size: int) -> None:
-    """The trend and gap-against-quality panels' shared frame: a zero line, labels, grid and legend."""
-    ax.axhline(0.0, color="0.3", lw=0.8)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("gap, % of kerple_log's perplexity")
-    ax.set_title(title, fontsize=9)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=legend_size)
+    return save_figure(fig, path)

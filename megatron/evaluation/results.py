@@ -1,4 +1,6 @@
-"""Load many eval.json files (schema kerple-eval/1) into RunResult records keyed by (scheme, dataset, seed).
+"""One eval.json (schema kerple-eval/1) as a RunResult, keyed by (scheme, dataset, seed, train length):
+what evaluate.py plots from the file it just wrote, and what the study reads many of
+(megatron/study/results.py).
 
 Where the keys come from, first match wins:
 - scheme: the JSON's `label` (a matrix run's report name, megatron/experiments.py), else
@@ -12,7 +14,6 @@ The regex may also give `scheme`, used only when the JSON lacks pos_emb. A run i
 """
 from __future__ import annotations
 
-import glob
 import json
 import math
 import os
@@ -63,21 +64,6 @@ class RunResult:
     @property
     def key(self) -> tuple:
         return self.scheme, self.dataset, self.seed, self.train_length
-
-
-def expand_inputs(patterns) -> list[str]:
-    """Files matched by glob patterns (`**` recursive) or, for a directory, every eval.json under it."""
-    files = []
-    for pat in patterns:
-        if os.path.isdir(pat):
-            files += glob.glob(os.path.join(glob.escape(pat), "**", "eval.json"), recursive=True)
-        else:
-            files += [f for f in glob.glob(pat, recursive=True) if os.path.isfile(f)]
-    unique = sorted({os.path.realpath(f): f for f in files}.values())
-    if not unique:
-        raise ValueError(f"no result files matched {list(patterns)}; pass eval.json files, directories holding them, "
-                         "or quoted glob patterns such as 'runs/**/eval.json'")
-    return unique
 
 
 def _normalise_seed(seed):
@@ -136,24 +122,3 @@ def parse_result(path: str, meta_regex: re.Pattern | None = None) -> RunResult:
                      int(rec["iteration"]) if rec.get("iteration") is not None else None, rec.get("device_name"),
                      tuple(rec.get(k) for k in ("data_path", "split", "mode", "stride", "min_doc_tokens",
                                                 "blockwise_causal")))
-
-
-def load_results(patterns, meta_from_path: str | None = None) -> list[RunResult]:
-    """Every matched file as a RunResult; ValueError on a bad file or a repeated (scheme, dataset, seed)."""
-    regex = None
-    if meta_from_path:
-        try:
-            regex = re.compile(meta_from_path)
-        except re.error as e:
-            raise ValueError(f"--meta-from-path {meta_from_path!r} is not a valid regex ({e})") from e
-    runs, seen = [], {}
-    for path in expand_inputs(patterns):
-        run = parse_result(path, regex)
-        if run.key in seen:
-            raise ValueError(f"two result files for scheme={run.scheme!r} dataset={run.dataset!r} seed={run.seed!r} "
-                             f"train length={run.train_length!r}: "
-                             f"{seen[run.key]} and {path}; add distinct `seed`/`dataset` keys to the JSON or use "
-                             "--meta-from-path with (?P<seed>...) / (?P<dataset>...) groups")
-        seen[run.key] = path
-        runs.append(run)
-    return runs

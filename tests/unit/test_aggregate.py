@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from megatron.evaluation.aggregate import table3_cells, write_report
-from megatron.evaluation.results import load_results
+from megatron.study.aggregate import table3_cells, write_report
+from megatron.study.results import load_results
 from tests.conftest import ROOT
 
 SCHEMES = ("kerple_log", "alibi", "rotary")
@@ -21,7 +21,7 @@ BASE = {
     ("alibi", "code"): (11.0, 12.5, 13.0),  # d = ref - alibi = (-1, -1.5, -1): t = -7, p = 0.0198 -> dagger
     ("alibi", "web"): (20.5, 20.8, 22.9),  # d = (-0.5, 0.2, -0.9): p = 0.339 -> no dagger
     ("rotary", "code"): (9.0, 10.0, 11.0),  # constant shift: degenerate test -> no mark
-    ("rotary", "web"): (19.0, 20.5, 21.0),  # reference significantly WORSE -> double dagger
+    ("rotary", "web"): (19.0, 20.5, 21.0),  # reference WORSE, raw p = 0.038, and after Holm over the row's 2
 }
 GROWTH = {"kerple_log": 0.0, "alibi": 0.0, "rotary": 50.0}  # rotary at 1024 (+50 + seed): ref much better
 
@@ -84,10 +84,11 @@ def test_table3_cells_and_daggers(results_dir, tmp_path):
     # rotary 1024 = base + 50 + seed: code (60, 62, 64), d = (-50, -51, -52); web (70, 72.5, 74)
     assert rows["rotary"][0] == "10.00 ± 1.00"  # constant shift of -1: degenerate test, no mark
     assert rows["rotary"][1] == "62.00 ± 2.00†"
-    assert rows["rotary"][2] == "20.17 ± 1.04‡"  # reference significantly worse: the other mark
+    # raw p = 1 - 5 / sqrt(27) = 0.038, the larger of its row's 2 tests: Holm p = max(2 x tiny, 1 x 0.038)
+    assert rows["rotary"][2] == "20.17 ± 1.04‡"
     assert rows["rotary"][3] == "72.17 ± 2.02†"
     assert "† = the reference scheme `kerple_log` has significantly lower perplexity" in md
-    assert "paired two-sided t-test" in md
+    assert "paired two-sided t-test" in md and "Holm-Bonferroni" in md and ", 2 tests;" in md
     assert "‡ = this scheme has significantly lower perplexity than `kerple_log`" in md
     for name in ("ppl_vs_length_code_L512.png", "ppl_vs_length_web_L512.png", "positionwise_code_L512.png",
                  "positionwise_web_L512.png"):
@@ -107,8 +108,14 @@ def test_table3_csv_and_p_values(results_dir, tmp_path):
     assert alibi["seeds"] == "1 2 3" and alibi["n_seeds"] == "3" and float(alibi["mean_ppl"]) == pytest.approx(73 / 6)
     assert rows[("web", "512", "alibi")]["dagger"] == "0"
     assert alibi["better_than_reference"] == "0"
+    assert float(alibi["p_holm"]) == pytest.approx(2 * float(alibi["p_value"]), rel=1e-5)  # a row of 2 equal p
+    assert alibi["family_tests"] == "2" and float(alibi["p_exact_sign_flip"]) == pytest.approx(0.25)  # floor, n = 3
     rotary = rows[("web", "512", "rotary")]
-    assert rotary["dagger"] == "0" and rotary["better_than_reference"] == "1" and float(rotary["p_value"]) < 0.05
+    raw = 1 - 5 / 27 ** 0.5  # d = (1, 0.5, 1): t = 5 with 2 degrees of freedom
+    assert float(rotary["p_value"]) == pytest.approx(raw, rel=1e-5) and raw < 0.05
+    assert float(rotary["p_holm"]) == pytest.approx(raw, rel=1e-5) and rotary["family_tests"] == "2"
+    assert rotary["dagger"] == "0" and rotary["better_than_reference"] == "1"
+    assert rows[("code", "1024", "rotary")]["family_tests"] == "1"  # its 512 test is degenerate: a family of one
     assert rows[("code", "512", "kerple_log")]["note"] == "reference"
 
 

@@ -1,8 +1,8 @@
-"""The gap at 1x and its growth to kx (megatron/evaluation/growth.py)."""
+"""The gap at 1x and its growth to kx (megatron/study/growth.py)."""
 import pytest
 
-from megatron.evaluation.growth import growth_markdown, growth_rows
 from megatron.evaluation.results import RunResult
+from megatron.study.growth import growth_markdown, growth_rows
 
 
 def run(scheme, seed, ppl, L=64, dataset="code", window=None):
@@ -33,6 +33,7 @@ def test_a_run_worse_everywhere_by_the_same_factor_has_no_growth_gap():
     md = growth_markdown(growth_rows(runs))
     assert "## code, train length 64" in md
     assert "| b_extrapolates | 3 | +0.0 ± 0.0 | " in md and "| 3/3 | " in md and "‡" in md
+    assert "| p | Holm | exact |" in md and "| 0.25 |" in md  # the exact test's floor with 3 pairs
     assert "| a_worse | 3 | +10.0 ± 0.0 | +10.0 ± 0.0 | " in md
 
 

@@ -5,6 +5,7 @@ import pytest
 
 from megatron.evaluation import plots
 from megatron.evaluation.results import RunResult
+from megatron.study import plots as study_plots
 
 LENGTHS = (32, 64, 128, 256, 512, 1024)
 
@@ -105,7 +106,7 @@ def test_ratio_panel_keeps_the_others_readable_when_one_scheme_fails():
 
 def test_kernels_on_a_log_distance_axis_with_the_domain_in_the_title(tmp_path, monkeypatch):
     seen = {}
-    monkeypatch.setattr(plots, "_save", lambda fig, path: seen.setdefault("fig", fig) and path)
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: seen.setdefault("fig", fig) and path)
     f = -np.log1p(np.arange(65.0))[None, :].repeat(2, 0)
     plots.plot_kernels({"kerple_log (seed 1)": f}, str(tmp_path / "k.png"), 64, "latex, train length 64")
     ax = seen["fig"].axes[0]
@@ -116,9 +117,9 @@ def test_kernels_on_a_log_distance_axis_with_the_domain_in_the_title(tmp_path, m
 
 def test_trajectories_draw_the_heads_over_the_drift_target(tmp_path, monkeypatch):
     seen = {}
-    monkeypatch.setattr(plots, "_save", lambda fig, path: seen.setdefault("fig", fig) and path)
+    monkeypatch.setattr(study_plots, "save_figure", lambda fig, path: seen.setdefault("fig", fig) and path)
     panels = {"kerple_log bias_p (seed 1)": ([10, 20, 30], {0: [1.0, 1.0, 1.0], 1: [1.0, 1.0, 2.0]})}
-    plots.plot_trajectories(panels, str(tmp_path / "t.png"), "web", {"kerple_log bias_p (seed 1)": {1: 0.5}})
+    study_plots.plot_trajectories(panels, str(tmp_path / "t.png"), "web", {"kerple_log bias_p (seed 1)": {1: 0.5}})
     lines = {line.get_label(): line.get_linewidth() for line in seen["fig"].axes[0].get_lines()}
     assert lines["head 1: 50.0% in last 20%"] > lines["head 0"]
     assert seen["fig"].axes[0].get_title().startswith("web: ")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as sps
 
-from megatron.evaluation.trend import REFERENCE, gap_points
+from megatron.study.trend import REFERENCE, gap_points
 
 
 @dataclass(frozen=True)

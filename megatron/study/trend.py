@@ -21,6 +21,8 @@ from collections import defaultdict
 import numpy as np
 from scipy import stats as sps
 
+from megatron.evaluation.stats import holm
+
 REFERENCE = "kerple_log"
 GAPS = {"windowed - full": None, "power - log": "kerple_power_ap_", "alibi - log": "alibi"}  # None: windowed@L
 FACTORS = (1, 8, 32)
@@ -119,15 +121,15 @@ def trend_markdown(gaps: dict, cells: list[dict]) -> str:
             continue
         lines += [f"## {d}", "", "Gap = 100 (ppl_A / ppl_B - 1) in %, mean ± std over paired seeds (negative: A "
                   "better). Slope: change of the gap per doubling of L (least squares over every seed), ± its "
-                  "standard error, p; given once two train lengths have two seeds or more.", "",
+                  "standard error, p (raw) and Holm (p adjusted over every slope of this table, one family); given "
+                  "once two train lengths have two seeds or more.", "",
                   "| gap | at | " + " | ".join(f"L = {L}" for L in Ls) + " | slope per doubling of L |",
                   "|---|---:|" + "---:|" * len(Ls) + "---:|"]
-        for (dd, gap, k), g in gaps.items():
-            if dd != d:
-                continue
+        rows = [(gap, k, g, slope(g["points"])) for (dd, gap, k), g in gaps.items() if dd == d]
+        adjusted = holm(math.nan if s is None else s[2] for *_, s in rows)  # the table's slopes: one family
+        for (gap, k, g, s), q in zip(rows, adjusted):
             row = [_cell(g["points"][L]) if L in g["points"] else "–" for L in Ls]
-            s = slope(g["points"])
-            s_text = "–" if s is None else f"{s[0]:+.1f} ± {s[1]:.1f} (p = {s[2]:.2g})"
+            s_text = "–" if s is None else f"{s[0]:+.1f} ± {s[1]:.1f} (p = {s[2]:.2g}, Holm {q:.2g})"
             lines.append(f"| {gap} | {k}x | " + " | ".join(row) + f" | {s_text} |")
         lines += ["", "Per seed (the same seed at every train length):", "",
                   "| gap | at | seed | " + " | ".join(f"L = {L}" for L in Ls) + " |", "|---|---:|---:|" + "---:|" * len(Ls)]

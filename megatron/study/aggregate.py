@@ -6,7 +6,10 @@
 A group is one dataset at one train length (`<dataset>_L<train length>` in file names): runs of
 different train lengths are never in one test. Table 3: one table per group, rows = schemes
 (reference first), columns = lengths, cells "mean ± std" over seeds, † / ‡ per
-megatron.evaluation.stats (the reference is significantly better / worse). Where a scheme is tested
+megatron.evaluation.stats (the reference is significantly better / worse after the Holm-Bonferroni
+correction over the row's family: one scheme against the reference at every length of one dataset
+and train length, the claim a row supports; each cell keeps its raw p, adjusted p and exact
+sign-flip p). Where a scheme is tested
 on fewer seeds than the reference has, a row gives the reference's mean over just those paired
 seeds, next to the test. Table 4: training sec/step per scheme and group, mean over seeds.
 Fig. 5 (positionwise) is drawn at 8x the train length, the paper's 4096 = 8 x 512.
@@ -22,7 +25,15 @@ from collections import defaultdict
 
 from megatron.atomic_io import atomic_output
 from megatron.evaluation.results import RunResult
-from megatron.evaluation.stats import DAGGER, DOUBLE_DAGGER, FOOTNOTE, format_mean_std, mean_std, paired_test
+from megatron.evaluation.stats import (
+    DAGGER,
+    DOUBLE_DAGGER,
+    FOOTNOTE,
+    correct_family,
+    format_mean_std,
+    mean_std,
+    paired_test,
+)
 from megatron.evaluation.windows import windows_line
 
 MISSING = "–"
@@ -60,9 +71,11 @@ def order_schemes(schemes, reference: str) -> list[str]:
 
 
 def table3_cells(runs: list[RunResult], reference: str = "kerple_log", alpha: float = 0.05) -> list[dict]:
-    """One dict per (dataset, train length, length, scheme): n, mean, std, p, dagger, better (than the
-    reference), mark, seeds, note, and reference_paired_mean / paired_seeds when the test paired fewer
-    seeds than the reference has (its mean over those seeds; nan otherwise)."""
+    """One dict per (dataset, train length, length, scheme): n, mean, std, p (raw), p_holm (adjusted over
+    the row's family: the scheme's tests at every length of its group), p_exact (sign flips), family
+    (its size), dagger, better (than the reference), mark (both by p_holm), seeds, note, and
+    reference_paired_mean / paired_seeds when the test paired fewer seeds than the reference has (its
+    mean over those seeds; nan otherwise)."""
     by = defaultdict(dict)  # (dataset, train length, length, scheme) -> {seed: ppl}
     for r in runs:
         for length, ppl in r.ppl.items():
@@ -71,7 +84,8 @@ def table3_cells(runs: list[RunResult], reference: str = "kerple_log", alpha: fl
     for (dataset, train, length, scheme), seeds in sorted(by.items(), key=lambda kv: (*_group_sort(kv[0]), *kv[0][2:])):
         mean, std = mean_std(seeds.values())
         cell = {"dataset": dataset, "train_length": train, "length": length, "scheme": scheme, "n": len(seeds),
-                "mean": mean, "std": std, "p": math.nan, "dagger": False, "better": False, "mark": "",
+                "mean": mean, "std": std, "p": math.nan, "p_holm": math.nan, "p_exact": math.nan, "family": 0,
+                "dagger": False, "better": False, "mark": "",
                 "seeds": sorted(seeds, key=str), "note": "", "reference_paired_mean": math.nan, "paired_seeds": []}
         ref = by.get((dataset, train, length, reference))
         if scheme == reference:
@@ -80,13 +94,23 @@ def table3_cells(runs: list[RunResult], reference: str = "kerple_log", alpha: fl
             cell["note"] = f"no test: reference {reference} has no result here"
         else:
             test = paired_test(ref, seeds, alpha)
-            cell.update(p=test.p, dagger=test.reference_better, better=test.other_better, mark=test.mark,
-                        note=test.note)
+            cell.update(test=test, p=test.p, p_exact=test.exact_p, note=test.note)
             paired = sorted(set(ref) & set(seeds), key=str)
             if paired and len(paired) < len(ref):
                 cell.update(reference_paired_mean=float(sum(ref[s] for s in paired) / len(paired)),
                             paired_seeds=paired)
         cells.append(cell)
+    families = defaultdict(list)  # one scheme against the reference at every length of one table: one family
+    for c in cells:
+        if "test" in c:
+            families[(c["dataset"], c["train_length"], c["scheme"])].append(c)
+    for family in families.values():
+        tested = [c for c in family if not math.isnan(c["test"].p)]
+        for c, test in zip(tested, correct_family([c["test"] for c in tested], alpha)):
+            c.update(p_holm=test.p_adjusted, family=len(tested), dagger=test.reference_better,
+                     better=test.other_better, mark=test.mark)
+        for c in family:
+            del c["test"]
     return cells
 
 
@@ -113,7 +137,9 @@ def table3_markdown(cells: list[dict], reference: str, alpha: float = 0.05, digi
                          if tuple(c["paired_seeds"]) == paired}
                 row = [MISSING if k not in means else f"{means[k]:.{digits}f}" for k in columns]
                 lines.append(f"| {reference}, mean of seeds {_seeds_text(paired)} | " + " | ".join(row) + " |")
-    notes = [FOOTNOTE.format(dagger=DAGGER, double_dagger=DOUBLE_DAGGER, ref=reference, alpha=alpha)]
+    sizes = sorted({c["family"] for c in cells if c["family"]})
+    notes = [FOOTNOTE.format(dagger=DAGGER, double_dagger=DOUBLE_DAGGER, ref=reference, alpha=alpha,
+                             m=" / ".join(map(str, sizes)) or "0")]
     if any(c["paired_seeds"] for c in cells):
         notes.append(f"A row `{reference}, mean of seeds ...` is the reference's mean over only the seeds that "
                      f"the schemes with fewer seeds were paired with in their tests.")
@@ -173,10 +199,12 @@ def write_table3_csv(cells: list[dict], path: str) -> None:
     with atomic_output(path, fsync=False) as tmp, open(tmp, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["dataset", "train_length", "length", "scheme", "n_seeds", "mean_ppl", "std_ppl", "p_value",
-                    "dagger", "better_than_reference", "seeds", "reference_mean_paired_seeds", "paired_seeds", "note"])
+                    "p_holm", "family_tests", "p_exact_sign_flip", "dagger", "better_than_reference", "seeds",
+                    "reference_mean_paired_seeds", "paired_seeds", "note"])
         for c in cells:
             w.writerow([c["dataset"], c["train_length"], c["length"], c["scheme"], c["n"], f"{c['mean']:.6f}",
-                        f"{c['std']:.6f}", f"{c['p']:.6g}", int(c["dagger"]), int(c["better"]),
+                        f"{c['std']:.6f}", f"{c['p']:.6g}", f"{c['p_holm']:.6g}", c["family"],
+                        f"{c['p_exact']:.6g}", int(c["dagger"]), int(c["better"]),
                         " ".join(map(str, c["seeds"])), f"{c['reference_paired_mean']:.6f}",
                         " ".join(map(str, c["paired_seeds"])), c["note"]])
 
