@@ -32,21 +32,24 @@ _DROPPED_LOG_MESSAGES = [re.compile(r"^Setting accelerator to CPU\. If you have 
 _DROPPED_OP_LINE = re.compile(r"^DeepSpeed \S+ built successfully$")
 # A JIT load slower than this compiled the op (a cached load takes well under a second).
 COMPILED_OP_SECONDS = 5.0
+_keep_all = False  # --debug: nothing is dropped (set by run_cli through quiet_third_party)
 
 
 class _DropKnownNoise(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        from megatron.errors import debug_enabled
-
-        if debug_enabled():  # --debug: everything, as the library says it
+        if _keep_all:  # --debug: everything, as the library says it
             return True
         message = record.getMessage()
         return not any(p.search(message) for p in _DROPPED_LOG_MESSAGES)
 
 
-def quiet_third_party() -> None:
+def quiet_third_party(keep_all: bool | None = None) -> None:
     """Install the filters before DeepSpeed is imported (its import logs the CPU warning).
-    logging.getLogger returns the logger DeepSpeed configures later, and a filter set on it stays."""
+    logging.getLogger returns the logger DeepSpeed configures later, and a filter set on it stays.
+    keep_all (run_cli passes --debug's state): drop nothing."""
+    global _keep_all
+    if keep_all is not None:
+        _keep_all = keep_all
     logger = logging.getLogger(DEEPSPEED_LOGGER)
     if not any(isinstance(f, _DropKnownNoise) for f in logger.filters):
         logger.addFilter(_DropKnownNoise())
@@ -119,10 +122,8 @@ def prefix_rank_output() -> None:
 def quiet_op_load(what: str, is_rank0: bool = True):
     """Drop DeepSpeed's "op built successfully" line printed inside the block, and say once (on rank
     0) when the block took long enough to have compiled the op rather than loaded it from the cache."""
-    from megatron.errors import debug_enabled
-
     saved = sys.stdout
-    drop = not debug_enabled()
+    drop = not _keep_all
     sys.stdout = _LineFilter(saved, lambda line: None if drop and _DROPPED_OP_LINE.match(line.strip()) else line)
     t0 = time.time()
     try:

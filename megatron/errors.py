@@ -190,7 +190,7 @@ def run_cli(main, prog: str, expected: tuple = ()) -> None:
         os.environ[DEBUG_ENV] = "1"
     from megatron.console import prefix_rank_output, quiet_third_party
 
-    quiet_third_party()
+    quiet_third_party(keep_all=debug_enabled())
     prefix_rank_output()
     try:
         code = main()

@@ -106,7 +106,8 @@ def test_the_runner_is_asked_for_warnings_only(tiny_config, monkeypatch):
 
 
 def test_debug_keeps_every_line(deepspeed_log, monkeypatch, capsys):
-    monkeypatch.setenv("KERPLE_DEBUG", "1")
+    monkeypatch.setattr(console, "_keep_all", False)  # restored after the test
+    console.quiet_third_party(keep_all=True)  # what run_cli does under --debug
     logging.getLogger(console.DEEPSPEED_LOGGER).warning("Setting accelerator to CPU. If you have GPU or other")
     with console.quiet_op_load("starting the process group"):
         print("DeepSpeed deepspeed.ops.comm.deepspeed_shm_comm_op built successfully")
