@@ -111,8 +111,8 @@ def row_summary(study: Study, d: str, L: int, scheme: str) -> str:
     raw = sum(c["p"] < 0.05 for c in row)
     adj = sum(c["p_holm"] < 0.05 for c in row)
     ps = [c["p"] for c in row]
-    return (f"raw p {_p(min(ps))}-{_p(max(ps))}, below 0.05 at {raw} of {len(row)} lengths, after Holm over "
-            f"the {len(row)} at {adj}")
+    return (f"raw p {_p(min(ps))}-{_p(max(ps))}: below 0.05 at {raw} of {len(row)} lengths, and at {adj} of "
+            f"{len(row)} after Holm's correction over the {len(row)}")
 
 
 def order_claim(study: Study, d: str, L: int, length: int) -> tuple[str, str, list]:
