@@ -73,6 +73,7 @@ def eval_launch(args, cfg) -> int:
 def parse_overrides(items: list[str]) -> dict:
     from megatron.config.errors import ConfigError
     from megatron.config.schema import canonical
+    from megatron.config.untrusted_yaml import safe_load
 
     out = {}
     for item in items:
@@ -82,7 +83,7 @@ def parse_overrides(items: list[str]) -> dict:
         if any(canonical(k.strip()) == canonical(seen) for seen in out):
             raise ConfigError(f"--override {k.strip()!r} is given twice; the last would silently win: keep one")
         try:
-            out[k.strip()] = yaml.safe_load(v)
+            out[k.strip()] = safe_load(v, f"--override {k.strip()}")
         except yaml.YAMLError as e:
             raise ConfigError(f"--override {item!r}: the value is not valid YAML "
                              f"({getattr(e, 'problem', None) or e}); quote it, e.g. -o 'key=\"text\"'") from None
