@@ -238,7 +238,7 @@ def launch_with_deepspeed(cfg, user_script: str, resolved: str) -> int:
     worker_environment(resolve_device(cfg.parallel.device, "device:"))  # and DeepSpeed's accelerator
     from deepspeed.launcher import runner
 
-    from megatron.training.signals import forwarding_to_workers
+    from megatron.training.launch_signals import StopReport, Supervisor, launcher_in_own_group
 
     argv = runner_args(cfg, user_script, resolved)
     from megatron.hosts import check_hosts, hostfile_in_use
@@ -246,15 +246,19 @@ def launch_with_deepspeed(cfg, user_script: str, resolved: str) -> int:
     if hostfile_in_use(cfg.parallel.hostfile):
         check_hosts(cfg.parallel.hostfile, cfg.parallel.include, cfg.parallel.exclude)  # every host, before launching
     print("deepy.py: deepspeed " + " ".join(argv), flush=True)
+    # A signal to deepy.py reaches the workers, which save and exit, and deepy.py waits for them
+    # (launch_signals.py); the local launcher gets a process group of its own, so a Ctrl-C in the
+    # terminal reaches the workers once, through deepy.py.
+    supervisor = Supervisor(StopReport(cfg))
     try:
-        with forwarding_to_workers():  # SIGTERM to deepy.py: the workers save and exit (signals.py)
+        with supervisor, launcher_in_own_group(runner):
             rc = runner.main(argv)
     except SystemExit as e:  # the runner exits with the workers' status
         rc = e.code
     except (RuntimeError, ValueError, subprocess.CalledProcessError) as e:  # its checks, as tracebacks
         raise UserError(f"DeepSpeed's runner could not launch: {' '.join(str(e).split())[:400]}; check `hostfile:`, "
                         "`include:`/`exclude:`, `num-gpus:` and `master-addr:`") from e
-    return int(rc or 0)
+    return supervisor.exit_code or int(rc or 0)
 
 
 def config_from_cli(parser, args):
