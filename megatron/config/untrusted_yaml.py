@@ -27,7 +27,7 @@ MAX_BYTES = 1 << 20  # 1 MiB
 MAX_DEPTH = 100  # nested collections; PyYAML's composer needs ~3 Python frames a level
 MAX_VALUES = 100_000  # scalars, lists and mappings, aliases expanded
 
-LIMITS_NOTE = "YAML is read with limits, see the README's Configuration section"
+LIMITS_NOTE = "YAML is read with limits: README, Launching training"
 
 
 class YamlLimitError(UserError):
@@ -86,9 +86,9 @@ class LimitedSafeLoader(yaml.SafeLoader):
         else:
             size = 1
         if size > MAX_VALUES:
-            raise YamlLimitError(f"{_where(self.source, node.start_mark)}: more than {MAX_VALUES:,} values once the "
-                                 f"aliases (*name) are expanded (the limit; {LIMITS_NOTE}); a \"billion laughs\" of "
-                                 "nested anchors? write the values out")
+            raise YamlLimitError(f"{_where(self.source, node.start_mark)}: more than {MAX_VALUES:,} values, an alias "
+                                 f"(*name) counting as all the values it repeats (the limit; {LIMITS_NOTE}): nested "
+                                 "anchors (a \"billion laughs\")? write the values out")
         self._sizes[id(node)] = size
         return node
 
