@@ -73,6 +73,7 @@ def eval_launch(args, cfg) -> int:
 def parse_overrides(items: list[str]) -> dict:
     from megatron.config.errors import ConfigError
     from megatron.config.schema import canonical
+    from megatron.config.untrusted_yaml import safe_load
 
     out = {}
     for item in items:
@@ -82,7 +83,7 @@ def parse_overrides(items: list[str]) -> dict:
         if any(canonical(k.strip()) == canonical(seen) for seen in out):
             raise ConfigError(f"--override {k.strip()!r} is given twice; the last would silently win: keep one")
         try:
-            out[k.strip()] = yaml.safe_load(v)
+            out[k.strip()] = safe_load(v, f"--override {k.strip()}")
         except yaml.YAMLError as e:
             raise ConfigError(f"--override {item!r}: the value is not valid YAML "
                              f"({getattr(e, 'problem', None) or e}); quote it, e.g. -o 'key=\"text\"'") from None
@@ -239,7 +240,7 @@ def launch_with_deepspeed(cfg, user_script: str, resolved: str) -> int:
     worker_environment(resolve_device(cfg.parallel.device, "device:"))  # and DeepSpeed's accelerator
     from deepspeed.launcher import runner
 
-    from megatron.training.signals import forwarding_to_workers
+    from megatron.training.launch_signals import StopReport, Supervisor, launcher_in_own_group
 
     argv = runner_args(cfg, user_script, resolved)
     from megatron.hosts import check_hosts, hostfile_in_use
@@ -252,15 +253,19 @@ def launch_with_deepspeed(cfg, user_script: str, resolved: str) -> int:
 
         drop_log_message(MISSING_HOSTFILE)
     print("deepy.py: deepspeed " + " ".join(argv), flush=True)
+    # A signal to deepy.py reaches the workers, which save and exit, and deepy.py waits for them
+    # (launch_signals.py); the local launcher gets a process group of its own, so a Ctrl-C in the
+    # terminal reaches the workers once, through deepy.py.
+    supervisor = Supervisor(StopReport(cfg))
     try:
-        with forwarding_to_workers():  # SIGTERM to deepy.py: the workers save and exit (signals.py)
+        with supervisor, launcher_in_own_group(runner):
             rc = runner.main(argv)
     except SystemExit as e:  # the runner exits with the workers' status
         rc = e.code
     except (RuntimeError, ValueError, subprocess.CalledProcessError) as e:  # its checks, as tracebacks
         raise UserError(f"DeepSpeed's runner could not launch: {' '.join(str(e).split())[:400]}; check `hostfile:`, "
                         "`include:`/`exclude:`, `num-gpus:` and `master-addr:`") from e
-    return int(rc or 0)
+    return supervisor.exit_code or int(rc or 0)
 
 
 def config_from_cli(parser, args):

@@ -34,12 +34,19 @@ def pick_device(parser: argparse.ArgumentParser, name: str) -> torch.device:
 
 def parse_overrides(parser: argparse.ArgumentParser, items: list[str]) -> dict:
     """KEY=VALUE pairs (YAML values, as deepy.py -o) -> {key: value}."""
+    from megatron.config.untrusted_yaml import YamlLimitError, safe_load
+
     out = {}
     for item in items:
         if "=" not in item:
             parser.error(f"override {item!r} must look like KEY=VALUE (e.g. num-layers=2)")
         k, v = item.split("=", 1)
-        out[k.strip()] = yaml.safe_load(v)
+        try:
+            out[k.strip()] = safe_load(v, f"override {k.strip()}")
+        except YamlLimitError as e:
+            parser.error(str(e))
+        except yaml.YAMLError as e:
+            parser.error(f"override {item!r}: the value is not valid YAML ({getattr(e, 'problem', None) or e})")
     return out
 
 

@@ -13,6 +13,8 @@ import glob
 import os
 import shutil
 
+from megatron.config.untrusted_yaml import read_bounded
+
 RESOLVED_NAME = "resolved_config.yml"
 ORIGINALS_DIR = "configs"
 
@@ -42,7 +44,6 @@ def read_originals(resolved_path) -> dict[str, str] | None:
     if not files:
         return None
     out = {}
-    for path in files:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            out[os.path.basename(path)] = f.read()
+    for path in files:  # carried into the next checkpoint: bounded as any config file
+        out[os.path.basename(path)] = read_bounded(path, f"config file {path}").decode("utf-8", errors="replace")
     return out

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import yaml
 
 from megatron.config.errors import FILE, Problem, did_you_mean
+from megatron.config.untrusted_yaml import LimitedSafeLoader, YamlLimitError, read_bounded
 
 
 @dataclass(frozen=True)
@@ -21,11 +22,12 @@ class Entry:
     origin: str  # file path, or loader.OVERRIDE_ORIGIN for -o and replace()
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that records keys set twice in one mapping (PyYAML silently keeps the last)."""
+class _StrictLoader(LimitedSafeLoader):
+    """SafeLoader (within the untrusted-YAML limits) that records keys set twice in one mapping
+    (PyYAML silently keeps the last)."""
 
-    def __init__(self, stream):
-        super().__init__(stream)
+    def __init__(self, stream, source: str):
+        super().__init__(stream, source)
         self.duplicates: list[tuple[object, int, int]] = []  # (key, first line, second line)
 
     def construct_mapping(self, node, deep=False):
@@ -46,9 +48,9 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-def _strict_load(text: str):
+def _strict_load(text: str, source: str):
     """(data, duplicates) of one YAML document."""
-    loader = _StrictLoader(text)
+    loader = _StrictLoader(text, source)
     try:
         return loader.get_single_data(), loader.duplicates
     finally:
@@ -81,8 +83,9 @@ def read_file(path) -> tuple[str | None, dict | None, Problem | None]:
     """(raw text, top-level mapping, problem)."""
     path = os.fspath(path)
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        raw = read_bounded(path, f"config file {path}")
+    except YamlLimitError as e:
+        return None, None, Problem(FILE, str(e))
     except FileNotFoundError:
         return None, None, Problem(FILE, f"config file not found: {path} (current directory: {os.getcwd()})"
                                    + did_you_mean_file(path))
@@ -92,7 +95,9 @@ def read_file(path) -> tuple[str | None, dict | None, Problem | None]:
     if problem:
         return None, None, problem
     try:
-        data, duplicates = _strict_load(text)
+        data, duplicates = _strict_load(text, f"config file {path}")
+    except YamlLimitError as e:
+        return text, None, Problem(FILE, str(e))
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else path

@@ -10,16 +10,13 @@ A second Ctrl-C leaves through os._exit: no traceback, no half-published checkpo
 publishes its directory and then `latest` by atomic renames, so `latest` still names the last
 complete one), and the run-directory lock dies with the process.
 
-Launched with several processes, deepy.py runs DeepSpeed's runner, whose per-node launcher
-(deepspeed.launcher.launch) starts the workers. A SIGTERM or SIGUSR1 sent to deepy.py alone
-(`kill`, `docker stop`, a supervisor) used to end deepy.py at once and leave the workers training;
-`forwarding_to_workers` passes it on to them, so they save and exit as one process does. Ctrl-C is
-not forwarded: the terminal sends it to every process of the job already, and a second one would
-make the workers exit without saving.
+SIGHUP (the terminal went away, or `kill -HUP`) is a pre-emption too: save and exit 0.
+
+Launched with several processes, deepy.py passes every one of these signals on to the workers and
+waits for them (megatron/training/launch_signals.py).
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import sys
@@ -28,7 +25,7 @@ import torch
 
 from megatron.errors import EXIT_INTERRUPTED
 
-SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP, signal.SIGINT)
 
 
 def _say(text: str) -> None:
@@ -76,50 +73,3 @@ class PreemptionHandler:
         for sig, prev in self._previous.items():
             signal.signal(sig, prev)
         self._previous.clear()
-
-
-FORWARDED = (signal.SIGTERM, signal.SIGUSR1)
-NODE_LAUNCHER = "deepspeed.launcher.launch"  # DeepSpeed's per-node launcher module (the workers' parent)
-
-
-def _targets():
-    """The processes a forwarded signal goes to: the workers, i.e. the children of DeepSpeed's
-    per-node launcher (sending it to the launcher itself would make it terminate them, SIGKILL after
-    30 s, and exit 1). Another launcher (pdsh, mpirun, srun), or the node launcher before it has
-    started the workers, gets the signal itself and passes it on its own way."""
-    import psutil
-
-    out = []
-    for child in psutil.Process().children():
-        try:
-            workers = child.children() if NODE_LAUNCHER in " ".join(child.cmdline()) else []
-        except psutil.Error:  # it ended meanwhile
-            continue
-        out.extend(workers or [child])
-    return out
-
-
-def _forward(signum, frame) -> None:
-    import psutil
-
-    targets = _targets()
-    if not targets:  # nothing started yet, so nothing to save: end as the signal would have
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
-        return
-    _say(f"[signal] deepy.py: received {signal.Signals(signum).name}: passing it to {len(targets)} training "
-         "process(es), which save at the end of their step and exit")
-    for p in targets:
-        with contextlib.suppress(psutil.Error):
-            p.send_signal(signum)
-
-
-@contextlib.contextmanager
-def forwarding_to_workers():
-    """While active, SIGTERM / SIGUSR1 to this process go to the training processes it launched."""
-    previous = {sig: signal.signal(sig, _forward) for sig in FORWARDED}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)

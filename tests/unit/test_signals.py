@@ -1,5 +1,5 @@
 """The stop handler: the first Ctrl-C asks for a save at the step boundary, a second one exits at
-once with status 130 and one line, no traceback; pre-emption signals keep exit status 0."""
+once with status 130 and one line, no traceback; pre-emption signals (SIGHUP too) keep exit status 0."""
 import os
 import signal
 import subprocess
@@ -32,10 +32,12 @@ def test_second_ctrl_c_exits_at_once_with_130():
 
 
 def test_preemption_signals_exit_0():
-    h = PreemptionHandler().install()
-    try:
-        assert not h.requested()
-        os.kill(os.getpid(), signal.SIGTERM)
-        assert h.requested() and h.received == signal.SIGTERM and h.exit_code == 0
-    finally:
-        h.uninstall()
+    """SIGTERM, and SIGHUP (a terminal that went away, or `kill -HUP`, passed on by deepy.py)."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        h = PreemptionHandler().install()
+        try:
+            assert not h.requested()
+            os.kill(os.getpid(), sig)
+            assert h.requested() and h.received == sig and h.exit_code == 0
+        finally:
+            h.uninstall()

@@ -30,6 +30,41 @@ def is_yaml_task(name: str) -> bool:
     return name.endswith((".yaml", ".yml")) and os.path.isfile(name)
 
 
+def _includes(root, path: str) -> list[str]:
+    """The files a task YAML's top-level `include:` names (one path or a list), as lm-eval
+    resolves them: relative to the including file."""
+    import yaml
+
+    if not isinstance(root, yaml.MappingNode):
+        return []
+    out = []
+    for key, value in root.value:
+        if isinstance(key, yaml.ScalarNode) and key.value == "include":
+            items = value.value if isinstance(value, yaml.SequenceNode) else [value]
+            out += [os.path.join(os.path.dirname(path), i.value) for i in items if isinstance(i, yaml.ScalarNode)]
+    return out
+
+
+def check_task_file_limits(names, include_paths) -> None:
+    """The user's task YAML (--tasks FILE.yaml, every *.yaml under --include-path, and what they
+    include) within the untrusted-YAML limits, before lm-eval reads any of it: its loader has none
+    (a "billion laughs" file would exhaust memory as lm-eval indexes it)."""
+    from pathlib import Path
+
+    from megatron.config.untrusted_yaml import check_file
+
+    todo = [n for n in names if is_yaml_task(n)]
+    for root in include_paths:
+        todo += sorted(str(p) for p in Path(root).glob("**/*.yaml"))
+    seen = set()
+    while todo:
+        path = os.path.abspath(todo.pop())
+        if path in seen or not os.path.isfile(path):
+            continue  # a missing include is lm-eval's to report
+        seen.add(path)
+        todo += _includes(check_file(path, f"task file {path}"), path)
+
+
 def task_manager(names: list[str], task_dir: str, include_paths=()):
     """The harness's TaskManager over the local tasks' YAML (written to `task_dir`) and the user's
     --include-path directories. The harness's own ~15k task files are indexed (~5-10 s) only when
@@ -37,6 +72,7 @@ def task_manager(names: list[str], task_dir: str, include_paths=()):
     from lm_eval.tasks import TaskManager
 
     user = check_include_paths(include_paths)
+    check_task_file_limits(names, user)
     paths = [write_task_dir(task_dir), *user]  # later paths win in lm-eval: the user's own tasks
     manager = TaskManager(include_path=paths, include_defaults=False)
     if all(is_yaml_task(n) or manager.match_tasks([n]) for n in names):
