@@ -149,6 +149,9 @@ def read_matrix(path: str) -> tuple[list[str], list[Run]]:
         where = f"line {e.lineno}, column {e.colno}: {e.msg}" if isinstance(e, json.JSONDecodeError) else str(e)
         raise MatrixError(f"matrix {path} is not valid JSON ({where}); fix it by hand or write it again with "
                           "tools/make_experiments.py") from None
+    except RecursionError:  # json has no depth limit of its own: a hand-made [[[[...]]]] file
+        raise MatrixError(f"matrix {path} nests its values too deeply to be a matrix (tools/make_experiments.py "
+                          "writes two levels); write it again with tools/make_experiments.py") from None
     base, runs, problems = _parse_matrix(blob)
     if problems:
         raise MatrixError(f"matrix {path}: {'; '.join(problems)} ({MATRIX_FIX})")

@@ -66,6 +66,7 @@ def test_run_matrix_filters_that_select_nothing_are_named(tmp_path, capsys):
     (lambda text: text.replace("alibi_code_1235", "kerple_log_code_1235"), r"runs 0 and 1 share the name "
                                                                           r"kerple_log_code_1235"),
     (lambda text: text.replace('"runs": [', '"runs": [], "x": ['), r"unknown field|lists no run"),
+    (lambda text: "[" * 100_000 + "]" * 100_000, r"nests its values too deeply"),  # was a RecursionError traceback
 ])
 def test_a_hand_edited_matrix_is_named_in_one_message(tmp_path, edit, message):
     """A hand-edited matrix.json gave a traceback (KeyError, TypeError) or a JSON error naming no file."""
