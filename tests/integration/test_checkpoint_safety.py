@@ -13,7 +13,7 @@ from megatron.checkpoint.errors import CheckpointError, CheckpointSaveError, Uns
 from megatron.checkpoint.safe_load import safe_torch_load
 from megatron.checkpoint.tags import read_latest
 from megatron.config import load_config
-from tests.conftest import ROOT, hyphenate, train_config_dict, write_yaml
+from tests.conftest import ROOT, hyphenate, reseal_manifest, train_config_dict, write_yaml
 from tests.integration.fault_helpers import child_env, train_checkpoint
 
 MODEL_FILE = "mp_rank_00_model_states.pt"
@@ -95,6 +95,7 @@ def test_crafted_pickle_runs_no_code_without_trust(trained, ck, tmp_path, monkey
     path = os.path.join(ck, "global_step4", MODEL_FILE)
     blob = torch.load(path, weights_only=False)  # the test's own file
     torch.save({**blob, "payload": _CreatesMarker(str(marker))}, path)
+    reseal_manifest(os.path.dirname(path))  # a crafted step comes with a manifest of its own
     words = (path, "--trust-checkpoint", "KERPLE_TRUST_CHECKPOINT=1", "it contains io.open")
     _assert_refused(_cli("evaluate.py", "--checkpoint", ck, "--lengths", "32", "--out", str(tmp_path / "e")), *words)
     _assert_refused(_cli("generate.py", "--checkpoint", ck, "--prompt", "ab", "--max-new-tokens", "2"), *words)
@@ -141,6 +142,7 @@ def test_nonfinite_weights_are_refused_unless_allowed(trained, ck, tmp_path):
     name = "layers.1.attention.dense.weight"
     blob["module"][name][0, 0] = float("nan")
     torch.save(blob, path)
+    reseal_manifest(os.path.dirname(path))  # saved that way by a run that diverged
     _assert_refused(_cli("evaluate.py", "--checkpoint", ck, "--out", str(tmp_path / "e")), path,
                     f"module.{name}", "--allow-nonfinite")
     with pytest.raises(CheckpointError, match=f"{path} holds non-finite values .*module.{name}.*allow-nonfinite-weights"):
