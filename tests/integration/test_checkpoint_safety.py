@@ -78,6 +78,27 @@ def test_trainer_files_load_safely_and_resume_without_trust(trained, tmp_path, m
     assert isinstance(trainer.engine.checkpoint_engine, SafeLoadingCheckpointEngine)
 
 
+def test_every_save_carries_a_manifest_and_a_garbled_optimizer_file_is_refused_at_resume(trained, ck, tmp_path):
+    """The Trainer's save lists every file of the step (DeepSpeed's optimizer partition included)
+    with the layout and the config's model keys; a resume from a step whose optimizer file lost a few
+    KiB (same size, and torch.load reads it without a word) is refused naming the file, not trained on."""
+    from megatron.checkpoint.manifest import read_manifest
+    from tests.unit.test_checkpoint_manifest import garble
+
+    step = os.path.join(ck, "global_step4")
+    record = read_manifest(step)
+    optim = "zero_pp_rank_0_mp_rank_00_optim_states.pt"
+    assert {MODEL_FILE, optim, "resolved_config.yml"} <= set(record["files"])
+    assert record["files"][optim]["method"] == "zip-crc32" and record["iteration"] == 4
+    assert record["layout"] == {"model_parallel_size": 1, "pipe_parallel_size": 0, "data_parallel_size": 1,
+                                "zero_stage": 2, "world_size": 1}
+    assert record["config"]["model"]["pos_emb"] == trained[0]["pos-emb"]
+    garble(os.path.join(step, optim))
+    with pytest.raises(CheckpointError) as err:
+        _trainer(trained, tmp_path, load=ck)
+    assert str(err.value).startswith(f"{os.path.join(step, optim)} has changed since it was saved: its data is damaged")
+
+
 def test_deepspeed_fp16_loss_scaler_is_allowed(tmp_path):
     """fp16 (GPU only) pickles DeepSpeed's DynamicLossScaler into the optimizer state."""
     from deepspeed.runtime.fp16.loss_scaler import CreateLossScaler
