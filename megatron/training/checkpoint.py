@@ -78,6 +78,7 @@ class Checkpointer:
         self.ccfg = cfg.checkpoint
         self.args = model_args(cfg, padded_vocab_size)
         self.is_rank0 = is_rank0
+        self.resumed_from: tuple[str, int] | None = None  # (step directory, iteration) a resume continued
         if is_rank0 and self.ccfg.save:
             clean_stale_tmp(self.ccfg.save)  # a `latest.tmp<pid>` left by a killed writer
 
@@ -190,6 +191,8 @@ class Checkpointer:
         print(f"[checkpoint] loaded {path} (iteration {client.get('iteration')})", flush=True)
         if c.finetune:
             client["iteration"] = 0
+        else:
+            self.resumed_from = (os.path.join(c.load, tag), client.get("iteration", 0))
         return client
 
     def _tag_to_load(self) -> str | None:

@@ -73,6 +73,8 @@ def test_trainer_files_load_safely_and_resume_without_trust(trained, tmp_path, m
         assert isinstance(safe_torch_load(os.path.join(step, f)), dict)
     trainer = _trainer(trained, tmp_path, load=trained[1])
     assert trainer.iteration == 4
+    # a NaN before the next save would name this step as what it resumed from, not "the last good"
+    assert trainer.loss_watch.resumed_from == (os.path.join(trained[1], "global_step4"), 4)
     from megatron.checkpoint.deepspeed_engine import SafeLoadingCheckpointEngine
 
     assert isinstance(trainer.engine.checkpoint_engine, SafeLoadingCheckpointEngine)
