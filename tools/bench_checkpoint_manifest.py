@@ -5,8 +5,10 @@ The paper's 162M GPT (configs/paper/local_setup.yml + train.yml: DeepSpeed pipel
 stage, bf16 with fp32 master weights and Adam moments) is built on the CPU with its optimizer
 state filled in (as after a step), and saved by training's Checkpointer: with the manifest, and
 with `write_manifest` replaced by a no-op, alternating which goes first, in one process. The table
-gives the median save time of each, their ratio, the manifest's own time and size, and what
-checking it costs a read (every file verified against it, against torch.load of every file).
+gives the median save time of each and their ratio (on a shared machine mostly noise: a 4 GB save
+varies by 2x from one to the next), the time spent in write_manifest inside each save (the
+manifest's cost, free of that noise), its size, and what checking it costs a read (every file
+verified against it, against torch.load of every file). One warm-up save is not counted.
 
     python tools/bench_checkpoint_manifest.py                     # the 162M save, 3 repeats
     python tools/bench_checkpoint_manifest.py --quick             # a 2-layer model, seconds
@@ -90,18 +92,31 @@ def measure(engine, checkpointer, repeats: int) -> dict:
     from megatron.checkpoint import manifest
 
     real = training_checkpoint.write_manifest
-    times = {"with": [], "without": []}
+    inside: list[float] = []  # seconds spent in write_manifest during the current save
+
+    def timed(*a, **k):
+        start = time.perf_counter()
+        try:
+            return real(*a, **k)
+        finally:
+            inside.append(time.perf_counter() - start)
+
+    times, shares = {"with": [], "without": []}, []
+    checkpointer.save(engine, 0)  # warm-up, not counted: the first save of a process is the slowest
     iteration = 0
     for r in range(repeats):
         for mode in (("with", "without") if r % 2 == 0 else ("without", "with")):
             iteration += 1
-            training_checkpoint.write_manifest = real if mode == "with" else (lambda *a, **k: None)
+            inside.clear()
+            training_checkpoint.write_manifest = timed if mode == "with" else (lambda *a, **k: None)
             try:
                 start = time.perf_counter()
                 tag_dir = checkpointer.save(engine, iteration)
                 times[mode].append(time.perf_counter() - start)
             finally:
                 training_checkpoint.write_manifest = real
+            if mode == "with":
+                shares.append(sum(inside) / times[mode][-1])
     record = manifest.read_manifest(tag_dir) or {}  # the last save: with the manifest or not
     start = time.perf_counter()
     manifest.write_manifest(tag_dir, os.path.basename(tag_dir), record.get("layout", {}),
@@ -117,7 +132,7 @@ def measure(engine, checkpointer, repeats: int) -> dict:
     for p in files:
         torch.load(p, map_location="cpu", weights_only=False)
     load_s = time.perf_counter() - start
-    return {"times": times, "write_s": write_s, "verify_s": verify_s, "load_s": load_s,
+    return {"times": times, "shares": shares, "write_s": write_s, "verify_s": verify_s, "load_s": load_s,
             "bytes": sum(os.path.getsize(p) for p in _files(tag_dir)), "files": len(_files(tag_dir)),
             "manifest_bytes": os.path.getsize(os.path.join(tag_dir, manifest.MANIFEST))}
 
@@ -127,9 +142,12 @@ def report(m: dict, params: int) -> str:
     rows = [
         ["save, with the manifest (median)", f"{w:.3f} s", ", ".join(f"{t:.2f}" for t in m["times"]["with"])],
         ["save, without it (median)", f"{wo:.3f} s", ", ".join(f"{t:.2f}" for t in m["times"]["without"])],
-        ["ratio with / without", f"{w / wo:.4f}", f"{(w / wo - 1) * 100:+.2f}% (noise included)"],
+        ["ratio of the medians, with / without", f"{w / wo:.4f}",
+         f"{(w / wo - 1) * 100:+.2f}%, the machine's noise included"],
+        ["manifest share of each save with it (timed inside the save)",
+         f"{statistics.median(m['shares']) * 100:.3f}%", ", ".join(f"{x * 100:.3f}%" for x in m["shares"])],
         ["write_manifest alone, on the saved step", f"{m['write_s'] * 1000:.1f} ms",
-         f"{m['write_s'] / wo * 100:.2f}% of a save"],
+         f"{m['write_s'] / wo * 100:.3f}% of the median save"],
         ["step size / manifest size", f"{m['bytes'] / 2**20:,.0f} MiB", f"{m['files']} files, manifest "
                                                                         f"{m['manifest_bytes'] / 1024:.1f} KiB"],
         ["reading: verify every .pt against the manifest", f"{m['verify_s']:.3f} s",
