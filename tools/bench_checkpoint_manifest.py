@@ -117,10 +117,10 @@ def measure(engine, checkpointer, repeats: int) -> dict:
                 training_checkpoint.write_manifest = real
             if mode == "with":
                 shares.append(sum(inside) / times[mode][-1])
-    record = manifest.read_manifest(tag_dir) or {}  # the last save: with the manifest or not
-    start = time.perf_counter()
-    manifest.write_manifest(tag_dir, os.path.basename(tag_dir), record.get("layout", {}),
-                            (record.get("config") or {}).get("model"), iteration)
+    cfg = checkpointer.cfg
+    start = time.perf_counter()  # the last step saved, as a save with the manifest writes it
+    manifest.write_manifest(tag_dir, os.path.basename(tag_dir), manifest.run_layout(cfg, 1), manifest.model_keys(cfg),
+                            iteration)
     write_s = time.perf_counter() - start
     files = [p for p in _files(tag_dir) if p.endswith(".pt")]
     start = time.perf_counter()
