@@ -5,9 +5,10 @@ files live in megatron/checkpoint/; this module is about the run).
     <dir>/global_step<N>/mp_rank_00_model_states.pt  module + optimizer + lr_scheduler + client state
     <dir>/global_step<N>/configs/<each yml>       the user's original config files (as NeoX)
     <dir>/global_step<N>/resolved_config.yml      the validated, resolved config
+    <dir>/global_step<N>/manifest.json            every file's size and hash, written last (checkpoint/manifest.py)
 
 A save is atomic from the reader's side: DeepSpeed writes `global_step<N>.incomplete/`, we add
-the configs, rename it to `global_step<N>/` (an atomic rename), and only then replace `latest`
+the configs and the manifest, rename it to `global_step<N>/` (an atomic rename), and only then replace `latest`
 (temp file, fsync, os.replace; megatron/checkpoint/tags.py). A crash at any point leaves `latest`
 naming the previous complete checkpoint; leftover `*.incomplete` directories are removed by the next
 save, a leftover `latest.tmp<pid>` by the next save or start. A write that fails (disk full) raises
