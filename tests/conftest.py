@@ -47,6 +47,16 @@ def checkpoint_layout(path, step: int = 4) -> str:
     return str(path)
 
 
+def reseal_manifest(tag_dir: str) -> None:
+    """After a test edits a saved step's file: rewrite the step's manifest, as if it had been saved
+    that way (the manifest itself refuses any edit: megatron/checkpoint/manifest.py)."""
+    from megatron.checkpoint.manifest import read_manifest, write_manifest
+
+    record = read_manifest(tag_dir)
+    write_manifest(tag_dir, record["tag"], record["layout"], (record["config"] or {}).get("model"),
+                   record["iteration"])
+
+
 def deepy_exit(monkeypatch, capsys, config: str) -> tuple[int, str]:
     """`python deepy.py train.py CONFIG` in this process, as a user sees it: (exit code, stderr)."""
     import sys

@@ -4,7 +4,9 @@ of them):
     errors.py           CheckpointError, CheckpointSaveError, UnsafeCheckpointError
     tags.py             tag_for (`global_step<N>`), the one `latest` reader/writer, tag validation
     layout.py           which layout a step directory is in (decided here only), its file names
-    safe_load.py        every file is read here: weights_only=True + allow-list, then finite.py
+    manifest.py         manifest.json: every file's size and hash, the layout, the model keys; written
+                        last before `latest`, checked on every load and every file read (digest.py: the hashes)
+    safe_load.py        every file is read here: the manifest, weights_only=True + allow-list, then finite.py
     finite.py           NaN/inf refusal
     deepspeed_engine.py DeepSpeed's own reads (engine.load_checkpoint, zero_to_fp32) routed to safe_load
     reader.py           read_tp1_state: any accepted layout -> one TP=1 GPTModel state dict

@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import fnmatch
 import glob
 import os
 import re
@@ -84,3 +85,16 @@ def config_files(tag_dir: str) -> list[str]:
     found = (glob.glob(os.path.join(tag_dir, CONFIGS_DIR, "*.yml"))
              + glob.glob(os.path.join(tag_dir, CONFIGS_DIR, "*.yaml")))
     return sorted(found)
+
+
+def malformed(obj, path: str) -> str | None:
+    """What keeps `obj`, unpickled from `path`, from being the checkpoint file its name says, or
+    None: every file DeepSpeed and NeoX write holds a dict, and a model-states file (mp_rank_XX or
+    ZeRO's *_mp_rank_XX_model_states.pt) a dict with `module` (None in pipeline and ZeRO-3 steps)."""
+    if not isinstance(obj, dict):
+        return f"it holds a {type(obj).__name__}, not the dict torch.save writes for a checkpoint file"
+    name = os.path.basename(path)
+    if (_SHARD.fullmatch(name) or fnmatch.fnmatch(name, _ZERO3_GLOB)) and "module" not in obj:
+        shown = ", ".join(repr(k) for k in list(obj)[:6]) + (", ..." if len(obj) > 6 else "")
+        return f"it has no `module` entry (its keys: {shown or 'none'}), so it is not a model-states file"
+    return None

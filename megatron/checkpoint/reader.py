@@ -30,6 +30,7 @@ from megatron.checkpoint.layout import (
     shard_files,
     zero3_model_files,
 )
+from megatron.checkpoint.manifest import check_step
 from megatron.checkpoint.tags import tag_dir_of
 from megatron.errors import UserError
 
@@ -57,6 +58,7 @@ def read_tp1_state(ckpt_dir: str, tag: str | None = None, *, config=None, overri
     `dtype`: cast NeoX weights to it (None: fp32); ours keep their stored dtype.
     `allow_nonfinite`: accept NaN/inf tensors (finite.py)."""
     tag_dir = tag_dir_of(ckpt_dir, tag)
+    check_step(tag_dir)  # the manifest: no missing, changed or foreign file, the config still the weights'
     layout = detect_layout(tag_dir)
     if is_neox(layout):
         from megatron.checkpoint.neox import read_neox_state
@@ -87,11 +89,26 @@ def _read_ours(tag_dir: str, layout: str, trust: bool, allow_nonfinite: bool) ->
         from megatron.checkpoint.tp_merge import merge_blobs
 
         paths = shard_files(tag_dir)
-        module, client = merge_blobs([read(p) for p in paths], tag_dir)
+        blobs = [read(p) for p in paths]
+        _check_shard_count(tag_dir, blobs[0], len(paths))
+        module, client = merge_blobs(blobs, tag_dir)
         print(f"[checkpoint] merged {len(paths)} tensor-parallel shards of {tag_dir} into TP=1", flush=True)
         return module, client
     blob = read(path)
+    _check_shard_count(tag_dir, blob, 1)
     return blob["module"], client_state(blob)
+
+
+def _check_shard_count(tag_dir: str, blob: dict, found: int) -> None:
+    """Rank 0's saved model-parallel-size against the shards there (a step without a manifest:
+    a missing mp_rank_XX would otherwise be merged into half of each split tensor)."""
+    saved = (blob.get("args") or {}).get("model_parallel_size") if isinstance(blob.get("args"), dict) else None
+    if isinstance(saved, int) and saved != found:
+        missing = [f"mp_rank_{r:02d}_model_states.pt" for r in range(found, saved)]
+        raise CheckpointError(f"checkpoint {tag_dir} was saved with model-parallel-size {saved} but holds {found} "
+                              f"tensor-parallel shard file(s): {', '.join(missing) or 'the extra ones'} "
+                              f"{'are' if len(missing) != 1 else 'is'} missing. Copy the missing file(s) from where "
+                              "the step was saved, or load another step (--iteration N)")
 
 
 def _read_zero3(tag_dir: str, trust: bool, allow_nonfinite: bool) -> tuple[dict, dict]:

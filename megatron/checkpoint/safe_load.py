@@ -18,12 +18,16 @@ import os
 import pickle
 import re
 import sys
+import zipfile
 
 import numpy as np
 import torch
 
+from megatron.checkpoint.digest import ZIP_MAGIC
 from megatron.checkpoint.errors import CheckpointError, UnsafeCheckpointError
 from megatron.checkpoint.finite import check_finite
+from megatron.checkpoint.layout import malformed
+from megatron.checkpoint.manifest import verify_file
 from megatron.checkpoint.trust import TRUST_HINT, trusted_from_env
 
 # Data-only DeepSpeed classes its ZeRO/fp16 optimizer files contain (checked by saving real
@@ -79,6 +83,40 @@ def _describe_refusal(message: str) -> str:
     return (lines or ["unknown object"])[-1][:200]
 
 
+# torch.save's legacy (non-zip) format starts with this number, pickled (protocol 2 by default)
+_LEGACY_MAGIC = (0x1950A86A20F9469CFC6C).to_bytes(10, "little")
+NOT_A_CHECKPOINT_FIX = ("a step's .pt files are the ones torch.save wrote when it was saved: copy the step again "
+                        "from where it was saved, or load another step (--iteration N / `iteration: N`)")
+
+
+def not_a_torch_file(path: str) -> str | None:
+    """Why `path` cannot be a file torch.save wrote (what it looks like instead), or None. Only its
+    first bytes and, for a zip, its directory are read. A damaged torch file passes: torch.load
+    then names the damage."""
+    with open(path, "rb") as f:
+        head = f.read(64)
+    if not head:
+        return "it is empty"
+    if head.startswith(ZIP_MAGIC):
+        try:
+            with zipfile.ZipFile(path) as zf:
+                names = zf.namelist()
+        except (zipfile.BadZipFile, OSError, EOFError, ValueError):
+            return None  # a torch file cut short: torch.load's error says so
+        return None if any(n.endswith("data.pkl") for n in names) else "a zip archive without torch's data.pkl"
+    if _LEGACY_MAGIC in head:
+        return None
+    if head.startswith(b"\x80"):
+        return "a plain pickle, not one torch.save wrote"
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if e.start < len(head) - 3 or b"\x00" in head:  # not just a character cut at byte 64
+            return f"binary data starting with bytes {head[:8].hex(' ')}"
+        text = head[:e.start].decode("utf-8")
+    return f"a text file starting with {text[:40]!r}"
+
+
 def _restricted_load(path: str, **kwargs):
     """weights_only=True with the allow-list; DeepSpeed's classes are imported when a file needs them."""
     try:
@@ -97,6 +135,10 @@ def safe_torch_load(path: str, trust: bool = False, map_location="cpu", **kwargs
     kwargs.pop("weights_only", None)  # DeepSpeed asks for the full unpickler: only `trust` gives it
     if not os.path.isfile(path):
         raise CheckpointError(f"{path} is missing: the checkpoint directory is incomplete")
+    verify_file(path)  # against the step's manifest, when it has one
+    not_torch = not_a_torch_file(path)
+    if not_torch:  # no unpickler, trusted or not, reads it: never advise --trust-checkpoint
+        raise CheckpointError(f"{path} is not a PyTorch checkpoint file ({not_torch}); {NOT_A_CHECKPOINT_FIX}")
     trust = trust or trusted_from_env()
     try:
         if trust:  # the one full unpickler, behind the explicit trust switch
@@ -105,6 +147,11 @@ def safe_torch_load(path: str, trust: bool = False, map_location="cpu", **kwargs
     except pickle.UnpicklingError as e:
         if trust or "weights only load failed" not in str(e).lower():
             raise CheckpointError(f"could not read {path}: {e}; the file is truncated or corrupt") from e
+        if _refused_global(str(e)) is None:  # no class refused: the pickle itself is damaged or unusual
+            raise CheckpointError(
+                f"could not read {path}: safe loading stopped at {_describe_refusal(str(e))}: the file is damaged "
+                f"(copy it again from where it was saved); only if it is intact and comes from a source you trust "
+                f"(a pickle protocol safe loading does not read): {TRUST_HINT}") from e
         raise UnsafeCheckpointError(
             f"{path} holds python objects that safe loading (torch.load weights_only=True) refuses "
             f"({_describe_refusal(str(e))}); {TRUST_HINT}") from e
@@ -119,5 +166,8 @@ def read_checkpoint_file(path: str, trust: bool = False, allow_nonfinite: bool =
                          **kwargs):
     """safe_torch_load, then the NaN/inf check of every tensor in it: how every checkpoint file is read."""
     obj = safe_torch_load(path, trust, map_location, **kwargs)
+    problem = malformed(obj, path)
+    if problem:
+        raise CheckpointError(f"{path} is a torch file but not a checkpoint file: {problem}; {NOT_A_CHECKPOINT_FIX}")
     check_finite(obj, path, allow_nonfinite)
     return obj

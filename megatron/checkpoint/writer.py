@@ -5,6 +5,7 @@ and the words for a failed write (shared with training's Checkpointer):
     <out>/global_stepN/mp_rank_00_model_states.pt    {module, optimizer: None, client state}
     <out>/global_stepN/resolved_config.yml           the config as read, TP=1
     <out>/global_stepN/configs/<original yml>
+    <out>/global_stepN/manifest.json                 every file's size and hash, written last (manifest.py)
 
 The result is a TP=1 checkpoint in our own layout that evaluate.py, generate.py,
 tools/export_hf.py and `load:` (with finetune: true, as it holds no optimizer state) read.
@@ -21,12 +22,16 @@ from megatron.atomic_io import atomic_directory
 from megatron.checkpoint.client import model_args
 from megatron.checkpoint.errors import CheckpointSaveError
 from megatron.checkpoint.layout import CONFIGS_DIR, MODEL_FILE, RESOLVED_CONFIG, is_neox
+from megatron.checkpoint.manifest import model_keys, write_manifest
 from megatron.checkpoint.output import check_output
 from megatron.checkpoint.tags import write_latest
 
 # torch.save's C++ writer reports a failed write (ENOSPC included) as a RuntimeError with these words
 _WRITE_FAILURE = ("iostream error", "PytorchStreamWriter", "inline_container", "file write failed", "unexpected pos")
-DISK_FULL_BYTES = 64 << 20  # less than this free after a failed write: call it a full disk
+DISK_FULL_BYTES = 64 << 20
+# what write_checkpoint writes: one process's file, weights only
+TP1_LAYOUT = {"model_parallel_size": 1, "pipe_parallel_size": 0, "data_parallel_size": 1, "zero_stage": 0,
+              "world_size": 1}  # less than this free after a failed write: call it a full disk
 
 
 def is_write_failure(e: BaseException | None) -> bool:
@@ -117,5 +122,7 @@ def write_checkpoint(state: dict, client: dict, cfg, output_dir: str, tag: str, 
             shutil.copy(src, os.path.join(tmp, name))
         if cfg is not None:
             cfg.save(os.path.join(out, RESOLVED_CONFIG), header=header)
+        model = model_keys(cfg) if cfg is not None else None
+        write_manifest(out, tag, TP1_LAYOUT, model, client.get("iteration"))  # last, before `latest`
         write_latest(tmp, tag)
     return os.path.join(output_dir, tag)

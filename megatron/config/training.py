@@ -27,7 +27,7 @@ class TrainingConfig:
         0, "Consecutive optimizer steps with a NaN/inf loss tolerated before training stops with an "
         "error (0 = stop at the first). Steps DeepSpeed's fp16 loss scaler skips for overflowing "
         "gradients keep a finite loss and do not count. A step with a non-finite loss is never "
-        "saved: the last good checkpoint stays the one `latest` names.", ge=0)
+        "saved: the last checkpoint saved before it stays the one `latest` names.", ge=0)
     checkpoint_activations: bool = key(False, "Recompute activations in backward (saves memory).")
     checkpoint_num_layers: int = key(1, "Layers per activation-checkpoint chunk.", ge=1)
     partition_activations: bool = key(

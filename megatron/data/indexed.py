@@ -26,6 +26,7 @@ import struct
 import numpy as np
 
 from megatron.atomic_io import atomic_output, clean_stale_temporaries, fsync_path, remove_quietly, temp_path
+from megatron.data.boundaries import boundary_problem
 from megatron.data.identity import check_pair, identity_path, write_identity
 from megatron.errors import DataError
 
@@ -338,7 +339,20 @@ class MMapIndexedDataset:
     def __init__(self, prefix: str):
         self.prefix = prefix
         self._open(idx_path(prefix), bin_path(prefix))
-        check_pair(prefix, idx_path(prefix), bin_path(prefix))  # the identity sidecar (identity.py)
+        if check_pair(prefix, idx_path(prefix), bin_path(prefix)) is None:  # no identity sidecar (identity.py)
+            self._check_boundaries()
+
+    def _check_boundaries(self) -> None:
+        """Without a sidecar: the index's documents must end on the .bin's end-of-document tokens,
+        where it has them (boundaries.py)."""
+        if len(self._bin_buf) == 0:
+            return
+        problem = boundary_problem(self._bin_buf.view(self._dtype), self._sizes, self._pointers, self._doc_idx)
+        if problem:
+            raise IndexedDatasetError(
+                f"{idx_path(self.prefix)} does not fit {bin_path(self.prefix)}: {problem}; there is no "
+                f"{os.path.basename(identity_path(self.prefix))} beside them to tell which .idx belongs to the .bin. "
+                f"Restore the .idx written with this .bin, or delete both files and {_HOW_TO_BUILD}")
 
     @classmethod
     def from_paths(cls, index_file: str, data_file: str) -> MMapIndexedDataset:

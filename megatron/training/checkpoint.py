@@ -5,9 +5,10 @@ files live in megatron/checkpoint/; this module is about the run).
     <dir>/global_step<N>/mp_rank_00_model_states.pt  module + optimizer + lr_scheduler + client state
     <dir>/global_step<N>/configs/<each yml>       the user's original config files (as NeoX)
     <dir>/global_step<N>/resolved_config.yml      the validated, resolved config
+    <dir>/global_step<N>/manifest.json            every file's size and hash, written last (checkpoint/manifest.py)
 
 A save is atomic from the reader's side: DeepSpeed writes `global_step<N>.incomplete/`, we add
-the configs, rename it to `global_step<N>/` (an atomic rename), and only then replace `latest`
+the configs and the manifest, rename it to `global_step<N>/` (an atomic rename), and only then replace `latest`
 (temp file, fsync, os.replace; megatron/checkpoint/tags.py). A crash at any point leaves `latest`
 naming the previous complete checkpoint; leftover `*.incomplete` directories are removed by the next
 save, a leftover `latest.tmp<pid>` by the next save or start. A write that fails (disk full) raises
@@ -34,6 +35,7 @@ from megatron.checkpoint.client import CHECKED_ARGS, model_args
 from megatron.checkpoint.compat import differences, refuse_shape_change, saved_model, strict_load_error
 from megatron.checkpoint.errors import CheckpointError, CheckpointSaveError
 from megatron.checkpoint.layout import detect_layout, is_neox
+from megatron.checkpoint.manifest import check_step, model_keys, run_layout, write_manifest
 from megatron.checkpoint.tags import (
     LATEST,
     clean_stale_tmp,
@@ -41,6 +43,7 @@ from megatron.checkpoint.tags import (
     missing_latest,
     read_latest,
     resolve_tag,
+    step_of,
     steps_in,
     tag_for,
     write_latest,
@@ -77,6 +80,7 @@ class Checkpointer:
         self.ccfg = cfg.checkpoint
         self.args = model_args(cfg, padded_vocab_size)
         self.is_rank0 = is_rank0
+        self.resumed_from: tuple[str, int] | None = None  # (step directory, iteration) a resume continued
         if is_rank0 and self.ccfg.save:
             clean_stale_tmp(self.ccfg.save)  # a `latest.tmp<pid>` left by a killed writer
 
@@ -120,6 +124,10 @@ class Checkpointer:
 
     def _publish(self, save_dir: str, staging: str, tag: str) -> None:
         self._write_configs(os.path.join(save_dir, staging))
+        world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+        # last, over every rank's files (they are all written: _raise_if_failed agreed), before `latest`
+        write_manifest(os.path.join(save_dir, staging), tag, run_layout(self.cfg, world), model_keys(self.cfg),
+                       step_of(tag))
         final = os.path.join(save_dir, tag)
         if os.path.isdir(final):  # re-saving a step (never the one `latest` would lose)
             shutil.rmtree(final)
@@ -176,7 +184,8 @@ class Checkpointer:
         if c.finetune or neox:
             self._refuse_saving_into_load(tag)
         if neox or c.finetune_new_pos_emb or self._weights_only_start():
-            return self._load_foreign(engine, tag)
+            return self._load_foreign(engine, tag)  # our reader checks the manifest
+        self._check_manifest(os.path.join(c.load, tag))
         self._check_saved_model(os.path.join(c.load, tag))  # before DeepSpeed's strict load
         path, client = self._engine_load(engine, tag)
         if path is None:
@@ -187,6 +196,8 @@ class Checkpointer:
         say(f"[checkpoint] loaded {path} (iteration {client.get('iteration')})")
         if c.finetune:
             client["iteration"] = 0
+        else:
+            self.resumed_from = (os.path.join(c.load, tag), client.get("iteration", 0))
         return client
 
     def _refuse_saving_into_load(self, tag: str) -> None:
@@ -290,6 +301,23 @@ class Checkpointer:
             if err is None:
                 raise
             raise err from e
+
+    def _check_manifest(self, tag_dir: str) -> None:
+        """The step against its manifest (files, config), and its parallel layout against this run's:
+        DeepSpeed's engine reads the files of its own layout only (a TP=2 step's mp_rank_00 alone
+        is half of each split tensor)."""
+        record = check_step(tag_dir)
+        if record is None or not record.get("layout"):
+            return
+        saved, p = record["layout"], self.cfg.parallel
+        bad = [f"{k.replace('_', '-')}: checkpoint {saved.get(k)}, config {v}"
+               for k, v in (("model_parallel_size", p.model_parallel_size), ("pipe_parallel_size", p.pipe_parallel_size))
+               if saved.get(k) is not None and saved.get(k) != v]
+        if bad:
+            raise CheckpointError(
+                f"checkpoint {tag_dir} was saved with another parallel layout ({'; '.join(bad)}), which a resume "
+                "cannot change; set them back, or merge it (tools/merge_tp_checkpoint.py) and start from its "
+                "weights with `finetune: true`")
 
     def _check_saved_model(self, tag_dir: str) -> None:
         """The checkpoint's saved model against this config's, from its resolved_config.yml: one

@@ -1,5 +1,5 @@
 """Stop a diverged run: a NaN/inf training loss ends training with one message, and the state
-that produced it is never checkpointed (the last good checkpoint stays what `latest` names).
+that produced it is never checkpointed (the last checkpoint saved before stays what `latest` names).
 
 The loss checked is the one every rank agrees on (the data-parallel mean), so all ranks stop at
 the same step. A step's loss is computed before its update, so an update that breaks the weights
@@ -9,6 +9,7 @@ themselves first (all ranks agree through an all-reduce, as a save is collective
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 
 import torch
@@ -45,11 +46,13 @@ def weights_finite(model: torch.nn.Module) -> bool:
 
 
 class LossWatch:
-    """Counts consecutive non-finite losses; `healthy` says whether the current state may be saved."""
+    """Counts consecutive non-finite losses; `healthy` says whether the current state may be saved.
+    `resumed_from`: (step directory, iteration) this run resumed from, if it did."""
 
-    def __init__(self, tolerated: int):
+    def __init__(self, tolerated: int, resumed_from: tuple[str, int] | None = None):
         self.tolerated = tolerated
         self.consecutive = 0
+        self.resumed_from = resumed_from
 
     @property
     def healthy(self) -> bool:
@@ -74,19 +77,31 @@ class LossWatch:
 
     def message(self, iteration: int, loss: float, last_good: str | None) -> str:
         return (f"training stopped at iteration {iteration}: the loss was {loss} for {self.consecutive} "
-                f"step(s) in a row (max-nonfinite-loss-steps: {self.tolerated}); likely causes: "
-                f"{LIKELY_CAUSES}; {_kept(last_good)}; to tolerate isolated spikes raise max-nonfinite-loss-steps")
+                f"step(s) in a row (max-nonfinite-loss-steps: {self.tolerated}); "
+                f"{_causes_and_kept(iteration, last_good, self.resumed_from)}; to tolerate isolated spikes raise "
+                "max-nonfinite-loss-steps")
 
 
-def broken_weights(iteration: int, last_good: str | None) -> NonFiniteWeights:
+def broken_weights(iteration: int, last_good: str | None,
+                   resumed_from: tuple[str, int] | None = None) -> NonFiniteWeights:
     return NonFiniteWeights(
         f"training stopped at iteration {iteration}: the weights hold NaN/inf after this step's update "
-        f"(its loss, computed before the update, was still finite), so it was not saved; likely causes: "
-        f"{LIKELY_CAUSES}; {_kept(last_good)}")
+        f"(its loss, computed before the update, was still finite), so it was not saved; "
+        f"{_causes_and_kept(iteration, last_good, resumed_from)}")
 
 
-def _kept(last_good: str | None) -> str:
+def _causes_and_kept(iteration: int, last_good: str | None, resumed_from: tuple[str, int] | None) -> str:
+    """The likely causes and what `latest` names. A checkpoint saved by this run held finite weights
+    and followed finite losses: good as far as anyone knows. The one this run resumed from, with
+    nothing saved since, is not: its state (a damaged optimizer file of a step saved before
+    checkpoints carried a manifest) is the first suspect, never "the last good checkpoint"."""
     if not last_good:
-        return "no checkpoint was saved from this run"
-    return (f"the last good checkpoint {last_good} was kept (nothing was saved after training went "
-            "non-finite): fix the cause and resume from it")
+        return f"likely causes: {LIKELY_CAUSES}; no checkpoint was saved from this run"
+    if resumed_from and os.path.realpath(resumed_from[0]) == os.path.realpath(last_good):
+        steps = iteration - resumed_from[1]
+        return (f"likely causes: the checkpoint this run resumed from, {last_good}, {steps} step(s) earlier (a damaged "
+                f"file, or a state already diverging), then {LIKELY_CAUSES}; `latest` still names that checkpoint "
+                "(nothing was saved after it), which is not known to be good: resume from an earlier step "
+                "(`iteration: N`) if it fails again")
+    return (f"likely causes: {LIKELY_CAUSES}; the last checkpoint saved before the loss went non-finite, {last_good}, "
+            "was kept (nothing was saved after): fix the cause and resume from it")

@@ -140,7 +140,7 @@ class Trainer:
         self._validated = (None, None)  # (iteration, metrics) of the last interval's validation
         self._restore_tp_rng(client)
         self.datasets = build_datasets(cfg, self.batch, self.tokenizer.vocab_size if self.tokenizer else self.vocab_size)
-        self.loss_watch = health.LossWatch(cfg.training.max_nonfinite_loss_steps)
+        self.loss_watch = health.LossWatch(cfg.training.max_nonfinite_loss_steps, self.checkpointer.resumed_from)
         self.finished = self._already_finished()
         self.log = MetricsLogger(cfg, self.run_dir, self.dist.is_rank0, cfg.training.train_iters, self.iteration)
         self._grads: dict[str, float] = {}  # filled by _gradient_norms before each optimizer step
@@ -402,14 +402,14 @@ class Trainer:
         return out
 
     def _save(self) -> str | None:
-        """Checkpoint this step, unless its loss was non-finite (then the last good checkpoint
-        must stay the one `latest` names); the TP dropout stream travels with the default RNGs."""
+        """Checkpoint this step, unless its loss was non-finite (then the last checkpoint saved
+        before it must stay the one `latest` names); the TP dropout stream travels with the default RNGs."""
         if not self.loss_watch.healthy:
             self.log.console(f"[checkpoint] not saving iteration {self.iteration}: its loss is not finite; "
                              f"keeping {self._last_checkpoint() or 'no checkpoint'}")
             return None
         if not health.weights_finite(self.model):
-            raise health.broken_weights(self.iteration, self._last_checkpoint())
+            raise health.broken_weights(self.iteration, self._last_checkpoint(), self.checkpointer.resumed_from)
         extra = {} if self.cfg.checkpoint.no_save_rng else {"rng_tracker_states": self.par.rng.state_dict()}
         return self.checkpointer.save(self.engine, self.iteration, extra)
 

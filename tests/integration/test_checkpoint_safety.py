@@ -13,7 +13,7 @@ from megatron.checkpoint.errors import CheckpointError, CheckpointSaveError, Uns
 from megatron.checkpoint.safe_load import safe_torch_load
 from megatron.checkpoint.tags import read_latest
 from megatron.config import load_config
-from tests.conftest import ROOT, hyphenate, train_config_dict, write_yaml
+from tests.conftest import ROOT, hyphenate, reseal_manifest, train_config_dict, write_yaml
 from tests.integration.fault_helpers import child_env, train_checkpoint
 
 MODEL_FILE = "mp_rank_00_model_states.pt"
@@ -73,9 +73,32 @@ def test_trainer_files_load_safely_and_resume_without_trust(trained, tmp_path, m
         assert isinstance(safe_torch_load(os.path.join(step, f)), dict)
     trainer = _trainer(trained, tmp_path, load=trained[1])
     assert trainer.iteration == 4
+    # a NaN before the next save would name this step as what it resumed from, not "the last good"
+    assert trainer.loss_watch.resumed_from == (os.path.join(trained[1], "global_step4"), 4)
     from megatron.checkpoint.deepspeed_engine import SafeLoadingCheckpointEngine
 
     assert isinstance(trainer.engine.checkpoint_engine, SafeLoadingCheckpointEngine)
+
+
+def test_every_save_carries_a_manifest_and_a_garbled_optimizer_file_is_refused_at_resume(trained, ck, tmp_path):
+    """The Trainer's save lists every file of the step (DeepSpeed's optimizer partition included)
+    with the layout and the config's model keys; a resume from a step whose optimizer file lost a few
+    KiB (same size, and torch.load reads it without a word) is refused naming the file, not trained on."""
+    from megatron.checkpoint.manifest import read_manifest
+    from tests.unit.test_checkpoint_manifest import garble
+
+    step = os.path.join(ck, "global_step4")
+    record = read_manifest(step)
+    optim = "zero_pp_rank_0_mp_rank_00_optim_states.pt"
+    assert {MODEL_FILE, optim, "resolved_config.yml"} <= set(record["files"])
+    assert record["files"][optim]["method"] == "zip-crc32" and record["iteration"] == 4
+    assert record["layout"] == {"model_parallel_size": 1, "pipe_parallel_size": 0, "data_parallel_size": 1,
+                                "zero_stage": 2, "world_size": 1}
+    assert record["config"]["model"]["pos_emb"] == trained[0]["pos-emb"]
+    garble(os.path.join(step, optim))
+    with pytest.raises(CheckpointError) as err:
+        _trainer(trained, tmp_path, load=ck)
+    assert str(err.value).startswith(f"{os.path.join(step, optim)} has changed since it was saved: its data is damaged")
 
 
 def test_deepspeed_fp16_loss_scaler_is_allowed(tmp_path):
@@ -95,6 +118,7 @@ def test_crafted_pickle_runs_no_code_without_trust(trained, ck, tmp_path, monkey
     path = os.path.join(ck, "global_step4", MODEL_FILE)
     blob = torch.load(path, weights_only=False)  # the test's own file
     torch.save({**blob, "payload": _CreatesMarker(str(marker))}, path)
+    reseal_manifest(os.path.dirname(path))  # a crafted step comes with a manifest of its own
     words = (path, "--trust-checkpoint", "KERPLE_TRUST_CHECKPOINT=1", "it contains io.open")
     _assert_refused(_cli("evaluate.py", "--checkpoint", ck, "--lengths", "32", "--out", str(tmp_path / "e")), *words)
     _assert_refused(_cli("generate.py", "--checkpoint", ck, "--prompt", "ab", "--max-new-tokens", "2"), *words)
@@ -141,6 +165,7 @@ def test_nonfinite_weights_are_refused_unless_allowed(trained, ck, tmp_path):
     name = "layers.1.attention.dense.weight"
     blob["module"][name][0, 0] = float("nan")
     torch.save(blob, path)
+    reseal_manifest(os.path.dirname(path))  # saved that way by a run that diverged
     _assert_refused(_cli("evaluate.py", "--checkpoint", ck, "--out", str(tmp_path / "e")), path,
                     f"module.{name}", "--allow-nonfinite")
     with pytest.raises(CheckpointError, match=f"{path} holds non-finite values .*module.{name}.*allow-nonfinite-weights"):

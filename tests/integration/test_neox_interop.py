@@ -131,6 +131,7 @@ def test_neox_layouts_load_with_same_logits(tmp_path, capsys, layout, tp, pos_em
     loaded, lcfg, client = load_checkpoint_model(ck)
     out = capsys.readouterr().out
     assert ("2022 KERPLE" if layout == "pipeline" else "sequential") in out
+    assert out.count("has no manifest.json (saved before checkpoints carried one, or by NeoX)") == 1  # per load
     assert client["iteration"] == 10 and lcfg.model.pos_emb == pos_emb
     assert all(p.dtype == torch.float32 for p in loaded.parameters())
     tokens = torch.randint(0, 128, (2, 24))

@@ -6,6 +6,7 @@ import json
 import shutil
 import sys
 
+import numpy as np
 import pytest
 
 from megatron.data import identity
@@ -104,6 +105,38 @@ def test_a_dataset_without_identity_loads_with_one_note(tmp_path, capsys):
         assert len(MMapIndexedDataset(prefix)) == 200
     err = capsys.readouterr().err
     assert err.count("dataset identity unchecked") == 1 and "neox.identity.json" in err
+
+
+def test_without_identity_an_idx_of_the_documents_in_another_order_is_refused(tmp_path, capsys):
+    """Issue 35: no sidecar, the same documents in another order: same sizes, so the pointers add up
+    and the .bin has exactly the size the index needs. The documents must end on the .bin's
+    end-of-document token (write_token_dataset appends 0 to each)."""
+    from megatron.data.indexed import write_index
+
+    prefix = write_token_dataset(str(tmp_path / "neox"), num_docs=60, seed=3)
+    (tmp_path / "neox.identity.json").unlink()
+    right = MMapIndexedDataset(prefix)
+    assert len(right) == 60 and all(int(right[i][-1]) == 0 for i in range(60))
+    order = np.random.RandomState(0).permutation(60)
+    write_index(prefix + ".idx", right.dtype, right.sizes[order], np.arange(61))
+    with pytest.raises(DataError) as e:
+        MMapIndexedDataset(prefix)
+    msg = str(e.value)
+    assert msg.startswith(f"{prefix}.idx does not fit {prefix}.bin: its document boundaries do not fall on the "
+                          ".bin's end-of-document token 0")
+    assert "neox.identity.json" in msg and "preprocess_data.py" in msg
+    # data whose documents end on no particular token (no end-of-document appended): nothing to hold it to
+    plain = str(tmp_path / "plain")
+    from megatron.data.indexed import MMapIndexedDatasetBuilder
+
+    builder = MMapIndexedDatasetBuilder(plain + ".bin", np.uint16)
+    rng = np.random.RandomState(1)
+    for _ in range(60):
+        builder.add_item(rng.randint(1, 120, rng.randint(30, 120)))
+        builder.end_document()
+    builder.finalize(plain + ".idx")
+    (tmp_path / "plain.identity.json").unlink()
+    assert len(MMapIndexedDataset(plain)) == 60
 
 
 @pytest.fixture
