@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -28,6 +29,7 @@ sys.path.insert(0, ROOT)
 from megatron.cli_args import ArgumentParser  # noqa: E402
 from megatron.errors import UserError, run_cli  # noqa: E402
 from megatron.experiments import read_matrix  # noqa: E402
+from megatron.training.launch_signals import run_child  # noqa: E402
 from megatron.training.metrics_file import metrics_path  # noqa: E402
 
 
@@ -35,7 +37,13 @@ def run(cmd: list[str], log_path: str) -> None:
     with open(log_path, "a") as log:
         log.write(f"$ {' '.join(cmd)}\n")
         log.flush()
-        rc = subprocess.call(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        rc, stopped_by = run_child(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    if stopped_by is not None:
+        stop = UserError(f"stopped by {signal.Signals(stopped_by).name}: {' '.join(cmd)} exited {rc} after it "
+                         f"(a training run saves first); its output is in {log_path}; run the same command "
+                         "again to resume the matrix")
+        stop.exit_code = 128 + stopped_by  # as a process the signal ended
+        raise stop
     if rc != 0:
         raise UserError(f"command failed (exit {rc}): {' '.join(cmd)}; its output is in {log_path}")
 

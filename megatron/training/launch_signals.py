@@ -242,3 +242,27 @@ class StopReport:
             except RunDirInUse as e:
                 held.append(str(e))
         return f"{saved}; " + ("the run's locks are released" if not held else "still locked: " + "; ".join(held))
+
+
+def run_child(cmd: list[str], **popen_kwargs) -> tuple[int, int | None]:
+    """(exit status, the first signal received or None) of `cmd` run to its end by a tool that runs
+    deepy.py in turn (tools/run_matrix.py). The child gets a process group of its own, so the
+    terminal's Ctrl-C reaches it once, through this process, and a signal to this process alone
+    (`kill -INT`, SIGTERM, SIGHUP) reaches it too; then this process waits for it to save and exit.
+    subprocess.call would SIGKILL the child on Ctrl-C (KeyboardInterrupt), mid-save, leaving its
+    workers without the launcher that passes them signals."""
+    proc = subprocess.Popen(cmd, process_group=0, stdin=subprocess.DEVNULL, **popen_kwargs)
+    received: list[int] = []
+
+    def forward(signum, frame):
+        received.append(signum)
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
+    try:
+        rc = proc.wait()  # a handled signal does not interrupt the wait (PEP 475)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return rc, (received[0] if received else None)

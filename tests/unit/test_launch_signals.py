@@ -114,3 +114,39 @@ def test_a_worker_that_does_not_stop_is_killed_after_the_grace_period():
     assert (f"did not exit within 1 s: killed (SIGKILL) {worker.pid}" in out or
             f"did not exit within 1 s: killed (SIGKILL) {launcher.pid}" in out) and "; SUMMARY" in out, out
     assert ended(launcher, worker)
+
+
+def test_a_tool_running_deepy_passes_the_signal_and_waits(tmp_path):
+    """tools/run_matrix.py runs deepy.py with run_child: a signal to the tool reaches the child once
+    and the tool waits while it saves. subprocess.call SIGKILLed it on Ctrl-C, mid-save."""
+    import threading
+
+    import pytest
+
+    from megatron.errors import UserError
+    from tools.run_matrix import run
+
+    saved = tmp_path / "saved"
+    child = textwrap.dedent(f"""
+        import os, signal, sys, time
+        def stop(signum, frame):
+            time.sleep(0.3)  # the save
+            open({str(saved)!r}, "a").write(signal.Signals(signum).name + "\\n")
+            os._exit(130)
+        signal.signal(signal.SIGINT, stop)
+        open({str(saved)!r} + ".ready", "w").close()
+        while True:
+            time.sleep(0.05)
+    """)
+
+    def interrupt_when_ready():
+        while not os.path.exists(str(saved) + ".ready"):
+            time.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGINT)  # as `kill -INT` to the tool, or its terminal's Ctrl-C
+
+    threading.Thread(target=interrupt_when_ready, daemon=True).start()
+    with pytest.raises(UserError, match=r"stopped by SIGINT: .* exited 130 after it .*run the same command again") as e:
+        run([sys.executable, "-c", child], str(tmp_path / "run.log"))
+    assert e.value.exit_code == 130
+    assert saved.read_text() == "SIGINT\n"  # reached once, and the save finished
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the tool's own handling is back
