@@ -145,7 +145,7 @@ def test_a_tool_running_deepy_passes_the_signal_and_waits(tmp_path):
         os.kill(os.getpid(), signal.SIGINT)  # as `kill -INT` to the tool, or its terminal's Ctrl-C
 
     threading.Thread(target=interrupt_when_ready, daemon=True).start()
-    with pytest.raises(UserError, match=r"stopped by SIGINT: .* exited 130 after it .*run the same command again") as e:
+    with pytest.raises(UserError, match=r"(?s)stopped by SIGINT: .* exited 130 after it .*run the same command again") as e:
         run([sys.executable, "-c", child], str(tmp_path / "run.log"))
     assert e.value.exit_code == 130
     assert saved.read_text() == "SIGINT\n"  # reached once, and the save finished
