@@ -85,7 +85,7 @@ def read_manifest(tag_dir: str) -> dict | None:
             record = json.load(f)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:  # RecursionError: JSON nested thousands deep
         raise CheckpointError(f"{path} is not a readable checkpoint manifest ({e}); {_DAMAGED}") from None
     if not isinstance(record, dict) or record.get("format") != FORMAT or not isinstance(record.get("files"), dict):
         raise CheckpointError(f"{path} is not a checkpoint manifest of format {FORMAT!r}; {_DAMAGED}")

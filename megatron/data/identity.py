@@ -104,7 +104,7 @@ def read_identity(prefix: str) -> dict | None:
         if record.get("format") != FORMAT:
             raise ValueError(f"format {record.get('format')!r}, expected {FORMAT!r}")
         return record
-    except (OSError, ValueError, AttributeError) as e:
+    except (OSError, ValueError, AttributeError, RecursionError) as e:  # RecursionError: JSON nested thousands deep
         raise DataError(f"{path} is not a readable dataset identity ({e}); delete it to load the dataset "
                         "unchecked, or rebuild the dataset with tools/preprocess_data.py --overwrite") from None
 

@@ -79,8 +79,8 @@ def _read_json(path: str) -> dict:
     try:
         with open(path) as f:
             rec = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{path}: not a readable JSON file ({e}); pass only evaluate.py's eval.json files") from e
+    except (OSError, ValueError, RecursionError) as e:  # RecursionError: JSON nested thousands deep
+        raise ValueError(f"{path}: not a readable JSON file ({e}); pass only evaluate.py's eval.json files") from None
     if not isinstance(rec, dict) or rec.get("schema") != SCHEMA:
         found = rec.get("schema") if isinstance(rec, dict) else type(rec).__name__
         raise ValueError(f"{path}: not a {SCHEMA} result (schema {found!r}); pass only evaluate.py's eval.json files")

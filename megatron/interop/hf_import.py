@@ -36,8 +36,8 @@ def read_hf_config(hf_dir: str) -> dict:
     try:
         with open(path, encoding="utf-8") as f:
             cfg = json.load(f)
-    except (OSError, ValueError) as e:
-        raise UserError(f"{path}: not a readable JSON config ({e})") from None
+    except (OSError, ValueError, RecursionError) as e:  # RecursionError: JSON nested thousands deep
+        raise UserError(f"{path}: not a readable JSON config ({type(e).__name__}: {e})") from None
     arch = (cfg.get("architectures") or [None])[0]
     if arch not in SUPPORTED:
         raise UserError(f"{path}: architecture {arch!r} is not supported; this importer reads "
