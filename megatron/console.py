@@ -10,6 +10,9 @@ Dropped, each because our own output already says it:
 - DeepSpeed's "DeepSpeed ... deepspeed_shm_comm_op built successfully", printed at every process
   group start even when the op comes from the cache: init_distributed says once, with the time,
   when the op was really compiled (`quiet_op_load`).
+- torch's FutureWarning "`torch.distributed.all_gather_into_tensor` is deprecated" (and the same
+  for its other collectives), raised inside DeepSpeed's ZeRO code by every rank at every save:
+  nothing a user of this stack can change.
 - The runner's "Unable to find hostfile, will proceed with training with local resources only."
   when no hostfile was configured (a run on this machine is what was asked for).
 - The runner's INFO lines (its command, world info, "process N spawned", "exits successfully"):
@@ -26,6 +29,7 @@ import os
 import re
 import sys
 import time
+import warnings
 
 DEEPSPEED_LOGGER = "DeepSpeed"
 _DROPPED_LOG_MESSAGES = [re.compile(r"^Setting accelerator to CPU\. If you have GPU")]
@@ -50,6 +54,8 @@ def quiet_third_party(keep_all: bool | None = None) -> None:
     global _keep_all
     if keep_all is not None:
         _keep_all = keep_all
+    if not _keep_all:
+        warnings.filterwarnings("ignore", message=r"`torch\.distributed\.\w+` is deprecated", category=FutureWarning)
     logger = logging.getLogger(DEEPSPEED_LOGGER)
     if not any(isinstance(f, _DropKnownNoise) for f in logger.filters):
         logger.addFilter(_DropKnownNoise())

@@ -112,3 +112,15 @@ def test_debug_keeps_every_line(deepspeed_log, monkeypatch, capsys):
     with console.quiet_op_load("starting the process group"):
         print("DeepSpeed deepspeed.ops.comm.deepspeed_shm_comm_op built successfully")
     assert len(deepspeed_log) == 1 and "built successfully" in capsys.readouterr().out
+
+
+def test_torchs_deprecation_of_what_deepspeed_calls_is_dropped(monkeypatch):
+    import warnings
+
+    monkeypatch.setattr(console, "_keep_all", False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        console.quiet_third_party()
+        warnings.warn("`torch.distributed.all_gather_into_tensor` is deprecated. Please use ...", FutureWarning, stacklevel=1)
+        warnings.warn("something else is deprecated", FutureWarning, stacklevel=1)
+    assert [str(w.message) for w in caught] == ["something else is deprecated"]
