@@ -111,8 +111,12 @@ def section(rows: list[dict], dtype: str, head_dim: int, argv: list[str]) -> str
         + "; ".join(f"{k} {c}" for k, c in configs),
         "- loop instr: the instructions of one iteration of the unmasked band's loop (one tile), each "
         "counted once; per score: that count divided by the scores one thread holds per tile, "
-        "BLOCK_M x BLOCK_N / (32 x warps) (32 for 64x64 with 4 warps, 16 for 64x32): the instructions "
-        "each thread issues per score it owns; vs plain: loop instr over the plain kernel's",
+        "BLOCK_M x BLOCK_N / (32 x warps) (32 for 128x64 on 8 warps, 16 for 32x64 or 64x32 on 4): the "
+        "instructions each thread issues per score it owns; vs plain: loop instr over the plain kernel's",
+        "- far tiles / near tiles: KERPLE-log's unmasked band is two loops (kernels/bands.py far_split): "
+        "tiles far from the diagonal take the log from a series (kernels/distance_bias.py FAR_U), nearly "
+        "every tile at long lengths; the near ones, within about 8 x (BLOCK_M + BLOCK_N) / 2 of the "
+        "diagonal, evaluate it per score",
         "- regs / stack B: registers per thread and stack frame bytes per thread (`cuobjdump -res-usage`; "
         "a stack at 255 registers is spill space); LOCAL = LDL/STL in the loop (spill traffic)",
         "- columns: MMA = HGMMA + HMMA; LDG = global loads; LDGSTS = async global-to-shared copies (K, V "

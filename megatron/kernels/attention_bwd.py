@@ -24,6 +24,7 @@ from megatron.kernels.distance_bias import (
     LN2,
     LOG2E,
     cast,
+    far_bias_log2,
     far_coefficients,
     far_distance,
     far_log2,
@@ -84,9 +85,13 @@ def _probabilities(q, k, q_pos, cols, lse, row_ok, col_ok, r1, r2, r3, w_a, w_p,
         a1, a2, a3, a4, a5, l0 = far_coefficients(center, r2)
         delta = (_along_queries((tl.arange(0, BLOCK_M) - (BLOCK_M - BLOCK_N) // 2).to(tl.float32), KEY_MAJOR)
                  - _along_keys(tl.arange(0, BLOCK_N).to(tl.float32), KEY_MAJOR))  # the same on every tile
-        log2z = far_log2(delta, a1, a2, a3, a4, a5, l0)
-        d = delta + center.to(tl.float32)  # only the gradient of r2 reads it
-        s = s_raw - r1 * log2z
+        if KEY_MAJOR:  # dk/dv: the gradients of r1 and r2 read the log itself, and d
+            log2z = far_log2(delta, a1, a2, a3, a4, a5, l0)
+            d = delta + center.to(tl.float32)
+            s = s_raw - r1 * log2z
+        else:
+            d = delta
+            s = far_bias_log2(s_raw, delta, a1, a2, a3, a4, a5, l0, r1)
     else:
         d_index = _along_queries(q_pos, KEY_MAJOR) - _along_keys(K0 + cols, KEY_MAJOR)
         if MASKED:  # else the caller knows every pair of the tile is allowed (kernels/bands.py)
@@ -172,6 +177,7 @@ def attention_bwd_dkdv_kernel(
             band_hi = far_split(band_lo, band_hi, far_start, BLOCK_M)
         if part == 2:
             band_lo = far_split(band_lo, band_hi, far_start, BLOCK_M)
+        # (without far tiles part 1 is the whole unmasked band and part 2 an empty loop, compiled away)
         for start_m in range(band_lo, band_hi if part != 2 or FAR else band_lo, BLOCK_M):
             rows = start_m + offs_m
             row_ok = rows < LQ
@@ -317,6 +323,7 @@ def attention_bwd_dq_kernel(
             band_hi = far_split(band_lo, band_hi, far_end, BLOCK_N)
         if part == 2:
             band_lo = far_split(band_lo, band_hi, far_end, BLOCK_N)
+        # (without far tiles part 1 is the whole unmasked band and part 2 an empty loop, compiled away)
         for start_n in range(band_lo, band_hi if part != 2 or FAR else band_lo, BLOCK_N):
             cols = start_n + offs_n
             col_ok = cols < LK

@@ -23,9 +23,9 @@ from megatron.kernels.distance_bias import (
     LN2,
     LOG2E,
     cast,
+    far_bias_log2,
     far_coefficients,
     far_distance,
-    far_log2,
     load_head_params,
     mm,
     score_bias_log2,
@@ -76,7 +76,7 @@ def _fwd_band(acc, m_i, l_i, q, k_base, v_base, skn, svn, lo, hi, q_pos, q_first
         if FAR:  # -r1 log2(1 + r2 d), the log2 by its series (the kernel's bias is in log2 units)
             delta = ((tl.arange(0, BLOCK_M) - (BLOCK_M - BLOCK_N) // 2).to(tl.float32)[:, None]
                      - offs_n.to(tl.float32)[None, :])  # d - centre: the same on every tile
-            s = s - r1 * far_log2(delta, a1, a2, a3, a4, a5, l0)
+            s = far_bias_log2(s, delta, a1, a2, a3, a4, a5, l0, r1)
         else:
             d = small_int_to_float(d_index)
             if HAS_WEIGHT:

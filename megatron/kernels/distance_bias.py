@@ -90,14 +90,22 @@ def far_coefficients(center, r2):
 
 
 @triton.jit
+def far_bias_log2(s, delta, a1, a2, a3, a4, a5, l0, r1):
+    """s - r1 * log2(1 + r2 d) on a far tile, delta = d - D (far_coefficients): Horner with -r1
+    folded into the (per-tile) coefficients, 5 FMAs a score with the add to s. (The name far_h
+    marks these lines for tools/sass_mix.py, which tells the far tiles' loop by them.)"""
+    m = -r1
+    far_h = (m * a5) * delta + m * a4
+    far_h = far_h * delta + m * a3
+    far_h = far_h * delta + m * a2
+    far_h = far_h * delta + m * a1
+    return (s + m * l0) + far_h * delta
+
+
+@triton.jit
 def far_log2(delta, a1, a2, a3, a4, a5, l0):
-    """log2(1 + r2 d) on a far tile, delta = d - D (far_coefficients): Horner, 5 FMAs. (The name
-    far_h marks these lines for tools/sass_mix.py, which tells the far tiles' loop by them.)"""
-    far_h = a5 * delta + a4
-    far_h = far_h * delta + a3
-    far_h = far_h * delta + a2
-    far_h = far_h * delta + a1
-    return far_h * delta + l0
+    """log2(1 + r2 d) on a far tile (the gradients' log): far_bias_log2 of s = -0, r1 = -1."""
+    return far_bias_log2(-0.0, delta, a1, a2, a3, a4, a5, l0, -1.0)
 
 
 @triton.jit
