@@ -38,25 +38,35 @@ def scheme_and_path(name: str) -> tuple[str, str]:
     return name, "inline"
 
 
-def measure(kernel: str, scheme: str, dtype: str, head_dim: int) -> dict:
-    """Compile one variant and count its hot loop: a dict of the row's figures."""
+def measure(kernel: str, scheme: str, dtype: str, head_dim: int) -> list[dict]:
+    """Compile one variant and count its hot loop: a dict of the row's figures. A variant whose
+    unmasked band is split (KERPLE-log: far tiles, the hot loop at long lengths, and the near
+    ones, kernels/bands.py far_split) gives a second row for its near tiles."""
     from megatron.kernels import sass
     from megatron.kernels.compile_check import compile_variant
     from megatron.kernels.tuning import default_config
 
     cfg = default_config("fwd" if kernel == "fwd" else "bwd", head_dim)
     stages = cfg.num_stages or 3  # None: Triton's default for CUDA (3)
-    c = compile_variant(kernel, scheme, dtype, head_dim, False, blocks=(cfg.block_m, cfg.block_n),
+    block_m, block_n = cfg.dq_blocks() if kernel == "bwd_dq" else (cfg.block_m, cfg.block_n)
+    c = compile_variant(kernel, scheme, dtype, head_dim, False, blocks=(block_m, block_n),
                         num_warps=cfg.num_warps, num_stages=stages, aligned=True)
     prog = sass.parse(sass.disassemble(c.cubin))
-    first, last = sass.hot_loop(prog, sass.source_mentions("allowed"))
-    counts = sass.mix(prog.instrs[first:last + 1])
-    counts["mufu"] = sum(v for k, v in counts.items() if k.startswith("mufu."))
+    masked, far = sass.source_mentions("allowed"), sass.source_mentions("far_h")
+    loops = {"": sass.hot_loop(prog, masked, far)}
+    if any(far(x.source) for x in prog.instrs if x.source):
+        loops = {"far tiles": loops[""], "near tiles": sass.hot_loop(prog, masked, far, near=True)}
     # Scores one thread holds per tile: the loop's count divided by this is the instructions each
     # thread issues per score it owns (HGMMA/HMMA are per warp group/warp, so theirs is nominal).
-    per_thread = cfg.block_m * cfg.block_n / (32 * cfg.num_warps)
-    return dict(kernel=kernel, scheme=scheme, counts=counts, per_thread=per_thread, usage=sass.resource_usage(c.cubin),
-                config=f"{cfg.block_m}x{cfg.block_n}, {cfg.num_warps} warps, {stages} stages")
+    per_thread = block_m * block_n / (32 * cfg.num_warps)
+    rows = []
+    for tiles, (first, last) in loops.items():
+        counts = sass.mix(prog.instrs[first:last + 1])
+        counts["mufu"] = sum(v for k, v in counts.items() if k.startswith("mufu."))
+        rows.append(dict(kernel=kernel, scheme=scheme, tiles=tiles, counts=counts, per_thread=per_thread,
+                         usage=sass.resource_usage(c.cubin),
+                         config=f"{block_m}x{block_n}, {cfg.num_warps} warps, {stages} stages"))
+    return rows
 
 
 def mufu_cell(counts) -> str:
@@ -75,6 +85,7 @@ def table(rows: list[dict]) -> str:
     for r in rows:
         c = r["counts"]
         scheme, path = scheme_and_path(r["scheme"])
+        path += f", {r['tiles']}" if r.get("tiles") else ""
         ratio = f"{c['total'] / plain[r['kernel']]:.2f}x" if r["kernel"] in plain else "-"
         body.append([r["kernel"], scheme, path, r["usage"]["REG"], r["usage"]["STACK"], c["total"],
                      f"{c['total'] / r['per_thread']:.1f}", ratio, c["mma"], mufu_cell(c),
@@ -100,8 +111,12 @@ def section(rows: list[dict], dtype: str, head_dim: int, argv: list[str]) -> str
         + "; ".join(f"{k} {c}" for k, c in configs),
         "- loop instr: the instructions of one iteration of the unmasked band's loop (one tile), each "
         "counted once; per score: that count divided by the scores one thread holds per tile, "
-        "BLOCK_M x BLOCK_N / (32 x warps) (32 for 64x64 with 4 warps, 16 for 64x32): the instructions "
-        "each thread issues per score it owns; vs plain: loop instr over the plain kernel's",
+        "BLOCK_M x BLOCK_N / (32 x warps) (32 for 128x64 on 8 warps, 16 for 32x64 or 64x32 on 4): the "
+        "instructions each thread issues per score it owns; vs plain: loop instr over the plain kernel's",
+        "- far tiles / near tiles: KERPLE-log's unmasked band is two loops (kernels/bands.py far_split): "
+        "tiles far from the diagonal take the log from a series (kernels/distance_bias.py FAR_U), nearly "
+        "every tile at long lengths; the near ones, within about 8 x (BLOCK_M + BLOCK_N) / 2 of the "
+        "diagonal, evaluate it per score",
         "- regs / stack B: registers per thread and stack frame bytes per thread (`cuobjdump -res-usage`; "
         "a stack at 255 registers is spill space); LOCAL = LDL/STL in the loop (spill traffic)",
         "- columns: MMA = HGMMA + HMMA; LDG = global loads; LDGSTS = async global-to-shared copies (K, V "
@@ -133,7 +148,7 @@ def main(argv=None) -> int:
     rows = []
     for kernel in args.kernels:
         for scheme in args.schemes:
-            rows.append(measure(kernel, scheme, args.dtype, args.head_dim))
+            rows.extend(measure(kernel, scheme, args.dtype, args.head_dim))
             print(f"{kernel} {scheme}: {rows[-1]['counts']['total']} instructions per iteration", file=sys.stderr,
                   flush=True)
     text = section(rows, args.dtype, args.head_dim, argv)

@@ -24,6 +24,7 @@ from megatron.kernels.tuning import LaunchConfig, Tuner
 from megatron.positional.distance_kernel import DistanceKernel
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+MAX_DISTANCE = 1 << 23  # kernels/fma_log2.py small_int_to_float: exact for 0 <= d < 2^23
 
 
 _TUNER = Tuner()  # launch configurations: megatron/kernels/tuning.py
@@ -157,10 +158,11 @@ class _TritonAttention(torch.autograd.Function):
                 *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
                 *dk.stride()[:3], *dv.stride()[:3], *common, n_key_blocks,
                 NSLOT=nslot, LUT_GRAD=num_buckets > 0, N_JAC=len(jac_names), **blocks)
-            attention_bwd_dq_kernel[(triton.cdiv(LQ, cfg.block_m), B * H)](
+            dq_m, dq_n = cfg.dq_blocks()  # the mirror tile (kernels/tuning.py)
+            attention_bwd_dq_kernel[(triton.cdiv(LQ, dq_m), B * H)](
                 q, k, v, do, lse, delta, dq, *params, starts,
                 *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dq.stride()[:3],
-                *common, **blocks)
+                *common, **{**blocks, "BLOCK_M": dq_m, "BLOCK_N": dq_n})
             return part
 
         part = run(_launch_config("bwd", q, LK, run))
@@ -189,6 +191,10 @@ def triton_attention(q, k, v, kernel, q0: int, k0: int, window: int | None = Non
     `row_starts` (B,): padded rows, hidden as megatron/attention/mask.py says (None: no padding)."""
     # The kernels read STARTS[b] for every batch row b: a shorter tensor would be read past its end.
     check_row_starts(row_starts, q.shape[0], values=False)
+    if int(q0) + q.shape[2] - 1 - int(k0) >= MAX_DISTANCE:
+        raise ValueError(f"the triton attention kernels take query-key distances below {MAX_DISTANCE} (2^23: "
+                         f"they form distances as floats bit by bit); got {int(q0) + q.shape[2] - 1 - int(k0)} "
+                         f"(queries from position {q0}, keys from {k0}); use attention-backend sdpa or reference")
     if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
         q, k, v = (x.contiguous() for x in (q, k, v))
     # A tabulated lookup (Sandwich) must reach the largest distance here: the last query to the first key.

@@ -19,42 +19,101 @@ The table path (a log/power bias tabulated per distance, kernels/bias_table.py; 
 import triton
 import triton.language as tl
 
-from megatron.kernels.bands import band_bounds, key_walk, query_walk
-from megatron.kernels.distance_bias import LN2, LOG2E, cast, load_head_params, mm, pow_and_log, score_bias_log2, score_weight
-from megatron.kernels.fma_log2 import log2_ge1
+from megatron.kernels.bands import band_bounds, far_split, key_walk, query_walk
+from megatron.kernels.distance_bias import (
+    LN2,
+    LOG2E,
+    cast,
+    far_bias_log2,
+    far_coefficients,
+    far_distance,
+    far_log2,
+    load_head_params,
+    mm,
+    pow_and_log,
+    score_bias_log2,
+    score_weight,
+)
+from megatron.kernels.fma_log2 import log2_ge1, small_int_to_float
+
+
+@triton.jit
+def _along_queries(x, KEY_MAJOR: tl.constexpr):
+    """A per-query vector broadcast over a tile: queries are axis 0, or axis 1 when KEY_MAJOR."""
+    if KEY_MAJOR:  # one return: a jit function's returns must agree in shape
+        out = x[None, :]
+    else:
+        out = x[:, None]
+    return out
+
+
+@triton.jit
+def _along_keys(x, KEY_MAJOR: tl.constexpr):
+    """A per-key vector broadcast over a tile: keys are axis 1, or axis 0 when KEY_MAJOR."""
+    if KEY_MAJOR:
+        out = x[:, None]
+    else:
+        out = x[None, :]
+    return out
 
 
 @triton.jit
 def _probabilities(q, k, q_pos, cols, lse, row_ok, col_ok, r1, r2, r3, w_a, w_p, lut_row,
-                   K0, WINDOW, sm_scale, start_b,
-                   BIAS: tl.constexpr, HAS_R2: tl.constexpr, HAS_R3: tl.constexpr,
+                   K0, WINDOW, sm_scale, start_b, center, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                   FAR: tl.constexpr, BIAS: tl.constexpr, HAS_R2: tl.constexpr, HAS_R3: tl.constexpr,
                    HAS_WEIGHT: tl.constexpr, HAS_WA: tl.constexpr, HAS_WP: tl.constexpr,
                    HAS_WINDOW: tl.constexpr, MAXD, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-                   HAS_STARTS: tl.constexpr, MASKED: tl.constexpr):
-    """Recompute (P, S_raw, w, d, d_index) for a (query block, key block) tile as the forward did,
+                   HAS_STARTS: tl.constexpr, MASKED: tl.constexpr, KEY_MAJOR: tl.constexpr):
+    """Recompute (P, S_raw, w, d, d_index, L) for a (query block, key block) tile as the forward did,
     in log2 units like the forward (exp2; attention_fwd.py says why): S_raw is returned in log2
-    units too (times log2 e); only the weight's gradient needs it, and converts it back."""
-    s_raw = mm(q, tl.trans(k), PRECISION, UPCAST) * (sm_scale * LOG2E)  # (BM, BN) fp32
-    d_index = q_pos[:, None] - (K0 + cols)[None, :]
-    if MASKED:  # else the caller knows every pair of the tile is allowed (kernels/bands.py)
-        allowed = (d_index >= 0) & col_ok[None, :] & row_ok[:, None]
-        if HAS_WINDOW:
-            allowed = allowed & (d_index < WINDOW)
-        if HAS_STARTS:  # padded rows: megatron/attention/mask.py
-            allowed = allowed & (((K0 + cols)[None, :] >= start_b) | (d_index == 0))
-        d_index = tl.maximum(d_index, 0)
-    d = d_index.to(tl.float32)
-    s = s_raw
+    units too (times log2 e); only the weight's gradient needs it, and converts it back.
+    KEY_MAJOR: the tile is transposed, (keys, queries) = K Q^T (the dk/dv kernel: why there).
+    The distance is an integer difference made a float without I2F (fma_log2.small_int_to_float:
+    a conversion per score is a quarter-rate pipe); kept integer, the compiler can evaluate a bias
+    once for the scores of a thread that share a distance (seen in dq).
+    L = log2(1 + r2 x) of the log bias (0 for other kinds), which its gradients reuse. FAR: an
+    unmasked KERPLE-log tile far from the diagonal whose centre distance is `center`: L by the
+    series (kernels/distance_bias.py FAR_U), in delta = d - center = i - j - (BLOCK_M - BLOCK_N) / 2."""
+    if KEY_MAJOR:
+        s_raw = mm(k, tl.trans(q), PRECISION, UPCAST) * (sm_scale * LOG2E)  # (BN, BM) fp32
+    else:
+        s_raw = mm(q, tl.trans(k), PRECISION, UPCAST) * (sm_scale * LOG2E)  # (BM, BN) fp32
     w = 1.0
-    if HAS_WEIGHT:
-        w = score_weight(d, w_a, w_p, HAS_WA, HAS_WP)
-        s = s * w
-    if BIAS != 0:
-        s = s + score_bias_log2(d, d_index, r1, r2, r3, lut_row, BIAS, HAS_R2, HAS_R3, MAXD)
-    p = tl.exp2(s - (lse * LOG2E)[:, None])
+    d_index = 0  # the integer distance: the mask's, and a lookup's index
+    log2z = 0.0
+    if FAR:
+        a1, a2, a3, a4, a5, l0 = far_coefficients(center, r2)
+        delta = (_along_queries((tl.arange(0, BLOCK_M) - (BLOCK_M - BLOCK_N) // 2).to(tl.float32), KEY_MAJOR)
+                 - _along_keys(tl.arange(0, BLOCK_N).to(tl.float32), KEY_MAJOR))  # the same on every tile
+        if KEY_MAJOR:  # dk/dv: the gradients of r1 and r2 read the log itself, and d
+            log2z = far_log2(delta, a1, a2, a3, a4, a5, l0)
+            d = delta + center.to(tl.float32)
+            s = s_raw - r1 * log2z
+        else:
+            d = delta
+            s = far_bias_log2(s_raw, delta, a1, a2, a3, a4, a5, l0, r1)
+    else:
+        d_index = _along_queries(q_pos, KEY_MAJOR) - _along_keys(K0 + cols, KEY_MAJOR)
+        if MASKED:  # else the caller knows every pair of the tile is allowed (kernels/bands.py)
+            allowed = (d_index >= 0) & _along_keys(col_ok, KEY_MAJOR) & _along_queries(row_ok, KEY_MAJOR)
+            if HAS_WINDOW:
+                allowed = allowed & (d_index < WINDOW)
+            if HAS_STARTS:  # padded rows: megatron/attention/mask.py
+                allowed = allowed & ((_along_keys(K0 + cols, KEY_MAJOR) >= start_b) | (d_index == 0))
+            d_index = tl.maximum(d_index, 0)
+        d = small_int_to_float(d_index)
+        s = s_raw
+        if HAS_WEIGHT:
+            w = score_weight(d, w_a, w_p, HAS_WA, HAS_WP)
+            s = s * w
+        if BIAS != 0:
+            s = s + score_bias_log2(d, d_index, r1, r2, r3, lut_row, BIAS, HAS_R2, HAS_R3, MAXD)
+        if BIAS == 1:  # the bias's own log2 (the compiler evaluates it once)
+            log2z = log2_ge1(1.0 + r2 * pow_and_log(d, r3, HAS_R3)[0])
+    p = tl.exp2(s - _along_queries(lse * LOG2E, KEY_MAJOR))
     if MASKED:
         p = tl.where(allowed, p, 0.0)
-    return p, s_raw, w, d, d_index
+    return p, s_raw, w, d, d_index, log2z
 
 
 @triton.jit
@@ -91,22 +150,35 @@ def attention_bwd_dkdv_kernel(
 
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-    # Parameter gradients, summed per query row of the tile across the walk and over the rows
-    # once after it: a whole-tile sum per step would cross warps (shared memory and a barrier
-    # per parameter per tile). Constant factors (-r1, -ln 2, ...) are applied after the walk too.
-    g_r1 = tl.zeros([BLOCK_M], dtype=tl.float32)
-    g_r2 = tl.zeros([BLOCK_M], dtype=tl.float32)
-    g_r3 = tl.zeros([BLOCK_M], dtype=tl.float32)
-    g_wa = tl.zeros([BLOCK_M], dtype=tl.float32)
-    g_wp = tl.zeros([BLOCK_M], dtype=tl.float32)
+    # Parameter gradients, summed per key of the tile across the walk and over the keys once
+    # after it: a whole-tile sum per step would cross warps (shared memory and a barrier per
+    # parameter per tile). Constant factors (-r1, -ln 2, ...) are applied after the walk too.
+    g_r1 = tl.zeros([BLOCK_N], dtype=tl.float32)
+    g_r2 = tl.zeros([BLOCK_N], dtype=tl.float32)
+    g_r3 = tl.zeros([BLOCK_N], dtype=tl.float32)
+    g_wa = tl.zeros([BLOCK_N], dtype=tl.float32)
+    g_wp = tl.zeros([BLOCK_N], dtype=tl.float32)
     slots = tl.arange(0, NSLOT)
     g_table = tl.zeros([NSLOT], dtype=tl.float32)
 
     # The query blocks that see this key block, and those that need no mask (kernels/bands.py).
     lo, hi, full_lo, full_hi = query_walk(start_n, Q0, K0, LQ, LK, WINDOW, BLOCK_M, BLOCK_N, HAS_WINDOW, HAS_STARTS)
-    for band in tl.static_range(3):
-        band_lo, band_hi = band_bounds(lo, hi, full_lo, full_hi, BLOCK_M, band)
-        for start_m in range(band_lo, band_hi, BLOCK_M):
+    # KERPLE-log's far tiles (kernels/distance_bias.py FAR_U): the query blocks whose centre
+    # distance Q0 + start_m - K0 - key start + (BLOCK_M - BLOCK_N) / 2 reaches far_distance, the
+    # unmasked band's last ones: walked by a loop of their own (part 2), after the near ones.
+    FAR: tl.constexpr = BIAS == 1 and HAS_R2 and not HAS_R3 and not HAS_WEIGHT
+    far_start = hi
+    center_shift = Q0 - K0 - start_n * BLOCK_N + (BLOCK_M - BLOCK_N) // 2  # centre = start_m + this
+    if FAR:
+        far_start = far_distance(r2, BLOCK_M, BLOCK_N) - center_shift
+    for part in tl.static_range(4):  # masked, near unmasked, far unmasked, masked
+        band_lo, band_hi = band_bounds(lo, hi, full_lo, full_hi, BLOCK_M, part - part // 2)
+        if part == 1:
+            band_hi = far_split(band_lo, band_hi, far_start, BLOCK_M)
+        if part == 2:
+            band_lo = far_split(band_lo, band_hi, far_start, BLOCK_M)
+        # (without far tiles part 1 is the whole unmasked band and part 2 an empty loop, compiled away)
+        for start_m in range(band_lo, band_hi if part != 2 or FAR else band_lo, BLOCK_M):
             rows = start_m + offs_m
             row_ok = rows < LQ
             q_mask = row_ok[:, None] & d_ok[None, :]
@@ -114,19 +186,26 @@ def attention_bwd_dkdv_kernel(
             do = tl.load(DO + b * sdob + h * sdoh + rows[:, None] * sdom + offs_d[None, :], mask=q_mask, other=0.0)
             lse = tl.load(LSE + bh * LQ + rows, mask=row_ok, other=0.0)
             delta = tl.load(DELTA + bh * LQ + rows, mask=row_ok, other=0.0)
-            p, s_raw, w, d, d_index = _probabilities(
-                q, k, Q0 + rows, cols, lse, row_ok, col_ok, r1, r2, r3, w_a, w_p, lut_row, K0, WINDOW,
-                sm_scale, start_b, BIAS, HAS_R2, HAS_R3, HAS_WEIGHT, HAS_WA, HAS_WP, HAS_WINDOW, MAXD, PRECISION,
-                UPCAST, HAS_STARTS, band != 1)
-            dv += mm(tl.trans(cast(p, do.dtype, UPCAST)), do, PRECISION, UPCAST)
-            dp = mm(do, tl.trans(v), PRECISION, UPCAST)
-            ds = p * (dp - delta[:, None])  # dL/dS, 0 where masked
+            p, s_raw, w, d, d_index, log2z = _probabilities(
+                q, k, Q0 + rows, cols, lse, row_ok, col_ok,
+                r1, r2, r3, w_a, w_p, lut_row, K0, WINDOW, sm_scale, start_b, start_m + center_shift,
+                BLOCK_M, BLOCK_N, FAR and part == 2, BIAS, HAS_R2, HAS_R3, HAS_WEIGHT, HAS_WA, HAS_WP, HAS_WINDOW,
+                MAXD, PRECISION, UPCAST, HAS_STARTS, part == 0 or part == 3, True)
+            # Key-major tiles (BN, BM): P^T, dP^T, dS^T. All four products then have the key
+            # block as their M side, held in registers (P^T, dS^T as wgmma's A operand straight
+            # from the accumulators): no transpose through shared memory, and with BLOCK_N >= 64
+            # Hopper's warpgroup MMA (a (BM, BN) tile made dv += P^T dO an M = BLOCK_N product
+            # read through a transpose, on the older mma.sync path at BLOCK_N = 32).
+            dv = mm(cast(p, do.dtype, UPCAST), do, PRECISION, UPCAST, dv)  # into dv on the tensor cores
+            dp = mm(v, tl.trans(do), PRECISION, UPCAST)
+            ds = p * (dp - delta[None, :])  # dL/dS^T, 0 where masked
 
             if BIAS == 1:  # -r1 * log(1 + r2 x), x = d**r3: factors -ln 2, -r1, -r1 r2 after the walk
-                x, log_d = pow_and_log(d, r3, HAS_R3)
-                den = 1.0 + r2 * x
-                g_r1 += tl.sum(ds * log2_ge1(den), 1)  # the same log2 as the bias's (one evaluation)
-                ds_x_den = ds * (x / den)
+                x, log_d = pow_and_log(d, r3, HAS_R3)  # (the far tiles have no r3: x = d)
+                g_r1 += tl.sum(ds * log2z, 1)  # log2(1 + r2 x), the bias's
+                # x / den as x * 2^-log2(den): one exp2 on the MUFU, where a division is a
+                # reciprocal plus a Newton step and a slow-path check (FCHK) per score.
+                ds_x_den = ds * (x * tl.exp2(-log2z))
                 g_r2 += tl.sum(ds_x_den, 1)
                 if HAS_R3:
                     g_r3 += tl.sum(ds_x_den * log_d, 1)
@@ -162,7 +241,7 @@ def attention_bwd_dkdv_kernel(
                 if HAS_WP:
                     g_wp += tl.sum(dw_y * log_d, 1)
                 ds = ds * w
-            dk += mm(tl.trans(cast(ds, q.dtype, UPCAST)), q, PRECISION, UPCAST)
+            dk = mm(cast(ds, q.dtype, UPCAST), q, PRECISION, UPCAST, dk)
 
     tl.store(DK + b * sdkb + h * sdkh + cols[:, None] * sdkn + offs_d[None, :],
              cast(dk * sm_scale, DK.dtype.element_ty, UPCAST), mask=kv_mask)
@@ -230,22 +309,36 @@ def attention_bwd_dq_kernel(
     lo, hi, full_lo, full_hi = key_walk(start_m, Q0, K0, LQ, LK, WINDOW, BLOCK_M, BLOCK_N, HAS_WINDOW,
                                         HAS_STARTS, True)
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    for band in tl.static_range(3):
-        band_lo, band_hi = band_bounds(lo, hi, full_lo, full_hi, BLOCK_N, band)
-        for start_n in range(band_lo, band_hi, BLOCK_N):
+    # KERPLE-log's far tiles (kernels/distance_bias.py FAR_U): the key blocks whose centre distance
+    # Q0 + start_m * BLOCK_M - K0 - start_n + (BLOCK_M - BLOCK_N) / 2 reaches far_distance, the
+    # unmasked band's first ones: walked by a loop of their own (part 1), before the near ones.
+    FAR: tl.constexpr = BIAS == 1 and HAS_R2 and not HAS_R3 and not HAS_WEIGHT
+    far_end = hi
+    center_shift = Q0 + start_m * BLOCK_M - K0 + (BLOCK_M - BLOCK_N) // 2  # centre = this - start_n
+    if FAR:
+        far_end = center_shift - far_distance(r2, BLOCK_M, BLOCK_N) + 1
+    for part in tl.static_range(4):  # masked, far unmasked, near unmasked, masked
+        band_lo, band_hi = band_bounds(lo, hi, full_lo, full_hi, BLOCK_N, part - part // 2)
+        if part == 1:
+            band_hi = far_split(band_lo, band_hi, far_end, BLOCK_N)
+        if part == 2:
+            band_lo = far_split(band_lo, band_hi, far_end, BLOCK_N)
+        # (without far tiles part 1 is the whole unmasked band and part 2 an empty loop, compiled away)
+        for start_n in range(band_lo, band_hi if part != 2 or FAR else band_lo, BLOCK_N):
             cols = start_n + offs_n
             col_ok = cols < LK
             kv_mask = col_ok[:, None] & d_ok[None, :]
             k = tl.load(K + b * skb + h * skh + cols[:, None] * skn + offs_d[None, :], mask=kv_mask, other=0.0)
             v = tl.load(V + b * svb + h * svh + cols[:, None] * svn + offs_d[None, :], mask=kv_mask, other=0.0)
-            p, s_raw, w, d, d_index = _probabilities(
-                q, k, Q0 + rows, cols, lse, row_ok, col_ok, r1, r2, r3, w_a, w_p, lut_row, K0, WINDOW,
-                sm_scale, start_b, BIAS, HAS_R2, HAS_R3, HAS_WEIGHT, HAS_WA, HAS_WP, HAS_WINDOW, MAXD, PRECISION,
-                UPCAST, HAS_STARTS, band != 1)
+            p, s_raw, w, d, d_index, log2z = _probabilities(
+                q, k, Q0 + rows, cols, lse, row_ok, col_ok,
+                r1, r2, r3, w_a, w_p, lut_row, K0, WINDOW, sm_scale, start_b, center_shift - start_n,
+                BLOCK_M, BLOCK_N, FAR and part == 1, BIAS, HAS_R2, HAS_R3, HAS_WEIGHT, HAS_WA, HAS_WP, HAS_WINDOW,
+                MAXD, PRECISION, UPCAST, HAS_STARTS, part == 0 or part == 3, False)
             dp = mm(do, tl.trans(v), PRECISION, UPCAST)
             ds = p * (dp - delta[:, None])
             if HAS_WEIGHT:
                 ds = ds * w
-            dq += mm(cast(ds, k.dtype, UPCAST), k, PRECISION, UPCAST)
+            dq = mm(cast(ds, k.dtype, UPCAST), k, PRECISION, UPCAST, dq)
     tl.store(DQ + b * sdqb + h * sdqh + rows[:, None] * sdqm + offs_d[None, :],
              cast(dq * sm_scale, DQ.dtype.element_ty, UPCAST), mask=q_mask)

@@ -18,21 +18,37 @@ natural units, as the backward kernels read it."""
 import triton
 import triton.language as tl
 
-from megatron.kernels.bands import band_bounds, key_walk
-from megatron.kernels.distance_bias import LN2, LOG2E, cast, load_head_params, mm, score_bias_log2, score_weight
+from megatron.kernels.bands import band_bounds, far_split, key_walk
+from megatron.kernels.distance_bias import (
+    LN2,
+    LOG2E,
+    cast,
+    far_bias_log2,
+    far_coefficients,
+    far_distance,
+    load_head_params,
+    mm,
+    score_bias_log2,
+    score_weight,
+)
+from megatron.kernels.fma_log2 import small_int_to_float
 
 NEG = tl.constexpr(-1.0e30)  # a constexpr global: compiled Triton refuses plain globals
 
 @triton.jit
-def _fwd_band(acc, m_i, l_i, q, k_base, v_base, skn, svn, lo, hi, q_pos, offs_n, offs_d, d_ok, LK, K0,
+def _fwd_band(acc, m_i, l_i, q, k_base, v_base, skn, svn, lo, hi, q_pos, q_first, offs_n, offs_d, d_ok, LK, K0,
               WINDOW, start_b, qk_scale, r1, r2, r3, w_a, w_p, lut_row, MAXD,
-              BLOCK_N: tl.constexpr, BIAS: tl.constexpr, HAS_R2: tl.constexpr, HAS_R3: tl.constexpr,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, FAR: tl.constexpr,
+              BIAS: tl.constexpr, HAS_R2: tl.constexpr, HAS_R3: tl.constexpr,
               HAS_WEIGHT: tl.constexpr, HAS_WA: tl.constexpr, HAS_WP: tl.constexpr,
               HAS_WINDOW: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
               EXACT_PV: tl.constexpr, HAS_STARTS: tl.constexpr, MASKED: tl.constexpr):
     """The online softmax over the key blocks starting at lo, lo + BLOCK_N, ... < hi. MASKED False:
     the caller guarantees every (query, key) pair of these tiles is allowed (keys in range, before
-    the block's first query, inside the window, no padding), so no mask and no clamp is computed."""
+    the block's first query, inside the window, no padding), so no mask and no clamp is computed.
+    FAR (unmasked KERPLE-log tiles far from the diagonal, kernels/distance_bias.py FAR_U): the log
+    of the bias comes from a series around the tile's centre distance, in delta = d - centre, which
+    is i - j - (BLOCK_M - BLOCK_N) / 2 on every such tile."""
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
         if MASKED:
@@ -44,7 +60,12 @@ def _fwd_band(acc, m_i, l_i, q, k_base, v_base, skn, svn, lo, hi, q_pos, offs_n,
         v = tl.load(v_base + cols[:, None] * svn + offs_d[None, :], mask=kv_mask, other=0.0)
         s = mm(q, tl.trans(k), PRECISION, UPCAST) * qk_scale  # (BM, BN) fp32, log2 units
 
-        d_index = q_pos[:, None] - (K0 + cols)[None, :]
+        # The distance: an integer difference, made a float without I2F (a conversion per score
+        # is a quarter-rate pipe on sm_90; fma_log2.small_int_to_float). Exact below 2^23.
+        d_index = (q_pos - (K0 + start_n))[:, None] - offs_n[None, :]
+        if FAR:  # per tile: the series around its centre distance
+            center = q_first - (K0 + start_n) + (BLOCK_M - BLOCK_N) // 2
+            a1, a2, a3, a4, a5, l0 = far_coefficients(center, r2)
         if MASKED:
             allowed = (d_index >= 0) & col_ok[None, :]
             if HAS_WINDOW:
@@ -52,11 +73,16 @@ def _fwd_band(acc, m_i, l_i, q, k_base, v_base, skn, svn, lo, hi, q_pos, offs_n,
             if HAS_STARTS:
                 allowed = allowed & (((K0 + cols)[None, :] >= start_b) | (d_index == 0))
             d_index = tl.maximum(d_index, 0)
-        d = d_index.to(tl.float32)
-        if HAS_WEIGHT:
-            s = s * score_weight(d, w_a, w_p, HAS_WA, HAS_WP)
-        if BIAS != 0:  # already in log2 units
-            s = s + score_bias_log2(d, d_index, r1, r2, r3, lut_row, BIAS, HAS_R2, HAS_R3, MAXD)
+        if FAR:  # -r1 log2(1 + r2 d), the log2 by its series (the kernel's bias is in log2 units)
+            delta = ((tl.arange(0, BLOCK_M) - (BLOCK_M - BLOCK_N) // 2).to(tl.float32)[:, None]
+                     - offs_n.to(tl.float32)[None, :])  # d - centre: the same on every tile
+            s = far_bias_log2(s, delta, a1, a2, a3, a4, a5, l0, r1)
+        else:
+            d = small_int_to_float(d_index)
+            if HAS_WEIGHT:
+                s = s * score_weight(d, w_a, w_p, HAS_WA, HAS_WP)
+            if BIAS != 0:  # already in log2 units
+                s = s + score_bias_log2(d, d_index, r1, r2, r3, lut_row, BIAS, HAS_R2, HAS_R3, MAXD)
         if MASKED:
             s = tl.where(allowed, s, NEG)
 
@@ -65,10 +91,11 @@ def _fwd_band(acc, m_i, l_i, q, k_base, v_base, skn, svn, lo, hi, q_pos, offs_n,
         p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
         p_hi = cast(p, v.dtype, UPCAST)
-        pv = mm(p_hi, v, PRECISION, UPCAST)
+        # Rescaled first, then the products accumulate into it on the tensor cores: a separate
+        # P @ V result would hold a second (BLOCK_M, D) fp32 tile in registers.
+        acc = mm(p_hi, v, PRECISION, UPCAST, acc * alpha[:, None])
         if EXACT_PV:  # P = hi + lo, both in V's dtype (kernels/attention.py says why)
-            pv += mm(cast(p - p_hi.to(tl.float32), v.dtype, UPCAST), v, PRECISION, UPCAST)
-        acc = acc * alpha[:, None] + pv
+            acc = mm(cast(p - p_hi.to(tl.float32), v.dtype, UPCAST), v, PRECISION, UPCAST, acc)
         m_i = m_new
     return acc, m_i, l_i
 
@@ -115,13 +142,26 @@ def attention_fwd_kernel(
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     k_base = K + b * skb + h * skh
     v_base = V + b * svb + h * svh
-    for band in tl.static_range(3):
-        band_lo, band_hi = band_bounds(lo, hi, full_lo, full_hi, BLOCK_N, band)
-        acc, m_i, l_i = _fwd_band(
-            acc, m_i, l_i, q, k_base, v_base, skn, svn, band_lo, band_hi, q_pos, offs_n, offs_d, d_ok, LK,
-            K0, WINDOW, start_b, qk_scale, r1, r2, r3, w_a, w_p, lut_row, MAXD,
-            BLOCK_N, BIAS, HAS_R2, HAS_R3, HAS_WEIGHT, HAS_WA, HAS_WP, HAS_WINDOW, PRECISION, UPCAST,
-            EXACT_PV, HAS_STARTS, band != 1)
+    q_first = Q0 + start_m * BLOCK_M
+    # KERPLE-log's far tiles (kernels/distance_bias.py FAR_U), those whose centre distance
+    # q_first - (K0 + key start) + (BLOCK_M - BLOCK_N) / 2 reaches far_distance: the unmasked band's first
+    # key blocks, walked by a loop of their own.
+    FAR: tl.constexpr = BIAS == 1 and HAS_R2 and not HAS_R3 and not HAS_WEIGHT
+    far_end = hi
+    if FAR:
+        far_end = q_first - K0 + (BLOCK_M - BLOCK_N) // 2 - far_distance(r2, BLOCK_M, BLOCK_N) + 1
+    for part in tl.static_range(4):  # masked, far unmasked, near unmasked, masked
+        if part != 2 or FAR:  # without far tiles part 1 is the whole unmasked band
+            band_lo, band_hi = band_bounds(lo, hi, full_lo, full_hi, BLOCK_N, part - part // 2)
+            if part == 1:
+                band_hi = far_split(band_lo, band_hi, far_end, BLOCK_N)
+            if part == 2:
+                band_lo = far_split(band_lo, band_hi, far_end, BLOCK_N)
+            acc, m_i, l_i = _fwd_band(
+                acc, m_i, l_i, q, k_base, v_base, skn, svn, band_lo, band_hi, q_pos, q_first, offs_n, offs_d, d_ok,
+                LK, K0, WINDOW, start_b, qk_scale, r1, r2, r3, w_a, w_p, lut_row, MAXD,
+                BLOCK_M, BLOCK_N, FAR and part == 1, BIAS, HAS_R2, HAS_R3, HAS_WEIGHT, HAS_WA, HAS_WP, HAS_WINDOW,
+                PRECISION, UPCAST, EXACT_PV, HAS_STARTS, part == 0 or part == 3)
 
     out = acc / l_i[:, None]
     tl.store(OUT + b * sob + h * soh + offs_m[:, None] * som + offs_d[None, :], out.to(OUT.dtype.element_ty),

@@ -73,3 +73,11 @@ def band_bounds(lo, hi, full_lo, full_hi, STEP: tl.constexpr, BAND: tl.constexpr
         first = mid_hi
         end = hi
     return first, end
+
+
+@triton.jit
+def far_split(first, end, threshold, STEP: tl.constexpr):
+    """The first start of first, first + STEP, ... < end that is >= threshold (end if none): where
+    the unmasked band splits between tiles near the diagonal and far ones (kernels/distance_bias.py
+    FAR_U), so each part is a loop of its own with one way of computing the bias."""
+    return tl.minimum(first + tl.cdiv(tl.maximum(threshold - first, 0), STEP) * STEP, end)

@@ -19,7 +19,8 @@ stays bitwise reproducible.
 Selection: `KERPLE_TRITON_BIAS` = auto (default) | table | inline. auto tabulates the biases that
 cost a log and an exp per score (a learned exponent: kerple_log_3para, power with an exponent) and
 keeps inline a linear bias (ALiBi, -slope * d: one multiply, cheaper than a load) and KERPLE-log
-(-r1 log(1 + r2 d): one FMA-pipe log2, kernels/fma_log2.py). Lookup biases (T5, Sandwich) are
+(-r1 log(1 + r2 d): one FMA-pipe log2, kernels/fma_log2.py, and on tiles far from the diagonal a
+5-FMA series, kernels/distance_bias.py FAR_U). Lookup biases (T5, Sandwich) are
 tables already; a score weight (bias+wht) is always evaluated inline."""
 from __future__ import annotations
 

@@ -56,15 +56,69 @@ def score_bias_log2(d, d_index, r1, r2, r3, lut_row, BIAS: tl.constexpr, HAS_R2:
     return -slope * x
 
 
+# Far tiles of the KERPLE-log bias (kernels/bands.py far_split): a tile whose distances d = D + delta
+# (D its centre, |delta| <= R = (BLOCK_M + BLOCK_N - 2) / 2) all satisfy r2 |delta| <= FAR_U (1 + r2 D)
+# takes log2(1 + r2 d) = log2(1 + r2 D) + log2(1 + u), u = r2 delta / (1 + r2 D), |u| <= FAR_U, from
+# the degree-5 Taylor series of log2(1 + u): 5 FMAs a score instead of log2_ge1's bit work and 8
+# FMAs. Truncation error <= FAR_U^6 / (6 ln 2 (1 - FAR_U)) = 1.1e-6 absolute, next to log2_ge1's
+# 3.7e-7 relative on a log2 that is >= 2 there. The condition holds once D >= R / FAR_U - 1 / r2
+# (FAR_SPAN R), whatever r2: at long lengths nearly every tile is far.
+FAR_U = tl.constexpr(0.125)
+FAR_SPAN = tl.constexpr(8)  # 1 / FAR_U
+
+
 @triton.jit
-def mm(a, b, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
-    """tl.dot with an fp32 accumulator. UPCAST is set only under TRITON_INTERPRET=1 with bfloat16
-    inputs: Triton 3.9's interpreter multiplies bf16 operands wrongly (~1e10 errors on a plain
-    16x16 product), so there the operands, already rounded to bf16 (see `cast`), are multiplied
-    in fp32."""
+def far_distance(r2, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The smallest integer tile-centre distance D whose tile is far (see FAR_U) for this head."""
+    span = FAR_SPAN * ((BLOCK_M + BLOCK_N - 2) // 2)
+    return tl.math.ceil(span - 1.0 / r2).to(tl.int32)
+
+
+@triton.jit
+def far_coefficients(center, r2):
+    """(a1, ..., a5, log2(1 + r2 D)) of the series around a far tile's centre distance D (an int):
+    log2(1 + r2 (D + delta)) = l0 + a1 delta + ... + a5 delta^5, a_k = (-1)^(k+1) c^k / (k ln 2),
+    c = r2 / (1 + r2 D). Per tile (scalars), not per score."""
+    z = 1.0 + r2 * center.to(tl.float32)
+    c = r2 / z
+    a1 = c * LOG2E
+    a2 = a1 * c * -0.5
+    a3 = a1 * (c * c) * (1.0 / 3.0)
+    a4 = a2 * (c * c) * 0.5
+    a5 = a1 * ((c * c) * (c * c)) * 0.2
+    return a1, a2, a3, a4, a5, log2_ge1(z)
+
+
+@triton.jit
+def far_bias_log2(s, delta, a1, a2, a3, a4, a5, l0, r1):
+    """s - r1 * log2(1 + r2 d) on a far tile, delta = d - D (far_coefficients): Horner with -r1
+    folded into the (per-tile) coefficients, 5 FMAs a score with the add to s. (The name far_h
+    marks these lines for tools/sass_mix.py, which tells the far tiles' loop by them.)"""
+    m = -r1
+    far_h = (m * a5) * delta + m * a4
+    far_h = far_h * delta + m * a3
+    far_h = far_h * delta + m * a2
+    far_h = far_h * delta + m * a1
+    return (s + m * l0) + far_h * delta
+
+
+@triton.jit
+def far_log2(delta, a1, a2, a3, a4, a5, l0):
+    """log2(1 + r2 d) on a far tile (the gradients' log): far_bias_log2 of s = -0, r1 = -1."""
+    return far_bias_log2(-0.0, delta, a1, a2, a3, a4, a5, l0, -1.0)
+
+
+@triton.jit
+def mm(a, b, PRECISION: tl.constexpr, UPCAST: tl.constexpr, acc=None):
+    """tl.dot with an fp32 accumulator (acc + a @ b when acc is given). UPCAST is set only under
+    TRITON_INTERPRET=1 with bfloat16 inputs: Triton 3.9's interpreter multiplies bf16 operands
+    wrongly (~1e10 errors on a plain 16x16 product), so there the operands, already rounded to
+    bf16 (see `cast`), are multiplied in fp32."""
     if UPCAST:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
-    return tl.dot(a, b, input_precision=PRECISION)
+        out = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    else:
+        out = tl.dot(a, b, acc, input_precision=PRECISION)
+    return out
 
 
 @triton.jit

@@ -77,13 +77,20 @@ def is_mma(opcode: str) -> bool:
     return opcode.split(".")[0] in ("HGMMA", "HMMA")
 
 
-def hot_loop(prog: Program, masked: Callable[[tuple[str, int]], bool]) -> tuple[int, int]:
-    """The innermost loop that holds MMAs and no instruction whose source line is `masked`."""
+def hot_loop(prog: Program, masked: Callable[[tuple[str, int]], bool],
+             far: Callable[[tuple[str, int]], bool] | None = None, near: bool = False) -> tuple[int, int]:
+    """The innermost loop that holds MMAs and no instruction whose source line is `masked`.
+    A kernel whose unmasked band is split (KERPLE-log's far and near tiles, kernels/bands.py) has
+    two: the one with a `far` source line is the hot one at long lengths (nearly every tile is
+    far); near=True picks the other."""
     with_mma = [(a, b) for a, b in loops(prog) if any(is_mma(x.opcode) for x in prog.instrs[a:b + 1])]
     innermost = [(a, b) for a, b in with_mma
                  if not any((c, d) != (a, b) and a <= c and d <= b for c, d in with_mma)]
     hot = [(a, b) for a, b in innermost
            if not any(x.source and masked(x.source) for x in prog.instrs[a:b + 1])]
+    if far is not None and len(hot) > 1:
+        hot = [(a, b) for a, b in hot
+               if any(x.source and far(x.source) for x in prog.instrs[a:b + 1]) != near]
     if len(hot) != 1:
         raise ValueError(f"expected one unmasked MMA loop, found {len(hot)} of {len(innermost)} MMA loops "
                          "(is the cubin built with line info, and does the mask still use `allowed`? A cubin Triton cached "

@@ -1,7 +1,11 @@
 """Launch configurations of the Triton attention kernels (block sizes, warps, stages), chosen per
 (GPU name, dtype, head dim, length bucket, pass) and remembered in a JSON cache.
 
-A pass is "fwd" (the forward kernel) or "bwd" (both backward kernels, which share their blocks).
+A pass is "fwd" (the forward kernel) or "bwd" (both backward kernels, which share one config).
+A bwd config's block_n is the block each backward program keeps (keys in dk/dv, queries in dq) and
+block_m the block it walks over: dq runs the mirror tile of dk/dv (LaunchConfig.dq_blocks). Both
+kernels' tiles then have the kept block as the tensor cores' M side, which Hopper's warpgroup MMA
+needs to be >= 64 (a 32-row side falls back to mma.sync, tools/sass_mix.py shows HMMA).
 Where a configuration comes from, first match wins:
   1. KERPLE_TRITON_BLOCKS="fm,fn,bm,bn": fixed block sizes for every call (manual tuning);
   2. the interpreter (CPU tests): a fixed small configuration, so tests cross block boundaries;
@@ -34,6 +38,10 @@ class LaunchConfig:
     num_warps: int = 4
     num_stages: int | None = None  # None: Triton's default
 
+    def dq_blocks(self) -> tuple[int, int]:
+        """(BLOCK_M, BLOCK_N) of the dq kernel under a bwd config: the mirror of dk/dv's tile."""
+        return self.block_n, self.block_m
+
     def launch_options(self) -> dict:
         """num_warps / num_stages keywords for kernel[grid](...)."""
         out = {"num_warps": self.num_warps}
@@ -46,20 +54,25 @@ INTERPRETER = {"fwd": LaunchConfig(16, 16), "bwd": LaunchConfig(16, 16)}
 
 
 def default_config(pass_name: str, head_dim: int) -> LaunchConfig:
-    """The untuned choice (what every GPU got before tuning existed)."""
+    """The untuned choice, read off the kernels' sm_90 SASS (tools/sass_mix.py, no GPU timing yet):
+    at head dim 64 and 128 these keep every kernel's inner loop free of register spills with
+    warpgroup MMAs only. fwd: 128 queries on 8 warps (two warpgroups of 64 rows; 4 warps spilled
+    at 128 x 64, and 64 x 64 on 4 warps had a stack at head dim 128). bwd: each program keeps 64
+    rows (kernels/attention_bwd.py) and walks 32 at a time; a 64-row walk spilled in dk/dv."""
     if pass_name == "fwd":
-        return LaunchConfig(128, 64) if head_dim <= 64 else LaunchConfig(64, 64)
-    return LaunchConfig(64, 64) if head_dim <= 64 else LaunchConfig(64, 32)
+        return LaunchConfig(128, 64, 8)
+    return LaunchConfig(32, 64)
 
 
 def candidates(pass_name: str, head_dim: int) -> list[LaunchConfig]:
     """What autotuning tries: tiles that fit one SM's shared memory at this head dim, 4 or 8 warps,
-    2-4 stages. The default is always among them."""
+    2-4 stages. The default is always among them. bwd tiles keep a block of >= 64 rows (the
+    module docstring: a 32-row kept block is off the warpgroup MMA)."""
     big = head_dim > 64
     if pass_name == "fwd":
         blocks = [(64, 64), (128, 32), (128, 64)] + ([] if big else [(128, 128), (64, 128)])
     else:
-        blocks = [(32, 64), (64, 32), (64, 64)] + ([] if big else [(128, 64), (64, 128)])
+        blocks = [(32, 64), (64, 64), (32, 128)] + ([] if big else [(128, 64), (64, 128)])
     out = [LaunchConfig(m, n, w, s) for m, n in blocks for w in (4, 8) for s in (2, 3, 4)]
     default = default_config(pass_name, head_dim)
     return out if default in out else [default, *out]

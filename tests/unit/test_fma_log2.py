@@ -1,12 +1,16 @@
 """kernels/fma_log2.py: the FMA-pipe log2 that the KERPLE-log bias and its gradients use, against
 float64 log2 over every argument kind the kernels pass (1 + r2 * d for small and large r2, integer
-distances, arguments up to 2^24). Runs the Triton function itself (the interpreter on CPU)."""
+distances, arguments up to 2^24); and the far tiles' series for the same log (distance_bias.py
+FAR_U). Runs the Triton functions themselves (the interpreter on CPU)."""
+import math
+
 import numpy as np
 import pytest
 import torch
 import triton
 import triton.language as tl
 
+from megatron.kernels.distance_bias import far_coefficients, far_log2
 from megatron.kernels.fma_log2 import log2_ge1
 from tests.conftest import KERNEL_DEVICE
 
@@ -49,3 +53,28 @@ def test_log2_keeps_relative_accuracy_near_one(z):
     got = _log2(torch.tensor([z], dtype=torch.float32)).double().item()
     want = np.log2(np.float64(np.float32(z)))
     assert got == pytest.approx(want, rel=5e-7)
+
+
+@triton.jit
+def _far_kernel(R2, CENTER, DELTA, Y, N, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < N
+    a1, a2, a3, a4, a5, l0 = far_coefficients(tl.load(CENTER), tl.load(R2))
+    tl.store(Y + offs, far_log2(tl.load(DELTA + offs, mask=ok, other=0.0), a1, a2, a3, a4, a5, l0), mask=ok)
+
+
+@pytest.mark.parametrize("r2", [0.01, 0.37, 1.0, 7.5, 300.0])
+@pytest.mark.parametrize("blocks", [(16, 16), (128, 64)])
+def test_far_tile_series_is_within_its_stated_bound(r2, blocks):
+    """kernels/distance_bias.py FAR_U: on the nearest far tile (the centre at far_distance, where
+    |u| reaches 1/8) and farther, the series log2(1 + r2 d) is within 1.1e-6 of float64's."""
+    half = (sum(blocks) - 2) // 2
+    r2_32 = float(np.float32(r2))
+    first = max(math.ceil(8 * half - 1 / r2_32), half)  # far_distance, at least R: distances >= 0
+    delta = torch.arange(-half, half + 1, dtype=torch.float32)
+    for center in (first, first + 1, 3 * first + 7, 65536):
+        y = torch.empty_like(delta)
+        _far_kernel[(1,)](torch.tensor([r2_32]), torch.tensor([center], dtype=torch.int32), delta, y,
+                          delta.numel(), BLOCK=triton.next_power_of_2(delta.numel()))
+        want = np.log2(1 + r2_32 * (center + delta.double().numpy()))
+        assert np.abs(y.double().numpy() - want).max() < 1.1e-6 + 2e-7 * want.max()  # + fp32 rounding

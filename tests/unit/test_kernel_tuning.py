@@ -53,7 +53,7 @@ def test_untuned_default_without_autotune_writes_nothing(tmp_path):
     path = tmp_path / "cache.json"
     measure, asked = timings({})
     cfg = Tuner(str(path)).config("fwd", GPU, torch.bfloat16, 64, 4096, measure=measure)
-    assert cfg == tuning.default_config("fwd", 64) == LaunchConfig(128, 64)
+    assert cfg == tuning.default_config("fwd", 64) == LaunchConfig(128, 64, 8)
     assert asked == [] and not path.exists()
 
 

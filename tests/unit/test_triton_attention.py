@@ -150,6 +150,26 @@ def test_backward_bands_random_shapes():
         compare("kerple_log", 1, 2, lq, lk, 8, torch.float32, window=window, offset=offset, seed=lq + lk)
 
 
+@pytest.mark.parametrize("lq,lk,offset,blocks", [(192, 192, 0, None), (40, 200, 1000, "16,16,16,32")])
+def test_far_tiles_match_reference(monkeypatch, lq, lk, offset, blocks):
+    """KERPLE-log's far tiles (kernels/distance_bias.py FAR_U: the series in all three kernels) next
+    to near and masked ones: with 16 x 16 blocks a tile is far from a centre distance of
+    8 * 15 - 1 / r2 on, so these lengths hold both kinds; kv-cache rows and non-square backward tiles."""
+    if blocks:
+        monkeypatch.setenv("KERPLE_TRITON_BLOCKS", blocks)
+    r2 = scheme_for("kerple_log", 2, 8).fused_kernel().r2.detach()
+    assert (8 * 15 - 1 / r2 < lk - 48).all()  # far tiles (centre distance up to ~lk - 16) for both heads
+    compare("kerple_log", 1, 2, lq, lk, 8, torch.float32, offset=offset)
+
+
+@pytest.mark.parametrize("name", ["kerple_log", "rpe"])
+def test_backward_non_square_tiles(monkeypatch, name):
+    """A bwd config with block_m != block_n: dk/dv walk 16-query blocks over 32 keys (key-major
+    tiles), dq runs the mirror tile, 32 queries over 16-key blocks (kernels/tuning.py)."""
+    monkeypatch.setenv("KERPLE_TRITON_BLOCKS", "16,16,16,32")
+    compare(name, 1, 2, 45, 45, 8, torch.float32, window=20, offset=3)
+
+
 @pytest.mark.parametrize("path", ["table", "inline"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_both_bias_paths_half_precision(monkeypatch, path, dtype):
@@ -244,6 +264,15 @@ def test_non_consecutive_positions_are_refused():
     backend = resolve_backend("triton", scheme, DEVICE, torch.float32, False)
     with pytest.raises(ValueError, match="consecutive key positions.*sdpa or reference"):
         backend.forward(q, k, v, scheme, q_pos, k_pos * 2)
+
+
+def test_distances_past_the_kernels_range_are_refused():
+    """Distances are formed as floats bit by bit (kernels/fma_log2.small_int_to_float): < 2^23."""
+    scheme = scheme_for("kerple_log", 2, 8)
+    q, k, v, _, q_pos, k_pos = inputs(1, 2, 4, 4, 8, torch.float32)
+    backend = resolve_backend("triton", scheme, DEVICE, torch.float32, False)
+    with pytest.raises(ValueError, match="distances below 8388608.*got 8388608.*sdpa or reference"):
+        backend.forward(q, k, v, scheme, q_pos + 2**23 - 3, k_pos)
 
 
 @pytest.mark.parametrize("starts", [[0, 5], [[0], [5], [17]], [0.0, 5.0, 17.0]], ids=["short", "2d", "float"])
