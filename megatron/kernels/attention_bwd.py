@@ -19,7 +19,7 @@ The table path (a log/power bias tabulated per distance, kernels/bias_table.py; 
 import triton
 import triton.language as tl
 
-from megatron.kernels.bands import band_bounds, far_split, key_walk, query_walk
+from megatron.kernels.bands import key_walk, query_walk, walk_part
 from megatron.kernels.distance_bias import (
     LN2,
     LOG2E,
@@ -172,11 +172,7 @@ def attention_bwd_dkdv_kernel(
     if FAR:
         far_start = far_distance(r2, BLOCK_M, BLOCK_N) - center_shift
     for part in tl.static_range(4):  # masked, near unmasked, far unmasked, masked
-        band_lo, band_hi = band_bounds(lo, hi, full_lo, full_hi, BLOCK_M, part - part // 2)
-        if part == 1:
-            band_hi = far_split(band_lo, band_hi, far_start, BLOCK_M)
-        if part == 2:
-            band_lo = far_split(band_lo, band_hi, far_start, BLOCK_M)
+        band_lo, band_hi = walk_part(lo, hi, full_lo, full_hi, far_start, BLOCK_M, part)
         # (without far tiles part 1 is the whole unmasked band and part 2 an empty loop, compiled away)
         for start_m in range(band_lo, band_hi if part != 2 or FAR else band_lo, BLOCK_M):
             rows = start_m + offs_m
@@ -318,11 +314,7 @@ def attention_bwd_dq_kernel(
     if FAR:
         far_end = center_shift - far_distance(r2, BLOCK_M, BLOCK_N) + 1
     for part in tl.static_range(4):  # masked, far unmasked, near unmasked, masked
-        band_lo, band_hi = band_bounds(lo, hi, full_lo, full_hi, BLOCK_N, part - part // 2)
-        if part == 1:
-            band_hi = far_split(band_lo, band_hi, far_end, BLOCK_N)
-        if part == 2:
-            band_lo = far_split(band_lo, band_hi, far_end, BLOCK_N)
+        band_lo, band_hi = walk_part(lo, hi, full_lo, full_hi, far_end, BLOCK_N, part)
         # (without far tiles part 1 is the whole unmasked band and part 2 an empty loop, compiled away)
         for start_n in range(band_lo, band_hi if part != 2 or FAR else band_lo, BLOCK_N):
             cols = start_n + offs_n

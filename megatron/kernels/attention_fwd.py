@@ -18,7 +18,7 @@ natural units, as the backward kernels read it."""
 import triton
 import triton.language as tl
 
-from megatron.kernels.bands import band_bounds, far_split, key_walk
+from megatron.kernels.bands import key_walk, walk_part
 from megatron.kernels.distance_bias import (
     LN2,
     LOG2E,
@@ -152,11 +152,7 @@ def attention_fwd_kernel(
         far_end = q_first - K0 + (BLOCK_M - BLOCK_N) // 2 - far_distance(r2, BLOCK_M, BLOCK_N) + 1
     for part in tl.static_range(4):  # masked, far unmasked, near unmasked, masked
         if part != 2 or FAR:  # without far tiles part 1 is the whole unmasked band
-            band_lo, band_hi = band_bounds(lo, hi, full_lo, full_hi, BLOCK_N, part - part // 2)
-            if part == 1:
-                band_hi = far_split(band_lo, band_hi, far_end, BLOCK_N)
-            if part == 2:
-                band_lo = far_split(band_lo, band_hi, far_end, BLOCK_N)
+            band_lo, band_hi = walk_part(lo, hi, full_lo, full_hi, far_end, BLOCK_N, part)
             acc, m_i, l_i = _fwd_band(
                 acc, m_i, l_i, q, k_base, v_base, skn, svn, band_lo, band_hi, q_pos, q_first, offs_n, offs_d, d_ok,
                 LK, K0, WINDOW, start_b, qk_scale, r1, r2, r3, w_a, w_p, lut_row, MAXD,

@@ -76,6 +76,19 @@ def band_bounds(lo, hi, full_lo, full_hi, STEP: tl.constexpr, BAND: tl.constexpr
 
 
 @triton.jit
+def walk_part(lo, hi, full_lo, full_hi, split, STEP: tl.constexpr, PART: tl.constexpr):
+    """(first, end) of part PART of the walk, as every kernel's static loop over 4 parts runs it:
+    0 and 3 the masked bands, 1 and 2 the unmasked band cut at `split` (far_split): tiles before
+    it in part 1, from it on in part 2. Which of the two is the far one is the caller's walk."""
+    first, end = band_bounds(lo, hi, full_lo, full_hi, STEP, PART - PART // 2)
+    if PART == 1:
+        end = far_split(first, end, split, STEP)
+    if PART == 2:
+        first = far_split(first, end, split, STEP)
+    return first, end
+
+
+@triton.jit
 def far_split(first, end, threshold, STEP: tl.constexpr):
     """The first start of first, first + STEP, ... < end that is >= threshold (end if none): where
     the unmasked band splits between tiles near the diagonal and far ones (kernels/distance_bias.py
