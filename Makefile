@@ -37,9 +37,12 @@ test: setup
 # real sizes, flex and flash on CUDA, MFU, and tests/gpu/: the paper config through deepy.py in bf16,
 # SIGKILL and exact resume, evaluate/generate/HF export on CUDA). `make test` runs everything else
 # there too, with the CPU pinned where a test is about CPU behaviour.
+# One worker per CPU core: most of its time is compiling Triton kernels, which is CPU work
+# (16 workers on one H200: ~4 minutes). worksteal: the longest tests come last in collection order.
+TEST_GPU_WORKERS ?= auto
 test-gpu: setup
 	@$(PY) -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'make test-gpu: torch sees no GPU on this machine; run make test')"
-	$(PY) -m pytest -q --durations=15 -m gpu tests
+	$(PY) -m pytest -q --durations=15 -n $(TEST_GPU_WORKERS) --dist worksteal -m gpu tests
 
 # Real data (the Python standard library on this machine), a small KERPLE-log model, then the
 # extrapolation table at 1x..16x the train length. Re-running resumes from the saved checkpoint

@@ -198,14 +198,25 @@ def variants(scheme: str, backend: str, args) -> list[str | None]:
     kernel = build(scheme, args, 16, device="cpu").fused_kernel()
     if kernel is None or bias_path(kernel, "table") == bias_path(kernel, "inline"):
         return [None]
-    return ["table", "inline"] if args.triton_bias == "both" else [args.triton_bias]
+    if args.triton_bias != "both":
+        return [args.triton_bias]
+    default = bias_path(kernel, "auto")
+    return [default, *({"table", "inline"} - {default})]  # the library's path first
 
 
 def priority(args):
     """Sort key for the order cases are measured in: the baselines first (without them no ratio
-    means anything), then our kernel, then the rest; a short --time-budget cuts the end."""
+    means anything), then our kernel on the bias path the library picks (what users get), then its
+    other path, then the rest; a short --time-budget cuts the end."""
     baselines = [*BASELINE_ROWS, *([args.baseline] if isinstance(args.baseline, tuple) else [])]
-    return lambda case: 0 if case[:2] in baselines else 1 if case[1] == "triton" else 2
+
+    def key(case):
+        if case[:2] in baselines:
+            return 0
+        if case[1] != "triton":
+            return 3
+        return 1 if case[2] is None or case[2] == variants(*case[:2], args)[0] else 2
+    return key
 
 
 def build(scheme_name: str, args, max_len: int, device=None):

@@ -75,8 +75,11 @@ def steps(out: str, tiny: bool, python: str) -> list[Step]:
         test_argv += ["tests/gpu"]  # on CPU every test there skips: the plumbing, in seconds
     else:
         # -v: each result is a line as it happens ("[gw3] PASSED tests/...::name"), so a log cut short
-        # still names every failure; --timeout: one hung test cannot hold the whole step.
-        test_argv += ["-n", "16", "-v", "-rfE", "--timeout", "90", "--durations", "20", "-p", "no:benchmark", "tests"]
+        # still names every failure; --timeout: one hung test cannot hold the whole step; worksteal:
+        # an idle worker takes queued tests from a busy one (the slowest, fp32 kernels at real sizes,
+        # come last in collection order).
+        test_argv += ["-n", "16", "--dist", "worksteal", "-v", "-rfE", "--timeout", "90", "--durations", "20",
+                      "-p", "no:benchmark", "tests"]
     train = ["tools/bench_train_step.py", "--out", os.path.join(out, "train.md"), "--section", "train"]
     train += ["--quick", "--schemes", "kerple_log", "alibi", "none", "--time-budget", "60"] if tiny \
         else ["--eval-length", "65536", "--time-budget", "65"]

@@ -3,8 +3,9 @@
 
     python tools/gpu_results.py OUT_DIR        # OUT_DIR: what the device call returned (files_at)
 
-Each benchmark file in OUT_DIR (attention.md, attention-hd128.md, train.md) replaces its own
-section of docs/benchmarks.md; a `gpu-check` section there gets the run's summary (device, each
+Each benchmark file in OUT_DIR (attention.md, attention-hd128.md, train.md, and any other
+attention-NAME.md a targeted re-run wrote with --section attention-NAME) replaces its own section
+of docs/benchmarks.md; a `gpu-check` section there gets the run's summary (device, each
 step's status and time, the test counts and failures from the junit XML, deepy.py's tokens/s and
 MFU) and issue 32's goals, each judged from the figures; the README's `gpu-status` section (in
 its Status) gets the same verdicts in a few lines. A --tiny run (toy sizes, any machine) is
@@ -27,6 +28,7 @@ from megatron.cli_args import ArgumentParser  # noqa: E402
 from megatron.errors import UserError  # noqa: E402
 
 BENCH_FILES = ["attention", "attention-hd128", "train"]  # file stem = section name
+EXTRA_ATTENTION = re.compile(r"attention-[a-z0-9-]+\.md$")  # a re-run's own section (e.g. attention-inline)
 # Issue 32's goals.
 FB_LENGTHS = (2048, 16384)  # KERPLE-log fwd+bwd >= 1.0x FlexAttention ALiBi over this range
 FWD_LENGTHS = (2048, 65536)  # forward >= 1.0x over this range
@@ -118,6 +120,19 @@ def attention_goals(body: str, label: str) -> list[list[str]]:
             out.append([f"KERPLE-log {what}, {label}, {backend}", f">= 1.0x FlexAttention ALiBi at L = {lo}-{hi}",
                         cell, verdict])
     return out
+
+
+def attention_files(out: str) -> list[str]:
+    """The attention sections in OUT_DIR: the check's two, then any re-run's, by name."""
+    extra = sorted(f[:-3] for f in os.listdir(out) if EXTRA_ATTENTION.fullmatch(f)) if os.path.isdir(out) else []
+    return list(dict.fromkeys(["attention", "attention-hd128", *extra]))
+
+
+def attention_label(name: str, body: str) -> str:
+    """'hd 64' from the section's own description line; the section name says which run."""
+    m = re.search(r"head dim (\d+)", body)
+    hd = f"hd {m.group(1)}" if m else "hd ?"
+    return hd if name in ("attention", "attention-hd128") else f"{hd}, {name}"
 
 
 def train_goals(body: str) -> list[list[str]]:
@@ -238,9 +253,12 @@ def report(out: str, summary: dict) -> tuple[str, str]:
         goals.append(["make test-gpu", f"0 failed, 0 errors, <= {TEST_SECONDS_GOAL} s",
                       f"{tests['failures']} failed, {tests['errors']} errors; did not finish", "not met"])
     elif tests and "error" not in tests:
+        step = next((st for st in summary["steps"] if st["name"] == "test-gpu"), {})
+        cut = step.get("status") == "timed out"  # interrupted at its clock: the XML counts what finished
         test_line = (f"make test-gpu: {tests['passed']} passed, {tests['failures']} failed, {tests['errors']} errors, "
-                     f"{tests['skipped']} skipped in {tests['time']:.0f} s")
-        ok = tests["failures"] == 0 and tests["errors"] == 0
+                     f"{tests['skipped']} skipped in {tests['time']:.0f} s"
+                     + (" (interrupted at its clock; tests still running then are not counted)" if cut else ""))
+        ok = tests["failures"] == 0 and tests["errors"] == 0 and not cut
         goals.append(["make test-gpu", f"0 failed, 0 errors, <= {TEST_SECONDS_GOAL} s",
                       f"{tests['failures']} failed, {tests['errors']} errors, {tests['time']:.0f} s",
                       "met" if ok and tests["time"] <= TEST_SECONDS_GOAL else "not met"])
@@ -251,10 +269,10 @@ def report(out: str, summary: dict) -> tuple[str, str]:
         lines += ["", "Failed or errored:", ""] + [f"- `{t}`" for t in tests["not_passed"][:40]]
         if len(tests["not_passed"]) > 40:
             lines.append(f"- ... and {len(tests['not_passed']) - 40} more (test-gpu.xml)")
-    for name, label in (("attention", "hd 64"), ("attention-hd128", "hd 128")):
+    for name in attention_files(out):
         body = section_body(os.path.join(out, f"{name}.md"), name)
         if body:
-            goals += attention_goals(body, label)
+            goals += attention_goals(body, attention_label(name, body))
     body = section_body(os.path.join(out, "train.md"), "train")
     if body:
         goals += train_goals(body)
@@ -296,7 +314,7 @@ def main() -> int:
         raise UserError(f"{args.out} holds a --tiny run (toy sizes): its figures would replace GPU figures in "
                         f"{args.doc}; run the check on a GPU, or pass --allow-tiny for a scratch copy of the docs")
     folded = []
-    for name in BENCH_FILES:
+    for name in dict.fromkeys([*BENCH_FILES, *attention_files(args.out)]):
         body = section_body(os.path.join(args.out, f"{name}.md"), name)
         if body:
             replace_section(args.doc, name, body)

@@ -43,14 +43,10 @@ def measure(kernel: str, scheme: str, dtype: str, head_dim: int) -> list[dict]:
     unmasked band is split (KERPLE-log: far tiles, the hot loop at long lengths, and the near
     ones, kernels/bands.py far_split) gives a second row for its near tiles."""
     from megatron.kernels import sass
-    from megatron.kernels.compile_check import compile_variant
-    from megatron.kernels.tuning import default_config
+    from megatron.kernels.compile_check import compile_variant, default_launch
 
-    cfg = default_config("fwd" if kernel == "fwd" else "bwd", head_dim)
-    stages = cfg.num_stages or 3  # None: Triton's default for CUDA (3)
-    block_m, block_n = cfg.dq_blocks() if kernel == "bwd_dq" else (cfg.block_m, cfg.block_n)
-    c = compile_variant(kernel, scheme, dtype, head_dim, False, blocks=(block_m, block_n),
-                        num_warps=cfg.num_warps, num_stages=stages, aligned=True)
+    (block_m, block_n), num_warps, stages = default_launch(kernel, head_dim, dtype)
+    c = compile_variant(kernel, scheme, dtype, head_dim, False, aligned=True)  # the default launch
     prog = sass.parse(sass.disassemble(c.cubin))
     masked, far = sass.source_mentions("allowed"), sass.source_mentions("far_h")
     loops = {"": sass.hot_loop(prog, masked, far)}
@@ -58,14 +54,14 @@ def measure(kernel: str, scheme: str, dtype: str, head_dim: int) -> list[dict]:
         loops = {"far tiles": loops[""], "near tiles": sass.hot_loop(prog, masked, far, near=True)}
     # Scores one thread holds per tile: the loop's count divided by this is the instructions each
     # thread issues per score it owns (HGMMA/HMMA are per warp group/warp, so theirs is nominal).
-    per_thread = block_m * block_n / (32 * cfg.num_warps)
+    per_thread = block_m * block_n / (32 * num_warps)
     rows = []
     for tiles, (first, last) in loops.items():
         counts = sass.mix(prog.instrs[first:last + 1])
         counts["mufu"] = sum(v for k, v in counts.items() if k.startswith("mufu."))
         rows.append(dict(kernel=kernel, scheme=scheme, tiles=tiles, counts=counts, per_thread=per_thread,
                          usage=sass.resource_usage(c.cubin),
-                         config=f"{block_m}x{block_n}, {cfg.num_warps} warps, {stages} stages"))
+                         config=f"{block_m}x{block_n}, {num_warps} warps, {stages} stages"))
     return rows
 
 

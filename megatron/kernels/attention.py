@@ -20,7 +20,7 @@ from megatron.kernels.attention_bwd import attention_bwd_dkdv_kernel, attention_
 from megatron.kernels.attention_fwd import attention_fwd_kernel
 from megatron.kernels.bias_table import BIAS_PARAMS, bias_jacobians, bias_path, bias_table, table_length
 from megatron.kernels.distance_bias import BIAS_CODES
-from megatron.kernels.tuning import LaunchConfig, Tuner
+from megatron.kernels.tuning import LaunchConfig, Tuner, cache_key
 from megatron.positional.distance_kernel import DistanceKernel
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
@@ -34,15 +34,22 @@ def _gpu_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
 
 
-def _launch_config(pass_name: str, q, lk: int, run) -> LaunchConfig:
-    """This call's configuration; `run(config)` launches the pass (timed only when autotuning)."""
+def _launch(pass_name: str, q, lk: int, run):
+    """run(config) for this call's configuration (timed first only when autotuning), on a smaller
+    one if the GPU refuses it (tuning.Tuner.run_fitting); returns what run returns."""
     def measure(cfg: LaunchConfig) -> float:
         from triton.testing import do_bench
 
         return do_bench(lambda: run(cfg), warmup=5, rep=25) / 1000.0  # ms -> s
 
-    return _TUNER.config(pass_name, _gpu_name(q.device), q.dtype, q.shape[-1], max(q.shape[2], lk),
-                         measure=measure, interpreter=_INTERPRET)
+    gpu, length = _gpu_name(q.device), max(q.shape[2], lk)
+    cfg = _TUNER.config(pass_name, gpu, q.dtype, q.shape[-1], length, measure=measure, interpreter=_INTERPRET)
+    if _INTERPRET:
+        return run(cfg)
+    from triton.runtime.errors import OutOfResources
+
+    key = cache_key(pass_name, gpu, q.dtype, q.shape[-1], length)
+    return _TUNER.run_fitting(key, cfg, run, (OutOfResources,))
 
 
 def _vec(x: torch.Tensor | None, device) -> torch.Tensor:
@@ -119,7 +126,7 @@ class _TritonAttention(torch.autograd.Function):
                 *common, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HAS_WINDOW=window is not None,
                 EXACT_PV=exact_pv, **meta, **cfg.launch_options())
 
-        run(_launch_config("fwd", q, LK, run))
+        _launch("fwd", q, LK, run)
         ctx.save_for_backward(q, k, v, out, lse, *params, lut, bucket, starts)
         ctx.info = (q0, k0, window, kernel.bias, kernel.table_scale,
                     0 if table is None else table.shape[0], meta, jac_names)
@@ -165,7 +172,7 @@ class _TritonAttention(torch.autograd.Function):
                 *common, **{**blocks, "BLOCK_M": dq_m, "BLOCK_N": dq_n})
             return part
 
-        part = run(_launch_config("bwd", q, LK, run))
+        part = _launch("bwd", q, LK, run)
         # The deterministic reduction: a plain sum over batch and key blocks, fixed order.
         total = part.view(B, H, -1, nslot).sum(dim=(0, 2))  # (H, nslot)
         needs = ctx.needs_input_grad

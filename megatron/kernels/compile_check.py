@@ -109,12 +109,28 @@ def _aligned_attrs(fn, sig: dict) -> dict:
     return marked
 
 
+def default_launch(kernel: str, head_dim: int, dtype: str) -> tuple[tuple[int, int], int, int]:
+    """((BLOCK_M, BLOCK_N), num_warps, num_stages) an untuned call of this kernel launches with
+    (kernels/tuning.py default_config; dq takes the mirror tile; no stages: Triton's CUDA default, 3)."""
+    from megatron.config.precision import torch_dtype
+    from megatron.kernels.tuning import default_config
+
+    cfg = default_config("fwd" if kernel == "fwd" else "bwd", head_dim, torch_dtype(dtype))
+    blocks = cfg.dq_blocks() if kernel == "bwd_dq" else (cfg.block_m, cfg.block_n)
+    return blocks, cfg.num_warps, cfg.num_stages or 3
+
+
 def compile_variant(kernel: str, scheme: str, dtype: str, head_dim: int, window: bool,
-                    arch: int = 90, blocks: tuple[int, int] = (64, 64), num_warps: int = 4,
-                    num_stages: int = 2, padded: bool = False, aligned: bool = False) -> Compiled:
+                    arch: int = 90, blocks: tuple[int, int] | None = None, num_warps: int | None = None,
+                    num_stages: int | None = None, padded: bool = False, aligned: bool = False) -> Compiled:
     """Compile one kernel variant for sm_<arch>; raises triton's CompilationError on bad code.
+    blocks/num_warps/num_stages left out: the untuned default launch (default_launch), so the
+    shared memory reported is what a call asks of the GPU.
     aligned: compile as a typical launch specializes (_aligned_attrs); False compiles the
     most general variant (any pointer alignment, any lengths), which every call can fall back to."""
+    d_blocks, d_warps, d_stages = default_launch(kernel, head_dim, dtype)
+    blocks, num_warps = blocks or d_blocks, num_warps or d_warps
+    num_stages = num_stages or d_stages
     fn = KERNELS[kernel]
     constexprs = dict({"LUT_GRAD": False, "N_JAC": 0, **SCHEMES[scheme]},
                       D=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
@@ -149,6 +165,8 @@ QUICK = [
     ("bwd_dkdv", "kerple_log_3para_table", "bf16", 64, True, 90, False),
     ("fwd", "kerple_log_3para_table", "bf16", 64, True, 90, False),  # the three key bands, windowed
     ("bwd_dq", "kerple_log_3para_table", "fp16", 64, True, 80, False),
+    # fp32 at head dim 128 on the table path: the largest forward tiles (an H200 refused 3 stages)
+    ("fwd", "rpe", "fp32", 128, True, 90, False),
 ]
 
 

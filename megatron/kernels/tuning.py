@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
@@ -53,18 +54,36 @@ class LaunchConfig:
 INTERPRETER = {"fwd": LaunchConfig(16, 16), "bwd": LaunchConfig(16, 16)}
 
 
-def default_config(pass_name: str, head_dim: int) -> LaunchConfig:
+def default_config(pass_name: str, head_dim: int, dtype: torch.dtype | None = None) -> LaunchConfig:
     """The untuned choice, read off the kernels' sm_90 SASS (tools/sass_mix.py, no GPU timing yet):
     at head dim 64 and 128 these keep every kernel's inner loop free of register spills with
     warpgroup MMAs only. fwd: 128 queries on 8 warps (two warpgroups of 64 rows; 4 warps spilled
     at 128 x 64, and 64 x 64 on 4 warps had a stack at head dim 128). bwd: each program keeps 64
-    rows (kernels/attention_bwd.py) and walks 32 at a time; a 64-row walk spilled in dk/dv."""
+    rows (kernels/attention_bwd.py) and walks 32 at a time; a 64-row walk spilled in dk/dv.
+    fp32 tiles are twice as large: the forward at head dim > 64 keeps 2 stages, not Triton's 3
+    (on an H200 the table path's fp32 forward at head dim 128 asked 295,424 B of shared memory
+    with 3, limit 232,448; 197,120 B with 2, compiled for sm_90 here)."""
+    wide = dtype is not None and dtype.itemsize >= 4
     if pass_name == "fwd":
-        return LaunchConfig(128, 64, 8)
+        return LaunchConfig(128, 64, 8, 2 if wide and head_dim > 64 else None)
     return LaunchConfig(32, 64)
 
 
-def candidates(pass_name: str, head_dim: int) -> list[LaunchConfig]:
+def smaller_configs(cfg: LaunchConfig) -> list[LaunchConfig]:
+    """What to launch instead when `cfg` needs more shared memory than the GPU has, in order: fewer
+    pipeline stages first (the same tile, so the same partial-sum layout), then half the walked
+    block, then half of both, never below 16. Used only after the GPU refused `cfg`."""
+    m, n = cfg.block_m, cfg.block_n
+    out = []
+    for bm, bn in ((m, n), (m, n // 2), (m // 2, n // 2)):
+        for stages in (2, 1):
+            if bm < 16 or bn < 16 or ((bm, bn) == (m, n) and stages >= (cfg.num_stages or 3)):
+                continue
+            out.append(LaunchConfig(bm, bn, cfg.num_warps if bm >= 64 else 4, stages))
+    return list(dict.fromkeys(out))
+
+
+def candidates(pass_name: str, head_dim: int, dtype: torch.dtype | None = None) -> list[LaunchConfig]:
     """What autotuning tries: tiles that fit one SM's shared memory at this head dim, 4 or 8 warps,
     2-4 stages. The default is always among them. bwd tiles keep a block of >= 64 rows (the
     module docstring: a 32-row kept block is off the warpgroup MMA)."""
@@ -74,7 +93,7 @@ def candidates(pass_name: str, head_dim: int) -> list[LaunchConfig]:
     else:
         blocks = [(32, 64), (64, 64), (32, 128)] + ([] if big else [(128, 64), (64, 128)])
     out = [LaunchConfig(m, n, w, s) for m, n in blocks for w in (4, 8) for s in (2, 3, 4)]
-    default = default_config(pass_name, head_dim)
+    default = default_config(pass_name, head_dim, dtype)
     return out if default in out else [default, *out]
 
 
@@ -148,6 +167,32 @@ class Tuner:
     def __init__(self, path: str | None = None):
         self.path = path or cache_path()
         self.entries: dict[str, LaunchConfig] | None = None
+        self.fitted: dict[tuple[str, LaunchConfig], LaunchConfig] = {}  # refused config -> the one that ran
+
+    def run_fitting(self, key: str, cfg: LaunchConfig, run: Callable[[LaunchConfig], object],
+                    too_big: tuple[type[BaseException], ...]):
+        """run(cfg)'s result; if the GPU refuses cfg (an exception in `too_big`: triton's
+        OutOfResources), the first of smaller_configs(cfg) it accepts, remembered for this process
+        and said once. A configuration that fits is never changed: bitwise repeatability holds."""
+        chosen = self.fitted.get((key, cfg), cfg)
+        try:
+            return run(chosen)
+        except too_big as e:
+            if chosen != cfg:
+                raise
+            refused = e
+        for smaller in smaller_configs(cfg):
+            try:
+                result = run(smaller)
+            except too_big:
+                continue
+            self.fitted[(key, cfg)] = smaller
+            warnings.warn(f"triton attention ({key}): {cfg} needs more GPU resources than this GPU has "
+                          f"({str(refused).splitlines()[0][:160]}); running {smaller} instead. "
+                          "KERPLE_TRITON_AUTOTUNE=1 times the candidates that fit and caches the fastest.",
+                          stacklevel=2)
+            return result
+        raise refused
 
     def config(self, pass_name: str, gpu: str, dtype: torch.dtype, head_dim: int, length: int,
                measure: Callable[[LaunchConfig], float] | None = None, interpreter: bool = False) -> LaunchConfig:
@@ -164,8 +209,8 @@ class Tuner:
         if key in self.entries:
             return self.entries[key]
         if measure is None or os.environ.get("KERPLE_TRITON_AUTOTUNE", "0") != "1":
-            return default_config(pass_name, head_dim)
-        best = fastest(candidates(pass_name, head_dim), measure)
+            return default_config(pass_name, head_dim, dtype)
+        best = fastest(candidates(pass_name, head_dim, dtype), measure)
         self.entries = {**load_cache(self.path), key: best}  # keep what another process added
         save_cache(self.path, self.entries)
         return best

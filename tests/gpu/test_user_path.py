@@ -17,17 +17,16 @@ import torch
 
 from megatron.training.distributed import free_port
 from tests.conftest import ROOT, train_config_dict, write_token_dataset, write_yaml
-from tests.integration.fault_helpers import last_iteration, train_losses
+from tests.integration.fault_helpers import child_env, last_iteration, train_losses
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 ITERS = 10
 
 
 def gpu_env() -> dict:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("DS_ACCELERATOR", "TRITON_INTERPRET", "RANK", "WORLD_SIZE", "LOCAL_RANK",
-                        "MASTER_ADDR", "MASTER_PORT")}
-    env.update(WANDB_MODE="disabled", PYTHONPATH=ROOT, HF_HUB_OFFLINE="1")
+    env = child_env(accelerator=None)
+    env.pop("TRITON_INTERPRET", None)
+    env["HF_HUB_OFFLINE"] = "1"
     return env
 
 

@@ -11,12 +11,24 @@ from megatron.training.metrics_file import metrics_path, read_metrics
 from tests.conftest import ROOT, write_yaml
 
 
-def child_env() -> dict:
+def root_first_pythonpath(current: str | None) -> str:
+    """The repository first, then whatever the parent had: on the GPU machine the packages come from
+    the device bundle's PYTHONPATH (tools/device_bundle.py), so replacing it loses deepspeed."""
+    rest = [p for p in (current or "").split(os.pathsep) if p and os.path.abspath(p) != ROOT]
+    return os.pathsep.join([ROOT, *rest])
+
+
+def child_env(accelerator: str | None = "cpu") -> dict:
+    """The environment of a child train/deepy process: the parent's, with the repository on the path,
+    no process-group variables (the child sets up its own), and DS_ACCELERATOR pinned to
+    `accelerator` (None: unset, DeepSpeed picks the machine's own, the GPU tests)."""
     env = dict(os.environ)
-    env.update(DS_ACCELERATOR="cpu", WANDB_MODE="disabled", PYTHONPATH=ROOT,
+    env.update(WANDB_MODE="disabled", PYTHONPATH=root_first_pythonpath(env.get("PYTHONPATH")),
                TORCH_EXTENSIONS_DIR=env.get("TORCH_EXTENSIONS_DIR", os.path.join(ROOT, ".venv", "torch_extensions")))
-    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(k, None)  # the child sets up its own process group
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "DS_ACCELERATOR"):
+        env.pop(k, None)
+    if accelerator is not None:
+        env["DS_ACCELERATOR"] = accelerator
     return env
 
 

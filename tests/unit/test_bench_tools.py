@@ -128,6 +128,24 @@ def test_attention_baseline_order():
     assert attn.choose_baseline(args, [flex]) == ("kerple_log", "sdpa")
 
 
+def test_attention_measures_the_default_bias_path_before_the_other(monkeypatch):
+    """--triton-bias both under a short budget: the baselines, then every triton case on the path
+    the library picks (what users get), then the other path, then flex and reference. On the H200
+    (2026-11-27) KERPLE-log's table path went first and its compiles spent the whole budget: the
+    default (inline) path was never measured."""
+    monkeypatch.delenv("KERPLE_TRITON_BIAS", raising=False)
+    args = attn.parse_args(ATTN_TINY + ["--schemes", "kerple_log", "kerple_power_ap_", "alibi",
+                                        "--backends", "triton", "--triton-bias", "both"])
+    order = sorted(attn.cases(args), key=attn.priority(args))
+    triton = [c for c in order if c[1] == "triton"]
+    assert triton[:3] == [("kerple_log", "triton", "inline"), ("kerple_power_ap_", "triton", "table"),
+                          ("alibi", "triton", "inline")]
+    assert set(triton[3:]) == {("kerple_log", "triton", "table"), ("kerple_power_ap_", "triton", "inline"),
+                               ("alibi", "triton", "table")}
+    assert order.index(triton[-1]) < min(order.index(c) for c in order if c[1] in ("flex", "reference")
+                                         and c[:2] not in attn.BASELINE_ROWS)
+
+
 def test_attention_triton_bias_rows_and_environment(monkeypatch):
     """--triton-bias both: two triton rows where the path changes the kernel's work (not for T5's
     lookup); each runs with KERPLE_TRITON_BIAS set, and the variable is restored afterwards."""

@@ -113,14 +113,15 @@ def test_tiny_check_then_results_fold_into_the_docs(tmp_path):
     assert "old" not in status and "a --tiny run" in status and status.endswith("tail\n")
 
 
-def attention_section(ratios: dict) -> str:
+def attention_section(ratios: dict, name: str = "attention", head_dim: int = 64) -> str:
     """An attention.md as bench_attention writes it, with the given fwd+bwd / fwd ratios per L."""
     head = "| scheme | backend | L | B | fwd ms | fwd TFLOP/s | fwd x base | fwd+bwd ms | fwd+bwd TFLOP/s | " \
            "fwd+bwd x base | peak GiB | note |\n|" + "---|" * 12
     rows = [f"| kerple_log | triton [inline] | {n} | 1 | 1 | 1 | {f:.2f}x | 1 | 1 | "
             + (f"{b:.2f}x" if b is not None else "-") + " | 1 |  |" for n, (b, f) in ratios.items()]
-    begin, end = markers("attention")
-    return f"{begin}\nAll cells:\n\n{head}\n" + "\n".join(rows) + f"\n{end}\n"
+    begin, end = markers(name)
+    return (f"{begin}\n- bf16, head dim {head_dim}, 12 heads\n\nAll cells:\n\n{head}\n" + "\n".join(rows)
+            + f"\n{end}\n")
 
 
 def test_attention_goals_are_judged_over_the_goal_lengths_only():
@@ -147,3 +148,24 @@ def test_results_refuse_a_directory_without_a_summary(tmp_path):
     proc = subprocess.run([sys.executable, "tools/gpu_results.py", str(tmp_path)], cwd=ROOT, capture_output=True,
                           text=True)
     assert proc.returncode != 0 and "no summary.json" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_targeted_rerun_section_is_folded_and_judged(tmp_path):
+    """A re-run on a warm GPU (bench_attention --section attention-inline, hd 128) written next to the
+    check's files: its section reaches the docs and its rows are judged with the run's name."""
+    (tmp_path / "summary.json").write_text(json.dumps({"format": "kerple-gpu-check/1", "tiny": False,
+                                                       "device": {"gpu": "NVIDIA H200"}, "steps": []}))
+    (tmp_path / "attention.md").write_text(attention_section({2048: (0.5, 0.5)}))
+    (tmp_path / "attention-inline.md").write_text(
+        attention_section({2048: (1.1, 1.2), 16384: (1.0, 1.3)}, "attention-inline", 128))
+    assert results.attention_files(str(tmp_path)) == ["attention", "attention-hd128", "attention-inline"]
+    doc, readme = tmp_path / "benchmarks.md", tmp_path / "README.md"
+    doc.write_text("# Benchmarks\n")
+    readme.write_text("<!-- bench:gpu-status:begin -->\n<!-- bench:gpu-status:end -->\n")
+    proc = subprocess.run([sys.executable, "tools/gpu_results.py", str(tmp_path), "--doc", str(doc), "--readme",
+                           str(readme)], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    text = doc.read_text()
+    assert markers("attention-inline")[0] in text and markers("attention")[0] in text
+    assert "KERPLE-log fwd+bwd, hd 128, attention-inline, triton [inline]" in text
+    assert "KERPLE-log fwd+bwd, hd 64, triton [inline]" in text

@@ -123,3 +123,63 @@ def test_candidates_include_the_default_and_launch_options(pass_name, head_dim):
     assert tuning.default_config(pass_name, head_dim) in cands and len(set(cands)) == len(cands)
     assert LaunchConfig(64, 64, 8, 3).launch_options() == {"num_warps": 8, "num_stages": 3}
     assert LaunchConfig(64, 64).launch_options() == {"num_warps": 4}
+
+
+def test_fp32_forward_at_head_dim_128_keeps_two_stages():
+    """An H200 refused the fp32 table-path forward at head dim 128 with Triton's 3 stages (295,424 B
+    of shared memory, limit 232,448); 2 stages compile to 197,120 B for sm_90 (test_triton_compile)."""
+    assert tuning.default_config("fwd", 128, torch.float32) == LaunchConfig(128, 64, 8, 2)
+    assert tuning.default_config("fwd", 64, torch.float32) == LaunchConfig(128, 64, 8)
+    assert tuning.default_config("fwd", 128, torch.bfloat16) == LaunchConfig(128, 64, 8)
+    assert tuning.default_config("fwd", 128, torch.float32) in tuning.candidates("fwd", 128, torch.float32)
+
+
+class TooBig(Exception):
+    """Stands in for triton's OutOfResources."""
+
+
+def test_a_config_the_gpu_refuses_runs_smaller_once_said_and_remembered():
+    tuner = Tuner("/nonexistent/cache.json")
+    ran = []
+
+    def run(cfg):
+        ran.append(cfg)
+        if cfg.num_stages is None or cfg.num_stages > 1:  # this GPU: only 1 stage fits
+            raise TooBig("out of resource: shared memory, Required: 295424, Hardware limit: 232448")
+        return "out"
+
+    default = LaunchConfig(128, 64, 8)
+    with pytest.warns(UserWarning, match=r"needs more GPU resources.*running LaunchConfig\(block_m=128, block_n=64, "
+                                         r"num_warps=8, num_stages=1\)"):
+        assert tuner.run_fitting("k", default, run, (TooBig,)) == "out"
+    assert ran == [default, LaunchConfig(128, 64, 8, 2), LaunchConfig(128, 64, 8, 1)]
+    ran.clear()
+    assert tuner.run_fitting("k", default, run, (TooBig,)) == "out" and ran == [LaunchConfig(128, 64, 8, 1)]
+
+
+def test_a_config_that_fits_is_never_changed_and_other_errors_pass_through():
+    tuner = Tuner("/nonexistent/cache.json")
+    cfg = LaunchConfig(32, 64)
+    assert tuner.run_fitting("k", cfg, lambda c: c, (TooBig,)) is cfg and not tuner.fitted
+
+    def broken(c):
+        raise ValueError("a bug, not a resource limit")
+
+    with pytest.raises(ValueError, match="a bug"):
+        tuner.run_fitting("k", cfg, broken, (TooBig,))
+
+    def never(c):
+        raise TooBig("nothing fits")
+
+    with pytest.raises(TooBig, match="nothing fits"):
+        tuner.run_fitting("k", cfg, never, (TooBig,))
+
+
+def test_smaller_configs_go_down_in_stages_then_tiles():
+    got = tuning.smaller_configs(LaunchConfig(128, 64, 8))
+    assert got[:4] == [LaunchConfig(128, 64, 8, 2), LaunchConfig(128, 64, 8, 1), LaunchConfig(128, 32, 8, 2),
+                       LaunchConfig(128, 32, 8, 1)]
+    assert got[-1] == LaunchConfig(64, 32, 8, 1)
+    assert LaunchConfig(128, 64, 8) not in got
+    assert tuning.smaller_configs(LaunchConfig(16, 16, 4, 1)) == []
+    assert all(c.block_m >= 16 and c.block_n >= 16 for c in tuning.smaller_configs(LaunchConfig(32, 32, 4, 2)))

@@ -18,7 +18,7 @@ def test_kernels_compile_for_cuda_targets():
     res = subprocess.run([sys.executable, TOOL, "--quick"], capture_output=True, text=True, env=env, timeout=600)
     assert res.returncode == 0, res.stdout + res.stderr
     rows = [line for line in res.stdout.splitlines() if line.startswith("| fwd") or line.startswith("| bwd")]
-    assert len(rows) == 7 and all(row.rstrip().endswith("| yes |") for row in rows), res.stdout
+    assert len(rows) == 8 and all(row.rstrip().endswith("| yes |") for row in rows), res.stdout
     assert "sm_80" in res.stdout and "sm_90" in res.stdout
 
 
