@@ -77,6 +77,7 @@ class Result:
     eval_peak_gib: float | None = None
     eval_cell: str = "-"
     notes: list[str] = field(default_factory=list)
+    profile: dict[str, float] | None = None  # --profile: seconds per step by kernel name
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -106,6 +107,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                    help="start no scheme after this many seconds; the rest are marked 'skipped: out of time' "
                         "(`none` and alibi run right after the first scheme, so the ratios survive)")
+    p.add_argument("--profile", nargs="+", default=[], metavar="SCHEME",
+                   help="also profile 3 steps of these schemes (torch.profiler) and add a table of where "
+                        "the step's time goes by kernel category, e.g. --profile kerple_log alibi none")
     args = p.parse_args(argv)
 
     base = {**DEFAULTS, **QUICK} if args.quick else DEFAULTS
@@ -123,6 +127,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if args.time_budget is not None and args.time_budget <= 0:
         p.error(f"--time-budget must be > 0 seconds, got {args.time_budget}")
     check_names(p, args.schemes, scheme_names(), "positional scheme")
+    if set(args.profile) - set(args.schemes):
+        p.error(f"--profile {' '.join(args.profile)}: profile only schemes measured in this run "
+                f"(--schemes {' '.join(args.schemes)})")
     if args.attention_backend != "auto":
         from megatron.attention import backend_names
 
@@ -242,6 +249,13 @@ def measure(args, scheme: str) -> Result:
             res.notes.append("non-finite loss")
     except Exception as e:  # still try the evaluation below
         res.cell = failed(res, e, "train:" if args.eval_length else "")
+    if scheme in args.profile and res.sec_per_step is not None:
+        from megatron.benchmarks.profile import kernel_times
+
+        try:
+            res.profile = kernel_times(step, dev)
+        except Exception as e:  # the profile is extra: its failure must not cost the table
+            res.notes.append(f"profile failed: {type(e).__name__}: {' '.join(str(e).split())[:200]}")
     if args.eval_length:
         # What an evaluation process holds: weights, no gradients, no optimizer state.
         optimizer.state.clear()
@@ -369,6 +383,14 @@ def report(args, results: list[Result]) -> str:
     ratios = ratio_table(results, judge=dev.type == "cuda")
     if ratios:
         lines += ["", "The paper's Table 4 as ratios (same run; the paper's from its sec/step column):", "", ratios]
+    profiles = {r.scheme: r.profile for r in results if r.profile}
+    if profiles:
+        from megatron.benchmarks.profile import profile_tables
+
+        what = "each kernel's device time" if dev.type == "cuda" else "each operator's own CPU time"
+        lines += ["", f"Where a step's time goes (`--profile`: torch.profiler over 3 steps, {what}, ms per step; "
+                  "the total is the profiled work; wall clock - total: on a GPU, time the device waited for the host):", "",
+                  profile_tables(profiles, {r.scheme: r.sec_per_step for r in results if r.profile})]
     return "\n".join(lines) + "\n"
 
 

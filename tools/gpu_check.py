@@ -12,7 +12,8 @@ Steps, in the order they run (each under its own share of one clock, --seconds, 
     attention    tools/bench_attention.py: KERPLE-log and ALiBi, our kernel on both bias paths,
                  against FlexAttention ALiBi, head dim 64, bf16, L = 2k-16k fwd+bwd, 32k-65k fwd
     train        tools/bench_train_step.py: the paper's Table 4 on the 162M model (7 schemes), plus
-                 one 65,536-token evaluation forward
+                 one 65,536-token evaluation forward, and where the step's time goes (--profile:
+                 kernel categories and device idle time for kerple_log, alibi and none)
     throughput   the paper's config through deepy.py (DeepSpeed, bf16, activation checkpointing) on
                  random tokens: tokens/s and MFU as train.py logs them
     attention-hd128  the attention step at head dim 128, with what time is left
@@ -81,15 +82,16 @@ def steps(out: str, tiny: bool, python: str) -> list[Step]:
         test_argv += ["-n", "16", "--dist", "worksteal", "-v", "-rfE", "--timeout", "90", "--durations", "20",
                       "-p", "no:benchmark", "tests"]
     train = ["tools/bench_train_step.py", "--out", os.path.join(out, "train.md"), "--section", "train"]
-    train += ["--quick", "--schemes", "kerple_log", "alibi", "none", "--time-budget", "60"] if tiny \
-        else ["--eval-length", "65536", "--time-budget", "65"]
+    train += ["--quick", "--schemes", "kerple_log", "alibi", "none", "--time-budget", "60", "--profile", "kerple_log",
+              "none"] if tiny \
+        else ["--eval-length", "65536", "--time-budget", "65", "--profile", "kerple_log", "alibi", "none"]
     # test-gpu first: on 2026-11-27 (H200) it needed more than 265 s with 16 workers, so it gets the
     # largest share; when its clock runs out it is interrupted (SIGINT), and pytest still writes the
     # junit XML and the failures' summary for the tests that finished.
     return [
         Step("test-gpu", 90 * s, 250, [python, *test_argv], ["test-gpu.xml"], interrupt=True),
         Step("attention", 60 * s, 110, [python, *bench_attention(out, "attention", 64, tiny, 90)], ["attention.md"]),
-        Step("train", 50 * s, 90, [python, *train], ["train.md"]),
+        Step("train", 50 * s, 100, [python, *train], ["train.md"]),
         Step("throughput", 50 * s, 70, [python, "tools/gpu_throughput.py", "--out",
                                         os.path.join(out, "throughput.json"), *(["--tiny"] if tiny else [])],
              ["throughput.json"]),

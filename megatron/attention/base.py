@@ -33,6 +33,10 @@ class AttentionBackend:
     # Whether forward takes `row_starts` (padded batches, megatron/attention/mask.py); a backend
     # that cannot sets False and the resolver never hands it a padded batch.
     takes_padding: bool = True
+    # Whether `prepare` may build tensors from the scheme's parameters (a dense bias on their
+    # autograd graph). A backend whose prepared state is positions only sets False: every layer of
+    # a forward then shares it even while KERPLE trains (megatron.model.attention.shares_prepared).
+    prepares_from_parameters: bool = True
 
     def unsupported_reason(self, scheme, device: torch.device, dtype: torch.dtype,
                            training: bool, dropout: bool = False) -> str | None:

@@ -68,6 +68,7 @@ def _check_layout(q_pos: torch.Tensor, k_pos: torch.Tensor) -> None:
 
 @register_backend("flash", priority=10)
 class FlashAttention(AttentionBackend):
+    prepares_from_parameters = False  # its prepared state: a layout check
     # flash_attn_func takes no key-padding mask (padded batches would need its varlen entry point
     # and unpadded inputs): the resolver picks another backend for them.
     takes_padding = False

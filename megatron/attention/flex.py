@@ -132,6 +132,7 @@ def _consecutive_offset(q_pos: torch.Tensor, k_pos: torch.Tensor) -> int:
 
 @register_backend("flex", priority=30)
 class FlexAttention(AttentionBackend):
+    prepares_from_parameters = False  # its prepared state: the block mask, from positions and the window
     eager_on_cpu: bool = False  # see the module docstring
 
     def unsupported_reason(self, scheme, device, dtype, training, dropout=False):

@@ -29,6 +29,7 @@ def _interpreting() -> bool:
 
 @register_backend("triton", priority=20)
 class TritonAttention(AttentionBackend):
+    prepares_from_parameters = False  # its prepared state: (q0, k0): two ints
     def unsupported_reason(self, scheme, device, dtype, training, dropout=False):
         # Scheme and dropout first: they hold on every machine, so the message is the same everywhere.
         if scheme.fused_kernel() is None:

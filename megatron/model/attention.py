@@ -78,15 +78,19 @@ class AttentionContext:
                                  tokens=q_pos.numel() if full else None, padded=row_starts is not None)
         k_pos = q_pos if k_pos is None else k_pos
         window = model_cfg.attention_window
-        prepared = backend.prepare(scheme, q_pos, k_pos, window, row_starts) if shares_prepared(scheme) else None
+        prepared = backend.prepare(scheme, q_pos, k_pos, window, row_starts) if shares_prepared(scheme, backend) else None
         return cls(scheme=scheme, backend=backend, q_pos=q_pos, k_pos=k_pos, window=window,
                    softmax_in_fp32=model_cfg.attention_softmax_in_fp32, dropout_p=model_cfg.attention_dropout,
                    prepared=prepared, q_scale=scheme.query_scale(row_positions(q_pos, row_starts), window),
                    row_starts=row_starts)
 
 
-def shares_prepared(scheme: nn.Module) -> bool:
-    """Whether the layers of one forward share one prepared bias: always, except when autograd
+def shares_prepared(scheme: nn.Module, backend) -> bool:
+    """Whether the layers of one forward share one prepared state. Always for a backend whose
+    prepared state holds nothing built from the scheme's parameters (triton's (q0, k0), flash's
+    layout check, flex's block mask): sharing changes no bit, and each layer preparing its own
+    costs a host sync per layer (and per recomputed layer). For a backend that prepares a bias
+    (sdpa, reference): always, except when autograd
     records the scheme's learnable parameters (training KERPLE). There each layer prepares its own,
     as before: sharing would sum the layers' [H, Lq, Lk] bias gradients BEFORE the reduction to
     the per-head parameters instead of after it, the same gradient up to rounding (measured: max
@@ -96,6 +100,8 @@ def shares_prepared(scheme: nn.Module) -> bool:
 
     Never under ZeRO-3 (parameters carry `ds_id`): the scheme's partitioned parameters are gathered
     only inside the layers' forward, so a bias prepared outside them would have no heads."""
+    if not backend.prepares_from_parameters:
+        return True
     params = list(scheme.parameters())
     if any(hasattr(p, "ds_id") for p in params):
         return False

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import megatron.attention.sdpa as sdpa
+import megatron.attention.triton as triton_backend
 import megatron.model.attention as attention_mod
 from megatron.attention.mask import check_window, consecutive_starts
 from megatron.model import GPTModel
@@ -51,7 +52,7 @@ def test_a_shared_bias_gives_the_per_layer_gradients(tiny_config, monkeypatch, b
     tokens = torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(0))
     results = []
     for share in (False, True):
-        monkeypatch.setattr(attention_mod, "shares_prepared", lambda scheme, share=share: share)
+        monkeypatch.setattr(attention_mod, "shares_prepared", lambda scheme, backend, share=share: share)
         torch.manual_seed(0)
         model = GPTModel(cfg, 128, checkpoint_activations=checkpointing)
         calls = count_bias_calls(model, monkeypatch)
@@ -65,6 +66,23 @@ def test_a_shared_bias_gives_the_per_layer_gradients(tiny_config, monkeypatch, b
     assert grads_b["position.bias_p"].abs().sum() > 0
     for name, g in grads_a.items():
         torch.testing.assert_close(grads_b[name], g, rtol=0, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_training_kerple_on_triton_checks_positions_once_per_forward(tiny_config, monkeypatch, checkpointing):
+    """The triton backend's prepared state is two ints (q0, k0), not a bias on the parameters'
+    graph: training KERPLE shares it too. Each check is a host sync (consecutive_starts): one per
+    layer, and again in every recomputed layer, stalled the GPU 24 times per 162M step (12 layers,
+    activation checkpointing) where ALiBi stalled once."""
+    cfg = tiny_config(pos_emb="kerple_log", num_layers=3, attention_backend="triton").model
+    model = GPTModel(cfg, 128, checkpoint_activations=checkpointing)
+    calls = []
+    real = triton_backend.consecutive_starts
+    monkeypatch.setattr(triton_backend, "consecutive_starts", lambda q, k: calls.append(1) or real(q, k))
+    tokens = torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(0))
+    model(tokens, labels=tokens.roll(-1, 1)).backward()
+    assert len(calls) == 1
+    assert model.position.bias_p.grad.abs().sum() > 0
 
 
 def test_consecutive_starts():

@@ -346,3 +346,31 @@ def test_eval_forward_tool_interleaves_variants_against_none(capsys):
     assert [row.split("|")[1:3] for row in table] == [
         [f" {n} ", f" {v} "] for n in (32, 64) for v in ("none", "kerple_log", "alibi@reference")]
     assert all(row.split("|")[4].strip() == "1.00" for row in table if "| none |" in row)
+
+
+def test_train_step_profile_says_where_the_time_goes():
+    """--profile: a table of time per kernel category per scheme, and the first scheme's heaviest
+    kernels beside the same kernels in the others (CPU here: operators' own CPU time)."""
+    args = train.parse_args(TRAIN_TINY + ["--schemes", "kerple_log", "none", "--profile", "kerple_log", "none"])
+    results, text = train.run(args)
+    assert all(r.profile for r in results), [r.notes for r in results]
+    assert "Where a step's time goes" in text and "| ms per step | kerple_log | none |" in text
+    assert "| matmul |" in text and "**total**" in text and "kerple_log's 10 heaviest" in text
+    kerple = results[0].profile
+    assert sum(kerple.values()) > 0 and any("mm" in name for name in kerple)
+
+
+def test_train_step_profile_only_measured_schemes(capsys):
+    with pytest.raises(SystemExit) as e:
+        train.parse_args(TRAIN_TINY + ["--schemes", "none", "--profile", "alibi"])
+    assert e.value.code == 2 and "profile only schemes measured in this run" in capsys.readouterr().err
+
+
+def test_profile_categories():
+    from megatron.benchmarks.profile import OTHER, category
+
+    assert category("attention_fwd_kernel") == "attention fwd (ours)"
+    assert category("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64") == "matmul"
+    assert category("pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits>") == \
+        "attention (torch: sdpa, flash, flex)"
+    assert category("void at::native::vectorized_elementwise_kernel<4, GeluCUDAKernelImpl>") == OTHER

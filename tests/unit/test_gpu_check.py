@@ -108,6 +108,7 @@ def test_tiny_check_then_results_fold_into_the_docs(tmp_path):
     assert folded.returncode == 0, folded.stderr
     text = doc.read_text()
     assert "hand-written" in text and markers("train")[0] in text and markers("gpu-check")[0] in text
+    assert "Where a step's time goes" in text  # the train step's --profile table came through
     assert "make test-gpu: 0 passed, 0 failed, 0 errors" in text  # tests/gpu all skip without CUDA
     status = readme.read_text()
     assert "old" not in status and "a --tiny run" in status and status.endswith("tail\n")
