@@ -129,6 +129,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--backends", nargs="+", default=None,
                    help="backends to run the schemes on (default: every registered one); flex and "
                         "reference and the baselines are measured regardless")
+    p.add_argument("--skip-backends", nargs="+", default=[], metavar="BACKEND",
+                   help="never measure these, even those measured regardless (e.g. reference: the "
+                        "materialised bias, minutes and an out-of-memory at 32k on a GPU)")
     p.add_argument("--baseline", default="auto",
                    help="SCHEME:BACKEND whose TFLOP/s the ratios divide by (default: alibi:flash if its "
                         "fwd+bwd runs here, else alibi:flex, else none:sdpa)")
@@ -163,6 +166,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     registered = backend_names()
     args.backends = registered if args.backends is None else args.backends
     check_names(p, args.backends, registered, "attention backend")
+    check_names(p, args.skip_backends, registered, "attention backend")
     if args.baseline != "auto":
         if args.baseline.count(":") != 1:
             p.error(f"--baseline {args.baseline!r} must look like SCHEME:BACKEND, e.g. none:sdpa")
@@ -182,7 +186,8 @@ def cases(args) -> list[tuple[str, str, str | None]]:
     out = []
     for scheme in args.schemes:
         for backend in [*args.backends, *ALWAYS_BACKENDS]:
-            out += [(scheme, backend, v) for v in variants(scheme, backend, args)]
+            if backend not in args.skip_backends:
+                out += [(scheme, backend, v) for v in variants(scheme, backend, args)]
     for pair in [*BASELINE_ROWS, *([args.baseline] if isinstance(args.baseline, tuple) else [])]:
         out += [(*pair, v) for v in variants(*pair, args)]
     return list(dict.fromkeys(out))

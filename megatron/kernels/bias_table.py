@@ -16,12 +16,16 @@ Contracting inside each program is the same chain rule (sum_d dT[d] * J[d] = sum
 keeps the existing (B*H, key blocks, slots) partials (O(L) memory with the [3, H, L] tables) and
 stays bitwise reproducible.
 
-Selection: `KERPLE_TRITON_BIAS` = auto (default) | table | inline. auto tabulates the biases that
-cost a log and an exp per score (a learned exponent: kerple_log_3para, power with an exponent) and
-keeps inline a linear bias (ALiBi, -slope * d: one multiply, cheaper than a load) and KERPLE-log
-(-r1 log(1 + r2 d): one FMA-pipe log2, kernels/fma_log2.py, and on tiles far from the diagonal a
-5-FMA series, kernels/distance_bias.py FAR_U). Lookup biases (T5, Sandwich) are
-tables already; a score weight (bias+wht) is always evaluated inline."""
+Selection: `KERPLE_TRITON_BIAS` = auto (default) | table | inline. auto is inline for every bias:
+on one H200 (2026-11-27, bf16, head dim 64, L = 2048) KERPLE-log's forward took 2.56 ms on the
+table path and 1.07 ms inline, though the table's inner loop has fewer instructions (748 against
+1,132 on near tiles, tools/sass_mix.py): its per-score gathers cost more than a log computed on
+the FMA pipe (kernels/fma_log2.py; on tiles far from the diagonal a 5-FMA series,
+kernels/distance_bias.py FAR_U). A learned exponent (kerple_log_3para, power with an exponent)
+adds a MUFU exp2 and log2 per score inline (52 MUFU per tile against the softmax's 34): fewer
+issue slots than the gathers the table needs, so it follows KERPLE-log (inferred from that
+measurement; the next GPU check times both paths for kerple_power_ap_). Lookup biases (T5,
+Sandwich) are tables already; a score weight (bias+wht) is always evaluated inline."""
 from __future__ import annotations
 
 import dataclasses
@@ -43,15 +47,7 @@ def bias_path(kernel, choice: str | None = None) -> str:
     if kernel.bias not in TABULATED_KINDS:
         return "inline"  # none: nothing to tabulate; lookup: a table already
     if choice == "auto":
-        # KERPLE-log inline. Measured on one H200 (2026-11-27, bf16, forward, hd 128, L = 2048):
-        # the table path ran at 0.43x of FlexAttention ALiBi, the inline path (then with
-        # libdevice's log) at 0.76x, though the table's inner loop has fewer instructions: its
-        # per-score gathers cost more than their count. Inner loop per tile after the FMA-pipe
-        # log2 (tools/sass_mix.py, sm_90, hd 128; docs/benchmarks.md `sass`): inline / table
-        # fwd 1108 / 785, bwd_dkdv 927 / 1180 (the table's with 66 per-score loads and a 272 B
-        # spill stack), bwd_dq 464 / 389. A learned exponent (r3) keeps the table until a GPU
-        # times it: inline it adds an exp2 per score and a log in the backward.
-        return "table" if kernel.r3 is not None else "inline"
+        return "inline"  # the module docstring: measured for KERPLE-log, inferred for an exponent
     return choice
 
 

@@ -138,9 +138,9 @@ def test_attention_measures_the_default_bias_path_before_the_other(monkeypatch):
                                         "--backends", "triton", "--triton-bias", "both"])
     order = sorted(attn.cases(args), key=attn.priority(args))
     triton = [c for c in order if c[1] == "triton"]
-    assert triton[:3] == [("kerple_log", "triton", "inline"), ("kerple_power_ap_", "triton", "table"),
+    assert triton[:3] == [("kerple_log", "triton", "inline"), ("kerple_power_ap_", "triton", "inline"),
                           ("alibi", "triton", "inline")]
-    assert set(triton[3:]) == {("kerple_log", "triton", "table"), ("kerple_power_ap_", "triton", "inline"),
+    assert set(triton[3:]) == {("kerple_log", "triton", "table"), ("kerple_power_ap_", "triton", "table"),
                                ("alibi", "triton", "table")}
     assert order.index(triton[-1]) < min(order.index(c) for c in order if c[1] in ("flex", "reference")
                                          and c[:2] not in attn.BASELINE_ROWS)
@@ -374,3 +374,14 @@ def test_profile_categories():
     assert category("pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits>") == \
         "attention (torch: sdpa, flash, flex)"
     assert category("void at::native::vectorized_elementwise_kernel<4, GeluCUDAKernelImpl>") == OTHER
+
+
+def test_attention_skip_backends_drops_even_the_always_measured(capsys):
+    args = attn.parse_args(ATTN_TINY + ["--schemes", "kerple_log", "--backends", "sdpa", "--skip-backends",
+                                        "reference"])
+    got = attn.cases(args)
+    assert ("kerple_log", "sdpa", None) in got and not any(c[1] == "reference" for c in got)
+    assert any(c[1] == "reference" for c in attn.cases(attn.parse_args(ATTN_TINY + ["--schemes", "kerple_log"])))
+    with pytest.raises(SystemExit) as e:
+        attn.parse_args(ATTN_TINY + ["--skip-backends", "refrence"])
+    assert e.value.code == 2 and "reference" in capsys.readouterr().err

@@ -178,13 +178,13 @@ def test_both_bias_paths_half_precision(monkeypatch, path, dtype):
 
 
 @pytest.mark.parametrize("path, name, table_rows", [
-    ("table", "kerple_log", 2), ("auto", "kerple_log", 0), ("auto", "kerple_power_ap_", 2),
-    ("auto", "kerple_log_3para", 2),
+    ("table", "kerple_log", 2), ("auto", "kerple_log", 0), ("auto", "kerple_power_ap_", 0),
+    ("auto", "kerple_log_3para", 0), ("table", "kerple_power_ap_", 2), ("table", "kerple_log_3para", 2),
     ("inline", "kerple_log", 0), ("auto", "alibi", 0), ("table", "alibi", 2), ("table", "rpe", 2)])
 def test_bias_path_is_the_one_asked_for(monkeypatch, path, name, table_rows):
     """What the kernel was given: a (H, distances) table on the table path (rpe: its own T5 lookup,
-    whatever the option), nothing on the inline path; auto tabulates a learned exponent only
-    (log and power with r3; kernels/bias_table.py says why KERPLE-log stays inline)."""
+    whatever the option), nothing on the inline path; auto is inline for every bias
+    (kernels/bias_table.py says why)."""
     from megatron.kernels.attention import triton_attention
 
     monkeypatch.setenv("KERPLE_TRITON_BIAS", path)
