@@ -59,6 +59,7 @@ def measure(kernel: str, scheme: str, dtype: str, head_dim: int) -> list[dict]:
     for tiles, (first, last) in loops.items():
         counts = sass.mix(prog.instrs[first:last + 1])
         counts["mufu"] = sum(v for k, v in counts.items() if k.startswith("mufu."))
+        counts["skippable"] = sass.skippable(prog, first, last)
         rows.append(dict(kernel=kernel, scheme=scheme, tiles=tiles, counts=counts, per_thread=per_thread,
                          usage=sass.resource_usage(c.cubin),
                          config=f"{block_m}x{block_n}, {num_warps} warps, {stages} stages"))
@@ -75,7 +76,7 @@ def table(rows: list[dict]) -> str:
     from megatron.benchmarks.report import markdown_table
 
     plain = {r["kernel"]: r["counts"]["total"] for r in rows if r["scheme"] == "plain"}
-    headers = ["kernel", "scheme", "bias path", "regs", "stack B", "loop instr", "per score", "vs plain",
+    headers = ["kernel", "scheme", "bias path", "regs", "stack B", "loop instr", "skipped", "per score", "vs plain",
                "MMA", "MUFU (ex2/lg2/rcp)", *[h.upper() for h in SHOWN[2:]]]
     body = []
     for r in rows:
@@ -83,7 +84,7 @@ def table(rows: list[dict]) -> str:
         scheme, path = scheme_and_path(r["scheme"])
         path += f", {r['tiles']}" if r.get("tiles") else ""
         ratio = f"{c['total'] / plain[r['kernel']]:.2f}x" if r["kernel"] in plain else "-"
-        body.append([r["kernel"], scheme, path, r["usage"]["REG"], r["usage"]["STACK"], c["total"],
+        body.append([r["kernel"], scheme, path, r["usage"]["REG"], r["usage"]["STACK"], c["total"], c["skippable"],
                      f"{c['total'] / r['per_thread']:.1f}", ratio, c["mma"], mufu_cell(c),
                      *[c[k] for k in SHOWN[2:]]])
     return markdown_table(headers, body, right=set(range(3, len(headers))))
@@ -108,7 +109,10 @@ def section(rows: list[dict], dtype: str, head_dim: int, argv: list[str]) -> str
         "- loop instr: the instructions of one iteration of the unmasked band's loop (one tile), each "
         "counted once; per score: that count divided by the scores one thread holds per tile, "
         "BLOCK_M x BLOCK_N / (32 x warps) (32 for 128x64 on 8 warps, 16 for 32x64 or 64x32 on 4): the "
-        "instructions each thread issues per score it owns; vs plain: loop instr over the plain kernel's",
+        "instructions each thread issues per score it owns; vs plain: loop instr over the plain kernel's; "
+        "skipped: of those, the ones a branch in the loop jumps over on most tiles (the forward's lazy "
+        "rescale of its accumulator, kernels/attention_fwd.py RESCALE_SLACK: taken only when a row's max "
+        "grows by more than 2^8)",
         "- far tiles / near tiles: KERPLE-log's unmasked band is two loops (kernels/bands.py far_split): "
         "tiles far from the diagonal take the log from a series (kernels/distance_bias.py FAR_U), nearly "
         "every tile at long lengths; the near ones, within about 8 x (BLOCK_M + BLOCK_N) / 2 of the "

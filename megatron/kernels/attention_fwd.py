@@ -34,6 +34,7 @@ from megatron.kernels.distance_bias import (
 from megatron.kernels.fma_log2 import small_int_to_float
 
 NEG = tl.constexpr(-1.0e30)  # a constexpr global: compiled Triton refuses plain globals
+RESCALE_SLACK = tl.constexpr(8.0)  # log2 units: P <= 256 between rescales (fp32 acc, bf16 P: no range issue)
 
 @triton.jit
 def _fwd_band(acc, m_i, l_i, q, k_base, v_base, skn, svn, lo, hi, q_pos, q_first, offs_n, offs_d, d_ok, LK, K0,
@@ -86,17 +87,32 @@ def _fwd_band(acc, m_i, l_i, q, k_base, v_base, skn, svn, lo, hi, q_pos, q_first
         if MASKED:
             s = tl.where(allowed, s, NEG)
 
+        # Lazy rescaling: the running max m_i moves only when some row's max grew by more than
+        # RESCALE_SLACK (log2 units) in this tile; otherwise P = exp2(S - m_i) <= 2^RESCALE_SLACK
+        # and acc, l_i keep their scale. acc * alpha is a multiply per accumulator element
+        # (BLOCK_D / BLOCK_N per score: 2 at head dim 128) that most tiles then skip: past the
+        # first (diagonal) tiles the max rarely grows, and less still under a decaying bias.
+        # O = acc / l and LSE = m + log2 l use the same m, so they are exact whichever m it is.
+        # Not with a learned exponent (HAS_R3): there the branch cost more than it saves, the
+        # compiler then evaluated the exp2/log2 bias for more of a thread's distances (sm_90 SASS,
+        # tools/sass_mix.py: kerple_power_ap_ 938 -> 1286 loop instructions).
         m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
+        if HAS_R3:
+            alpha = tl.exp2(m_i - m_new)
+            acc = acc * alpha[:, None]
+            l_i = l_i * alpha
+            m_i = m_new
+        elif tl.max(m_new - m_i, 0) > RESCALE_SLACK:
+            alpha = tl.exp2(m_i - m_new)
+            acc = acc * alpha[:, None]
+            l_i = l_i * alpha
+            m_i = m_new
+        p = tl.exp2(s - m_i[:, None])
+        l_i = l_i + tl.sum(p, 1)
         p_hi = cast(p, v.dtype, UPCAST)
-        # Rescaled first, then the products accumulate into it on the tensor cores: a separate
-        # P @ V result would hold a second (BLOCK_M, D) fp32 tile in registers.
-        acc = mm(p_hi, v, PRECISION, UPCAST, acc * alpha[:, None])
+        acc = mm(p_hi, v, PRECISION, UPCAST, acc)
         if EXACT_PV:  # P = hi + lo, both in V's dtype (kernels/attention.py says why)
             acc = mm(cast(p - p_hi.to(tl.float32), v.dtype, UPCAST), v, PRECISION, UPCAST, acc)
-        m_i = m_new
     return acc, m_i, l_i
 
 

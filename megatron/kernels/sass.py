@@ -99,6 +99,18 @@ def hot_loop(prog: Program, masked: Callable[[tuple[str, int]], bool],
     return hot[0]
 
 
+def skippable(prog: Program, first: int, last: int) -> int:
+    """Instructions of the loop first..last that a forward branch inside it jumps over: code a tile
+    runs only when a condition holds (the forward's lazy rescale), so a typical tile issues the
+    loop's count minus this."""
+    out = 0
+    for n in range(first, last + 1):
+        x = prog.instrs[n]
+        if x.opcode.startswith("BRA") and x.target in prog.labels and n < prog.labels[x.target] <= last + 1:
+            out += prog.labels[x.target] - n - 1
+    return out
+
+
 def column(opcode: str) -> str:
     base = opcode.split(".")[0]
     if is_mma(opcode):

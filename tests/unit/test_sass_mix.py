@@ -130,7 +130,29 @@ def test_plain_forward_compiles_and_its_row_reaches_the_doc(tmp_path):
     assert "compiled for sm_90 on a CPU machine, static counts" in text
     row = next(line for line in text.splitlines() if line.startswith("| fwd | plain"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    total, per_score, mma, mufu = int(cells[5]), float(cells[6]), int(cells[8]), cells[9]
-    assert cells[7] == "1.00x" and mma > 0 and total > mma
+    total, skipped, per_score, mma, mufu = int(cells[5]), int(cells[6]), float(cells[7]), int(cells[9]), cells[10]
+    assert cells[8] == "1.00x" and mma > 0 and total > mma
+    # the lazy rescale: acc * alpha (128 x 64 fp32 over 256 threads: 32 FMULs) behind a branch
+    assert 32 <= skipped < total / 4
     assert per_score == pytest.approx(total / 32, abs=0.05)  # 128 x 64 tile, 8 warps: 32 scores a thread
     assert int(mufu.split()[0]) > 0 and "/0/0)" in mufu  # the softmax's exp2 only
+
+
+def test_skippable_counts_what_a_forward_branch_in_the_loop_jumps_over(src):
+    text = f"""
+.L_x_0:
+\t//## File "{src}", line 3
+        /*0000*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], R24, gsb0 ;
+        /*0010*/              @!P1 BRA `(.L_x_1) ;
+        /*0020*/                   FMUL R12, R12, R103 ;
+        /*0030*/                   FMUL R13, R13, R103 ;
+        /*0040*/                   MUFU.EX2 R5, R5 ;
+.L_x_1:
+        /*0050*/                   FADD R4, R4, -R5 ;
+        /*0060*/              @P0 BRA `(.L_x_0) ;
+        /*0070*/                   EXIT ;
+"""
+    prog = sass.parse(text)
+    first, last = sass.hot_loop(prog, sass.source_mentions("allowed"))
+    assert (first, last) == (0, 6) and sass.skippable(prog, first, last) == 3
+    assert sass.skippable(prog, 2, 6) == 0  # the branch itself outside the range: nothing counted
