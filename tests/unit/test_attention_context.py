@@ -164,3 +164,35 @@ def test_the_model_tells_auto_its_length_only_for_a_full_sequence(tiny_config, m
                                                       torch.tensor([15]), torch.arange(16))
     assert full.backend.name == "flex"
     assert short.backend.name == gapped.backend.name == cached.backend.name == "reference"
+
+
+@pytest.mark.parametrize("pos", ["kerple_log", "alibi"])
+def test_a_training_step_on_triton_syncs_with_the_host_once(tiny_config, monkeypatch, pos):
+    """Every host read of a tensor's value (item, tolist, bool, int, float) from our code during a
+    training forward + backward with activation checkpointing: on a GPU each one waits for the
+    queued kernels, after which the host must refill the queue. One is needed (the positions'
+    layout check, consecutive_starts); training KERPLE made 2 per layer (its forward and its
+    recomputation) before its prepared state was shared: 6 here, 24 in a 162M step."""
+    import os
+    import traceback
+
+    cfg = tiny_config(pos_emb=pos, num_layers=3, attention_backend="triton").model
+    model = GPTModel(cfg, 128, checkpoint_activations=True)
+    tokens = torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(0))
+    ours = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "megatron")
+    reads = []
+
+    def counting(name):
+        original = getattr(torch.Tensor, name)
+
+        def read(self, *args, **kwargs):
+            caller = traceback.extract_stack(limit=2)[0]
+            if caller.filename.startswith(ours):
+                reads.append(f"{os.path.relpath(caller.filename, ours)}:{caller.lineno} {name}")
+            return original(self, *args, **kwargs)
+        return read
+
+    for name in ("item", "tolist", "__bool__", "__int__", "__float__"):
+        monkeypatch.setattr(torch.Tensor, name, counting(name))
+    model(tokens, labels=tokens.roll(-1, 1)).backward()
+    assert len(reads) == 1 and reads[0].startswith("attention/mask.py"), reads
