@@ -504,24 +504,43 @@ def progress(msg: str) -> None:
     print(f"[bench_attention] {msg}", file=sys.stderr, flush=True)
 
 
-def run(args) -> tuple[list[Row], tuple[str, str], str]:
-    """Measure every case; return the rows, the baseline used and the markdown section."""
+def run(args, on_case=None) -> tuple[list[Row], tuple[str, str], str]:
+    """Measure every case; return the rows, the baseline used and the markdown section.
+    on_case(section): called after each case with the section of what is measured so far, so a
+    run killed at its timeout (a lent GPU's call) still leaves its finished cells behind."""
     if args.autotune:
         os.environ["KERPLE_TRITON_AUTOTUNE"] = "1"
     order = cases(args)
-    measured = {case: run_case(*case[:2], args, progress, case[2]) for case in sorted(order, key=priority(args))}
+    measured = {}
+    for case in sorted(order, key=priority(args)):
+        measured[case] = run_case(*case[:2], args, progress, case[2])
+        if on_case is not None and len(measured) < len(order):
+            on_case(section_of(args, [r for c in order if c in measured for r in measured[c]],
+                               f"partial: {len(measured)} of {len(order)} cases measured when this was written"))
     rows = [r for case in order for r in measured[case]]  # the table keeps cases() order
+    return rows, *section_of(args, rows, None, with_baseline=True)
+
+
+def section_of(args, rows: list[Row], partial: str | None, with_baseline: bool = False):
+    """The markdown section for these rows (ratios against the baseline chosen among them)."""
     baseline = choose_baseline(args, rows)
     add_ratios(rows, baseline)
-    return rows, baseline, report(args, rows, baseline)
+    text = report(args, rows, baseline)
+    if partial:
+        text = text.replace("\n\n", f"\n\n**{partial}** (the run was cut off or is still running).\n\n", 1)
+    return (baseline, text) if with_baseline else text
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    _, _, text = run(args)
+
+    def write(text: str) -> None:
+        replace_section(args.out, args.section, text)
+
+    _, _, text = run(args, on_case=write if args.out else None)
     print(text)
     if args.out:
-        replace_section(args.out, args.section, text)
+        write(text)
         progress(f"wrote section {args.section!r} of {args.out}")
     return 0
 

@@ -406,7 +406,9 @@ def measure_order(schemes: list[str]):
     return lambda s: (first.get(s, 3), schemes.index(s))
 
 
-def run(args) -> tuple[list[Result], str]:
+def run(args, on_scheme=None) -> tuple[list[Result], str]:
+    """Measure every scheme; on_scheme(section), if given, gets the section of what is measured so
+    far after each one, so a run killed at its timeout still leaves its finished rows behind."""
     done = {}
     for scheme in sorted(args.schemes, key=measure_order(args.schemes)):
         if args.budget.expired():
@@ -414,6 +416,13 @@ def run(args) -> tuple[list[Result], str]:
             continue
         progress(f"{scheme}: {args.warmup} warmup + {args.steps} timed steps")
         done[scheme] = run_scheme(args, scheme)
+        if on_scheme is not None and len(done) < len(args.schemes):
+            partial = [done[s] for s in args.schemes if s in done]
+            add_overheads(partial)
+            text = report(args, partial).replace(
+                "\n\n", f"\n\n**partial: {len(done)} of {len(args.schemes)} schemes measured when this was "
+                "written** (the run was cut off or is still running).\n\n", 1)
+            on_scheme(text)
     results = [done[s] for s in args.schemes]  # the table keeps the order asked for
     add_overheads(results)
     return results, report(args, results)
@@ -421,10 +430,14 @@ def run(args) -> tuple[list[Result], str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    _, text = run(args)
+
+    def write(text: str) -> None:
+        replace_section(args.out, args.section, text)
+
+    _, text = run(args, on_scheme=write if args.out else None)
     print(text)
     if args.out:
-        replace_section(args.out, args.section, text)
+        write(text)
         progress(f"wrote section {args.section!r} of {args.out}")
     return 0
 

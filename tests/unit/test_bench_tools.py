@@ -385,3 +385,23 @@ def test_attention_skip_backends_drops_even_the_always_measured(capsys):
     with pytest.raises(SystemExit) as e:
         attn.parse_args(ATTN_TINY + ["--skip-backends", "refrence"])
     assert e.value.code == 2 and "reference" in capsys.readouterr().err
+
+
+def test_attention_writes_its_section_after_every_case():
+    """A run killed at its call's timeout still leaves the cells it finished (a lent GPU's re-run
+    on 2026-11-27 returned nothing: the file was written at the end only)."""
+    args = attn.parse_args(ATTN_TINY + ["--schemes", "kerple_log", "--backends", "sdpa"])
+    seen = []
+    rows, _, final = attn.run(args, on_case=seen.append)
+    n = len(attn.cases(args))
+    assert len(seen) == n - 1 and n >= 3
+    assert f"**partial: 1 of {n} cases measured when this was written**" in seen[0]
+    assert "partial" not in final and seen[-1].count("\n| ") < final.count("\n| ")
+
+
+def test_train_step_writes_its_section_after_every_scheme():
+    args = train.parse_args(TRAIN_TINY + ["--schemes", "kerple_log", "none"])
+    seen = []
+    _, final = train.run(args, on_scheme=seen.append)
+    assert len(seen) == 1 and "**partial: 1 of 2 schemes measured when this was written**" in seen[0]
+    assert "| kerple_log |" in seen[0] and "partial" not in final
