@@ -101,7 +101,15 @@ def _probabilities(q, k, q_pos, cols, lse, row_ok, col_ok, r1, r2, r3, w_a, w_p,
             if HAS_STARTS:  # padded rows: megatron/attention/mask.py
                 allowed = allowed & ((_along_keys(K0 + cols, KEY_MAJOR) >= start_b) | (d_index == 0))
             d_index = tl.maximum(d_index, 0)
-        d = small_int_to_float(d_index)
+        # Unmasked dk/dv tiles: the distance as a difference of floats (attention_fwd.py FLOAT_D;
+        # dk/dv kerple_log near tiles 726 -> 702 loop instructions, alibi 428 -> 404). Not in dq:
+        # there the integer distance lets the compiler evaluate the bias once per distinct
+        # distance of a thread (kerple_log near tiles 477 from integers, 551 from floats).
+        if KEY_MAJOR and not MASKED and BIAS != 3 and not HAS_R3:
+            d = (_along_queries(q_pos.to(tl.float32), KEY_MAJOR)
+                 - _along_keys((K0 + cols).to(tl.float32), KEY_MAJOR))
+        else:
+            d = small_int_to_float(d_index)
         s = s_raw
         if HAS_WEIGHT:
             w = score_weight(d, w_a, w_p, HAS_WA, HAS_WP)

@@ -63,6 +63,12 @@ def _fwd_band(acc, m_i, l_i, q, k_base, v_base, skn, svn, lo, hi, q_pos, q_first
 
         # The distance: an integer difference, made a float without I2F (a conversion per score
         # is a quarter-rate pipe on sm_90; fma_log2.small_int_to_float). Exact below 2^23.
+        # An unmasked tile of a computed bias needs no integer distance at all: the difference
+        # of a per-row and a per-column float is one FADD a score (exact: integers below 2^23;
+        # sm_90 SASS: alibi 679 -> 617 loop instructions, KERPLE-log near tiles 1159 -> 1099).
+        # Not with a learned exponent: from integer distances the compiler evaluates its exp2/log2
+        # once per distinct distance of a thread (kerple_power_ap_ 938 against 1211 from floats).
+        FLOAT_D: tl.constexpr = not MASKED and BIAS != 3 and not FAR and not HAS_R3
         d_index = (q_pos - (K0 + start_n))[:, None] - offs_n[None, :]
         if FAR:  # per tile: the series around its centre distance
             center = q_first - (K0 + start_n) + (BLOCK_M - BLOCK_N) // 2
@@ -79,7 +85,10 @@ def _fwd_band(acc, m_i, l_i, q, k_base, v_base, skn, svn, lo, hi, q_pos, q_first
                      - offs_n.to(tl.float32)[None, :])  # d - centre: the same on every tile
             s = far_bias_log2(s, delta, a1, a2, a3, a4, a5, l0, r1)
         else:
-            d = small_int_to_float(d_index)
+            if FLOAT_D:
+                d = (q_pos - (K0 + start_n)).to(tl.float32)[:, None] - offs_n.to(tl.float32)[None, :]
+            else:
+                d = small_int_to_float(d_index)
             if HAS_WEIGHT:
                 s = s * score_weight(d, w_a, w_p, HAS_WA, HAS_WP)
             if BIAS != 0:  # already in log2 units
