@@ -265,6 +265,10 @@ def launch_with_deepspeed(cfg, user_script: str, resolved: str) -> int:
     except (RuntimeError, ValueError, subprocess.CalledProcessError) as e:  # its checks, as tracebacks
         raise UserError(f"DeepSpeed's runner could not launch: {' '.join(str(e).split())[:400]}; check `hostfile:`, "
                         "`include:`/`exclude:`, `num-gpus:` and `master-addr:`") from e
+    finally:
+        from megatron.training.shm_buffers import remove_launch_buffers
+
+        remove_launch_buffers(cfg.parallel.master_port)  # the workers have exited: DeepSpeed leaves these
     return supervisor.exit_code or int(rc or 0)
 
 

@@ -36,15 +36,15 @@ def write_config(tmp_path, name: str, data: dict) -> str:
     return write_yaml(tmp_path / f"{name}.yml", data)
 
 
-def start_deepy(config: str, *overrides: str, cwd=ROOT) -> subprocess.Popen:
+def start_deepy(config: str, *overrides: str, cwd=ROOT, port: int | None = None) -> subprocess.Popen:
     args = [sys.executable, os.path.join(ROOT, "deepy.py"), "train.py", config,
-            "-o", f"master-port={free_port()}", *[x for o in overrides for x in ("-o", o)]]
+            "-o", f"master-port={port or free_port()}", *[x for o in overrides for x in ("-o", o)]]
     return subprocess.Popen(args, cwd=cwd, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
 
 
-def run_deepy(config: str, *overrides: str, timeout: int = 300) -> str:
-    proc = start_deepy(config, *overrides)
+def run_deepy(config: str, *overrides: str, timeout: int = 300, port: int | None = None) -> str:
+    proc = start_deepy(config, *overrides, port=port)
     out, _ = proc.communicate(timeout=timeout)
     assert proc.returncode == 0, out[-4000:]
     return out

@@ -3,7 +3,9 @@ batch: the same samples per step, gradients averaged instead of accumulated."""
 
 import pytest
 
+from megatron.training.distributed import free_port
 from megatron.training.metrics_file import read_metrics
+from megatron.training.shm_buffers import launch_buffers
 from tests.conftest import train_config_dict
 from tests.integration.fault_helpers import run_deepy, train_losses, write_config
 
@@ -15,7 +17,10 @@ def test_dp2_equals_dp1(tmp_path, token_dataset, zero_stage):
     one = write_config(tmp_path, "dp1", {**base, "gradient-accumulation-steps": 2, "run-dir": str(tmp_path / "dp1")})
     two = write_config(tmp_path, "dp2", {**base, "gradient-accumulation-steps": 1, "num-gpus": 2,
                                          "run-dir": str(tmp_path / "dp2")})
-    out = run_deepy(two)  # first, on a fresh index-map cache
+    port = free_port()
+    out = run_deepy(two, port=port)  # first, on a fresh index-map cache
+    # DeepSpeed's CPU all-reduce buffers (66 MB of /dev/shm a rank) are gone with the run
+    assert launch_buffers(port) == []
     run_deepy(one)
     assert "world_size=2" in out or "dp 2" in out, out[-2000:]
     # one voice for the run (issue 34): rank 1's lines prefixed, DeepSpeed's noise and the runner's
