@@ -47,7 +47,7 @@ from megatron.attention import backend_names, resolve_backend  # noqa: E402
 from megatron.attention.registry import backend_classes  # noqa: E402
 from megatron.benchmarks.budget import TimeBudget  # noqa: E402
 from megatron.benchmarks.cli import check_names, check_positive, pick_device, set_threads  # noqa: E402
-from megatron.benchmarks.report import SECTION_NAME, environment_lines, markdown_table, replace_section  # noqa: E402
+from megatron.benchmarks.report import SECTION_NAME, environment_lines, mark_partial, markdown_table, replace_section  # noqa: E402
 from megatron.benchmarks.timing import (  # noqa: E402
     error_cell,
     median_seconds,
@@ -527,7 +527,7 @@ def section_of(args, rows: list[Row], partial: str | None, with_baseline: bool =
     add_ratios(rows, baseline)
     text = report(args, rows, baseline)
     if partial:
-        text = text.replace("\n\n", f"\n\n**{partial}** (the run was cut off or is still running).\n\n", 1)
+        text = mark_partial(text, partial)
     return (baseline, text) if with_baseline else text
 
 

@@ -34,7 +34,7 @@ import torch  # noqa: E402
 
 from megatron.benchmarks.budget import TimeBudget  # noqa: E402
 from megatron.benchmarks.cli import check_names, check_positive, parse_overrides, pick_device, set_threads  # noqa: E402
-from megatron.benchmarks.report import SECTION_NAME, environment_lines, markdown_table, replace_section  # noqa: E402
+from megatron.benchmarks.report import SECTION_NAME, environment_lines, mark_partial, markdown_table, replace_section  # noqa: E402
 from megatron.benchmarks.timing import (  # noqa: E402
     error_cell,
     median_seconds,
@@ -419,10 +419,8 @@ def run(args, on_scheme=None) -> tuple[list[Result], str]:
         if on_scheme is not None and len(done) < len(args.schemes):
             partial = [done[s] for s in args.schemes if s in done]
             add_overheads(partial)
-            text = report(args, partial).replace(
-                "\n\n", f"\n\n**partial: {len(done)} of {len(args.schemes)} schemes measured when this was "
-                "written** (the run was cut off or is still running).\n\n", 1)
-            on_scheme(text)
+            on_scheme(mark_partial(report(args, partial), f"partial: {len(done)} of {len(args.schemes)} "
+                                   "schemes measured when this was written"))
     results = [done[s] for s in args.schemes]  # the table keeps the order asked for
     add_overheads(results)
     return results, report(args, results)

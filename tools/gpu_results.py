@@ -245,15 +245,14 @@ def report(out: str, summary: dict) -> tuple[str, str]:
     if tests is None:
         tests = counts_from_log(test_log(out))
     test_line = "make test-gpu: not run"
+    step = next((st for st in summary["steps"] if st["name"] == "test-gpu"), {})
     if tests and tests.get("partial"):
-        step = next((st for st in summary["steps"] if st["name"] == "test-gpu"), {})
         test_line = (f"make test-gpu: {step.get('status', 'cut short')} after {step.get('seconds', '?')} s with no junit "
                      f"XML; its progress output shows {tests['tests']} results: {tests['passed']} passed, "
                      f"{tests['failures']} failed, {tests['errors']} errors, {tests['skipped']} skipped")
         goals.append(["make test-gpu", f"0 failed, 0 errors, <= {TEST_SECONDS_GOAL} s",
                       f"{tests['failures']} failed, {tests['errors']} errors; did not finish", "not met"])
     elif tests and "error" not in tests:
-        step = next((st for st in summary["steps"] if st["name"] == "test-gpu"), {})
         cut = step.get("status") == "timed out"  # interrupted at its clock: the XML counts what finished
         test_line = (f"make test-gpu: {tests['passed']} passed, {tests['failures']} failed, {tests['errors']} errors, "
                      f"{tests['skipped']} skipped in {tests['time']:.0f} s"

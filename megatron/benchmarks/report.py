@@ -98,3 +98,9 @@ def replace_section(path: str, section: str, body: str) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with atomic_output(path, fsync=False) as tmp, open(tmp, "w") as f:  # a crash never truncates the doc
         f.write(text)
+
+
+def mark_partial(section: str, note: str) -> str:
+    """A section written before its run finished: `note` in bold under its heading, so a file a
+    killed run left behind says it is incomplete."""
+    return section.replace("\n\n", f"\n\n**{note}** (the run was cut off or is still running).\n\n", 1)

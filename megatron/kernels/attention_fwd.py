@@ -37,6 +37,13 @@ NEG = tl.constexpr(-1.0e30)  # a constexpr global: compiled Triton refuses plain
 RESCALE_SLACK = tl.constexpr(8.0)  # log2 units: P <= 256 between rescales (fp32 acc, bf16 P: no range issue)
 
 @triton.jit
+def _rescale(acc, l_i, m_i, m_new):
+    """The online softmax's move of the running max to m_new: acc and l_i rescaled to it."""
+    alpha = tl.exp2(m_i - m_new)
+    return acc * alpha[:, None], l_i * alpha, m_new
+
+
+@triton.jit
 def _fwd_band(acc, m_i, l_i, q, k_base, v_base, skn, svn, lo, hi, q_pos, q_first, offs_n, offs_d, d_ok, LK, K0,
               WINDOW, start_b, qk_scale, r1, r2, r3, w_a, w_p, lut_row, MAXD,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, FAR: tl.constexpr,
@@ -107,15 +114,9 @@ def _fwd_band(acc, m_i, l_i, q, k_base, v_base, skn, svn, lo, hi, q_pos, q_first
         # tools/sass_mix.py: kerple_power_ap_ 938 -> 1286 loop instructions).
         m_new = tl.maximum(m_i, tl.max(s, 1))
         if HAS_R3:
-            alpha = tl.exp2(m_i - m_new)
-            acc = acc * alpha[:, None]
-            l_i = l_i * alpha
-            m_i = m_new
+            acc, l_i, m_i = _rescale(acc, l_i, m_i, m_new)
         elif tl.max(m_new - m_i, 0) > RESCALE_SLACK:
-            alpha = tl.exp2(m_i - m_new)
-            acc = acc * alpha[:, None]
-            l_i = l_i * alpha
-            m_i = m_new
+            acc, l_i, m_i = _rescale(acc, l_i, m_i, m_new)
         p = tl.exp2(s - m_i[:, None])
         l_i = l_i + tl.sum(p, 1)
         p_hi = cast(p, v.dtype, UPCAST)
