@@ -180,6 +180,15 @@ def handle(prog: str, e: BaseException, expected: tuple = ()) -> int:
     return found[1]
 
 
+_failure_hooks: list = []
+
+
+def add_failure_hook(hook) -> None:
+    """`hook(exception)` runs when an entry point fails, before its message: a multi-process run's
+    heartbeat (megatron/training/heartbeat.py) tells the other ranks, or waits for their verdict."""
+    _failure_hooks.append(hook)
+
+
 def run_cli(main, prog: str, expected: tuple = ()) -> None:
     """sys.exit(main()) with the expected failures turned into one message each.
 
@@ -195,5 +204,7 @@ def run_cli(main, prog: str, expected: tuple = ()) -> None:
     try:
         code = main()
     except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - handle() re-raises what it does not expect
+        for hook in _failure_hooks:
+            hook(e)
         code = handle(prog, e, expected)
     sys.exit(code)

@@ -36,16 +36,45 @@ def missing_hostfile_warning(hostfile: str | None) -> str | None:
     return f"hostfile {hostfile!r} does not exist. {MISSING_HOSTFILE} (as DeepSpeed's runner does)"
 
 
-def active_hosts(hostfile: str, include: str | None, exclude: str | None) -> list[str]:
-    """The hostfile's hosts left by include/exclude, as DeepSpeed's runner will pick them."""
+def active_slots(hostfile: str, include: str | None, exclude: str | None) -> dict[str, list[int]]:
+    """host -> the slots (process indices) DeepSpeed's runner will use there, after include/exclude."""
     from deepspeed.launcher.runner import fetch_hostfile, parse_inclusion_exclusion
 
     try:
         pool = fetch_hostfile(hostfile)
-        return list(parse_inclusion_exclusion(pool, include or "", exclude or "")) if pool else []
+        return dict(parse_inclusion_exclusion(pool, include or "", exclude or "")) if pool else {}
     except ValueError as e:  # the runner's own words name the bad line or host
         raise UserError(f"hostfile {hostfile!r}: {e}; fix `hostfile:` (lines: `<host> slots=<n>`) or "
                         "`include:`/`exclude:`") from None
+
+
+def active_hosts(hostfile: str, include: str | None, exclude: str | None) -> list[str]:
+    """The hostfile's hosts left by include/exclude, as DeepSpeed's runner will pick them."""
+    return list(active_slots(hostfile, include, exclude))
+
+
+def check_slots(hostfile: str, include: str | None, exclude: str | None, num_gpus: int | None,
+                num_nodes: int | None) -> None:
+    """The hostfile's slots decide how many processes each host runs. DeepSpeed's runner lets
+    `--num_gpus` override them silently (num-gpus: 8 on hosts with slots=1 started 8 CPU processes
+    a host): a num-gpus or num-nodes that disagrees is refused, naming both."""
+    slots = active_slots(hostfile, include, exclude)
+    listed = ", ".join(f"{h} slots={len(s)}" for h, s in slots.items())
+    if num_gpus is not None and any(len(s) != num_gpus for s in slots.values()):
+        raise UserError(f"num-gpus: {num_gpus} disagrees with the hostfile {hostfile!r} ({listed}): the hostfile's "
+                        "slots decide how many processes each host runs; remove `num-gpus` (or set it to the slots), "
+                        "or fix the slots in the hostfile")
+    if num_nodes is not None and num_nodes > len(slots):
+        raise UserError(f"num-nodes: {num_nodes} but the hostfile {hostfile!r} has {len(slots)} usable host(s) ({listed}); "
+                        "lower `num-nodes` or add the hosts to the hostfile")
+
+
+def ssh_keepalive(lost_host_timeout: float) -> str:
+    """ssh options for the launcher's connections: a connection to a host that dropped off the
+    network ends within about a quarter of `lost-host-timeout` (else ssh waits on TCP for hours);
+    BatchMode: never a password prompt nobody answers."""
+    interval = max(1, int(lost_host_timeout / 12))
+    return f"-o ServerAliveInterval={interval} -o ServerAliveCountMax=3 -o BatchMode=yes"
 
 
 def unreachable(host: str, port: int | None = None) -> str | None:

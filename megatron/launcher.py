@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     from megatron.config.inputs import input_problems, inputs_error
     from megatron.config.originals import RESOLVED_NAME, write_originals
     from megatron.config.paths import outside_run_dir, saves_nothing, unused_data_path
-    from megatron.hosts import hostfile_in_use, missing_hostfile_warning
+    from megatron.hosts import missing_hostfile_warning
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
     from megatron.checkpoint.trust import apply_trust_flag
@@ -178,15 +178,49 @@ def main(argv: list[str] | None = None) -> int:
     for lock in training_locks(cfg):  # a live run's resolved config and configs/ are not replaced
         lock.check_free()
     check_run_room(cfg)  # a full disk named now, not by the first write that fails
+    launched = needs_launcher(cfg)
+    if launched:
+        check_launch_hosts(cfg)  # slots and ssh to every host, before anything is written
     resolved = os.path.join(cfg.logging.run_dir, RESOLVED_NAME)
     write_originals(cfg.config_files, cfg.logging.run_dir)  # found beside resolved_config.yml on load
     cfg.save(resolved)
-    if processes_per_node(cfg) > 1 or hostfile_in_use(cfg.parallel.hostfile) or (cfg.parallel.num_nodes or 1) > 1:
+    if launched:
         return launch_with_deepspeed(cfg, args.user_script, resolved)
     # One process: run the script here (no launcher needed; see megatron/training/distributed.py).
     sys.argv = [args.user_script, "--resolved-config", resolved]
     runpy.run_path(args.user_script, run_name="__main__")
     return 0
+
+
+def needs_launcher(cfg) -> bool:
+    """Several processes, or a hostfile: DeepSpeed's runner; else this process runs the script."""
+    from megatron.hosts import hostfile_in_use
+
+    p = cfg.parallel
+    return processes_per_node(cfg) > 1 or bool(hostfile_in_use(p.hostfile)) or (p.num_nodes or 1) > 1
+
+
+def check_launch_hosts(cfg) -> None:
+    """With a hostfile: its slots agree with num-gpus/num-nodes, and ssh reaches every host."""
+    from megatron.hosts import check_hosts, check_slots, hostfile_in_use
+
+    p = cfg.parallel
+    if hostfile_in_use(p.hostfile):
+        check_slots(p.hostfile, p.include, p.exclude, p.num_gpus, p.num_nodes)
+        check_hosts(p.hostfile, p.include, p.exclude)
+
+
+def remote_hosts(cfg) -> list[str]:
+    """The hosts of a launch across hosts (the runner's multi-node case), else []."""
+    from megatron.hosts import active_hosts, hostfile_in_use
+
+    p = cfg.parallel
+    if not hostfile_in_use(p.hostfile):
+        return []
+    hosts = active_hosts(p.hostfile, p.include, p.exclude)
+    if p.num_nodes:
+        hosts = hosts[:p.num_nodes]
+    return hosts if len(hosts) > 1 else []
 
 
 def processes_per_node(cfg) -> int:
@@ -200,8 +234,10 @@ def processes_per_node(cfg) -> int:
     return torch.cuda.device_count() if resolve_device(cfg.parallel.device, "device:").type == "cuda" else 1
 
 
-def runner_args(cfg, user_script: str, resolved: str) -> list[str]:
+def runner_args(cfg, user_script: str, resolved: str, master_addr: str | None = None) -> list[str]:
     """The DeepSpeed runner's command line for this config (only the options that are set)."""
+    from megatron.hosts import hostfile_in_use
+
     p = cfg.parallel
     out = []
     if p.hostfile:  # passed on when missing too: the runner then trains locally, as we announced
@@ -212,10 +248,12 @@ def runner_args(cfg, user_script: str, resolved: str) -> list[str]:
         out += ["--exclude", p.exclude]
     if p.num_nodes and not (p.include or p.exclude):
         out += ["--num_nodes", str(p.num_nodes)]
-    if p.num_gpus and not (p.include or p.exclude):
+    if p.num_gpus and not (p.include or p.exclude or hostfile_in_use(p.hostfile)):  # else the slots decide
         out += ["--num_gpus", str(p.num_gpus)]
-    if p.master_addr:
-        out += ["--master_addr", p.master_addr]
+    if master_addr or p.master_addr:
+        out += ["--master_addr", master_addr or p.master_addr]
+    if hostfile_in_use(p.hostfile):
+        out += ["--no_ssh_check"]  # check_launch_hosts asked every host, the runner would ask the first again
     out += ["--master_port", str(p.master_port), "--launcher", p.launcher]
     # The runner's INFO lines repeat what deepy.py prints (megatron/console.py); its warnings stay.
     out += ["--log_level", "info" if debug_enabled() else "warning"]
@@ -242,11 +280,16 @@ def launch_with_deepspeed(cfg, user_script: str, resolved: str) -> int:
 
     from megatron.training.launch_signals import StopReport, Supervisor, launcher_in_own_group
 
-    argv = runner_args(cfg, user_script, resolved)
-    from megatron.hosts import check_hosts, hostfile_in_use
+    hosts = remote_hosts(cfg)
+    # Across hosts the rendezvous is the first host unless set (the runner would ask it over ssh
+    # for `hostname -I`); deepy.py must know it: signals reach the workers through its store.
+    master_addr = (cfg.parallel.master_addr or hosts[0]) if hosts else None
+    if hosts:
+        from megatron.hosts import ssh_keepalive
 
-    if hostfile_in_use(cfg.parallel.hostfile):
-        check_hosts(cfg.parallel.hostfile, cfg.parallel.include, cfg.parallel.exclude)  # every host, before launching
+        os.environ["PDSH_SSH_ARGS_APPEND"] = " ".join(
+            filter(None, [os.environ.get("PDSH_SSH_ARGS_APPEND"), ssh_keepalive(cfg.parallel.lost_host_timeout)]))
+    argv = runner_args(cfg, user_script, resolved, master_addr)
     if not cfg.parallel.hostfile:  # the runner's default /job/hostfile: no hostfile was asked for
         from megatron.console import drop_log_message
         from megatron.hosts import MISSING_HOSTFILE
@@ -256,9 +299,10 @@ def launch_with_deepspeed(cfg, user_script: str, resolved: str) -> int:
     # A signal to deepy.py reaches the workers, which save and exit, and deepy.py waits for them
     # (launch_signals.py); the local launcher gets a process group of its own, so a Ctrl-C in the
     # terminal reaches the workers once, through deepy.py.
-    supervisor = Supervisor(StopReport(cfg))
+    supervisor = Supervisor(StopReport(cfg), rendezvous=(master_addr, cfg.parallel.master_port) if hosts else None)
+    relays: list = []
     try:
-        with supervisor, launcher_in_own_group(runner):
+        with supervisor, launcher_in_own_group(runner) as relays:
             rc = runner.main(argv)
     except SystemExit as e:  # the runner exits with the workers' status
         rc = e.code
@@ -269,7 +313,20 @@ def launch_with_deepspeed(cfg, user_script: str, resolved: str) -> int:
         from megatron.training.shm_buffers import remove_launch_buffers
 
         remove_launch_buffers(cfg.parallel.master_port)  # the workers have exited: DeepSpeed leaves these
-    return supervisor.exit_code or int(rc or 0)
+    return supervisor.exit_code or last_words(relays) or int(rc or 0)
+
+
+def last_words(relays: list) -> int | None:
+    """Print what ends a remote launch's output (the lost host's line, else the launcher's own exit
+    lines); EXIT_LOST_HOST when a host was lost."""
+    from megatron.training.heartbeat import EXIT_LOST_HOST
+
+    lost = None
+    for relay in relays:
+        for line in relay.last_words():
+            print(line, file=sys.stderr, flush=True)
+        lost = lost or (EXIT_LOST_HOST if relay.verdict else None)
+    return lost
 
 
 def config_from_cli(parser, args):

@@ -14,7 +14,9 @@ class ParallelConfig:
         "checkpoint files).", ge=0)
     model_parallel_size: int = key(1, "Tensor-parallel size.", ge=1)
     sequence_parallel: bool = key(False, "Megatron sequence parallelism (with tensor parallelism).")
-    num_gpus: int | None = key(None, "GPUs per node for the launcher; null = all visible.", ge=1)
+    num_gpus: int | None = key(
+        None, "Processes (GPUs) per node for the launcher; null = all visible, or the hostfile's slots. With "
+        "a hostfile its slots decide: a num-gpus that disagrees with them is refused.", ge=1)
     num_nodes: int | None = key(None, "Nodes for the launcher; null = all in the hostfile.", ge=1)
     hostfile: str | None = key(
         None, "DeepSpeed hostfile (multi-node). A path that does not exist is DeepSpeed's runner's case: its "
@@ -30,6 +32,13 @@ class ParallelConfig:
         "accelerator, a gloo process group, one process unless num-gpus says more) or `cuda`. "
         "Evaluation and generation take the same choice as `--device`.",
         choices=DEVICE_CHOICES)
+    distributed_timeout_minutes: float = key(
+        30.0, "Process-group timeout (Megatron-LM's key): a collective that waits longer on a live but "
+        "stuck rank fails. Carried to every host in the resolved config; torch's default is 30.", gt=0)
+    lost_host_timeout: float = key(
+        60.0, "Seconds without a heartbeat after which another rank's host counts as lost (crashed, or "
+        "cut off the network): every surviving process then ends with one line naming the host and "
+        "what `latest` holds, instead of waiting in a collective. Multi-process runs only.", gt=0)
     distributed_backend: str = key(
         "nccl", "torch.distributed backend of a GPU run; a CPU run (device: cpu, or no GPU) uses gloo "
         "whatever this says, since nccl cannot move CPU tensors.", choices=("nccl", "gloo"))

@@ -3,6 +3,7 @@ DeepSpeed expects (else it falls back to MPI discovery and asks for mpi4py)."""
 from __future__ import annotations
 
 import atexit
+import datetime
 import os
 import socket
 from dataclasses import dataclass
@@ -41,9 +42,13 @@ def set_op_cache_dir() -> None:
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(repo, ".venv", "torch_extensions"))
 
 
-def init_distributed(device: str | torch.device = "auto", backend: str = "nccl") -> DistInfo:
+def init_distributed(device: str | torch.device = "auto", backend: str = "nccl", timeout_minutes: float = 30.0,
+                     lost_host_timeout: float | None = None, describe_stop=None) -> DistInfo:
     """The process group and this rank's device, chosen together (megatron/device.py): `device` is
-    the config's `device` key, `backend` its `distributed-backend` (used only for CUDA tensors).
+    the config's `device` key, `backend` its `distributed-backend` (used only for CUDA tensors),
+    `timeout_minutes` its `distributed-timeout-minutes`. With several processes and a
+    `lost_host_timeout` (seconds), the heartbeat (megatron/training/heartbeat.py) watches the
+    other ranks; `describe_stop()` words what a stop keeps (the checkpoint `latest` names).
 
     One process joins an existing group if its backend fits the device; a test process that
     trained on the CPU and now trains on the GPU (or back) gets a new one."""
@@ -75,9 +80,15 @@ def init_distributed(device: str | torch.device = "auto", backend: str = "nccl")
         from megatron.console import quiet_op_load
 
         with quiet_op_load("starting the process group", is_rank0=os.environ.get("RANK", "0") == "0"):
-            deepspeed.init_distributed(dist_backend=wanted, auto_mpi_discovery=False)
+            deepspeed.init_distributed(dist_backend=wanted, auto_mpi_discovery=False,
+                                       timeout=datetime.timedelta(minutes=timeout_minutes))
         atexit.register(shutdown_distributed)
-    return DistInfo(torch.distributed.get_rank(), torch.distributed.get_world_size(), local_rank, chosen)
+    info = DistInfo(torch.distributed.get_rank(), torch.distributed.get_world_size(), local_rank, chosen)
+    if lost_host_timeout is not None:
+        from megatron.training.heartbeat import start_heartbeat
+
+        start_heartbeat(info.rank, info.world_size, lost_host_timeout, describe_stop)
+    return info
 
 
 def shutdown_distributed() -> None:
@@ -85,5 +96,8 @@ def shutdown_distributed() -> None:
     teardown, gloo's worker threads can outlive it and a rank that finished its work aborts with
     "terminate called without an active exception" (SIGABRT, pytorch/pytorch#190489): seen on
     2-rank CPU runs under load, the launcher then reports the whole run as failed."""
+    from megatron.training.heartbeat import stop_heartbeat
+
+    stop_heartbeat()  # first: the others must not take the store's end for a lost host
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()

@@ -43,32 +43,62 @@ def _say(text: str) -> None:
 
 
 class _OwnGroupPopen(subprocess.Popen):
-    """Popen for DeepSpeed's runner: the local launcher in a process group of its own, with stdin
-    closed (a background group reading the terminal would be stopped). pdsh, mpirun and srun are
-    started as before: they may need the terminal (ssh asking for a password)."""
+    """Popen for DeepSpeed's runner: what it starts runs in a process group of its own with stdin
+    closed (a background group reading the terminal would be stopped; ssh runs with BatchMode, so
+    nothing asks for a password). A remote launcher's (pdsh, srun, mpirun: anything but the local
+    launcher, which the runner starts with this Python) output goes through an OutputRelay."""
+
+    relays: list = []  # the relays of the launch in progress (launcher_in_own_group empties it)
 
     def __init__(self, args, *rest, **kwargs):
-        if NODE_LAUNCHER in " ".join(map(str, args if isinstance(args, (list, tuple)) else [args])):
-            kwargs.setdefault("process_group", 0)
-            kwargs.setdefault("stdin", subprocess.DEVNULL)
+        argv = list(args) if isinstance(args, (list, tuple)) else [args]
+        kwargs.setdefault("process_group", 0)
+        kwargs.setdefault("stdin", subprocess.DEVNULL)
+        remote = bool(argv) and str(argv[0]) != sys.executable
+        if remote:
+            kwargs.update(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
         super().__init__(args, *rest, **kwargs)
+        if remote:
+            from megatron.errors import debug_enabled
+            from megatron.training.launch_output import OutputRelay
+
+            _OwnGroupPopen.relays.append(OutputRelay(self.stdout, keep_all=debug_enabled()).start())
+
+
+class _SignalShim:
+    """The runner's view of the `signal` module: its pdsh handler for SIGINT/SIGTERM (send SIGINT
+    and SIGTERM to pdsh, `pkill` the launchers on every host, exit 1 a second later: no worker
+    saves) is not installed; the Supervisor's stays."""
+
+    def __getattr__(self, name):
+        return getattr(signal, name)
+
+    @staticmethod
+    def signal(signum, handler):
+        if signum in FORWARDED:
+            return signal.getsignal(signum)
+        return signal.signal(signum, handler)
 
 
 @contextlib.contextmanager
 def launcher_in_own_group(runner_module):
-    """While active, `runner_module` (deepspeed.launcher.runner) starts its local launcher in a new
-    process group; only that module's name `subprocess` is replaced."""
+    """While active, `runner_module` (deepspeed.launcher.runner) starts its launchers in new process
+    groups, relays a remote launcher's output and leaves the signal handlers to the Supervisor;
+    only that module's names `subprocess` and `signal` are replaced."""
     import types
 
     shim = types.ModuleType("subprocess")
     shim.__dict__.update(vars(subprocess))
     shim.Popen = _OwnGroupPopen
-    previous = runner_module.subprocess
-    runner_module.subprocess = shim
+    previous = runner_module.subprocess, getattr(runner_module, "signal", signal)
+    runner_module.subprocess, runner_module.signal = shim, _SignalShim()
+    _OwnGroupPopen.relays = []
     try:
-        yield
+        yield _OwnGroupPopen.relays
     finally:
-        runner_module.subprocess = previous
+        for relay in _OwnGroupPopen.relays:
+            relay.join()
+        runner_module.subprocess, runner_module.signal = previous
 
 
 def _targets():
@@ -89,9 +119,12 @@ def _targets():
 class Supervisor:
     """Signal handling around the launch; `report` (a StopReport) words the end."""
 
-    def __init__(self, report, grace_s: float = GRACE_S):
+    def __init__(self, report, grace_s: float = GRACE_S, rendezvous: tuple[str, int] | None = None):
         self.report = report
         self.grace_s = grace_s
+        # (MASTER_ADDR, MASTER_PORT) of a launch across hosts: the workers are not our descendants
+        # there (ssh/srun started them), so a signal reaches them through the run's store.
+        self.rendezvous = rendezvous
         self.first: int | None = None  # the first signal
         self.deadline: float | None = None  # monotonic time after which what is left is killed
         self.tree: dict = {}  # pid -> psutil.Process: everything deepy.py started, seen at each signal
@@ -107,6 +140,8 @@ class Supervisor:
                 self.tree.setdefault(p.pid, p)
 
     def _forward(self, signum, frame) -> None:
+        if self.rendezvous is not None:
+            return self._post(signum)
         import psutil
 
         targets = _targets()
@@ -126,6 +161,26 @@ class Supervisor:
             self.report.mark()
             # in a thread: the runner may be waiting on a launcher that waits on a stuck worker
             threading.Thread(target=self._wait_or_kill, daemon=True).start()
+
+    def _post(self, signum) -> None:
+        """Across hosts: post the signal in the run's store, from a thread that retries until the
+        workers have started it (or the grace period ends); each worker's heartbeat delivers it."""
+        from megatron.training.heartbeat import post_signal
+
+        name = signal.Signals(signum).name
+        _say(f"[signal] deepy.py: received {name}: passing it to every training process on every host (through "
+             f"the run's rendezvous store), which save at the end of their step and exit; waiting for them (at most "
+             f"{self.grace_s:g} s, then they are stopped)")
+        if self.first is None:
+            self.first, self.deadline = signum, time.monotonic() + self.grace_s
+            self.report.mark()
+            threading.Thread(target=self._wait_or_kill, daemon=True).start()
+
+        def post():
+            while not post_signal(*self.rendezvous, signum) and time.monotonic() < self.deadline:
+                time.sleep(1)
+
+        threading.Thread(target=post, daemon=True).start()
 
     def _suspend(self, signum, frame) -> None:
         """Ctrl-Z: the launched group stops with deepy.py (it is not in the terminal's group)."""
@@ -164,8 +219,15 @@ class Supervisor:
             time.sleep(0.05)
 
     def _wait_or_kill(self) -> None:
-        """Until every process of the tree has ended, or the deadline: then SIGKILL what is left."""
+        """Until every process of the tree has ended, or the deadline: then SIGKILL what is left
+        (across hosts, the workers are told to exit at once first)."""
+        self._remember_tree()
         self._wait(self.deadline)
+        if self.rendezvous is not None and self._alive():
+            from megatron.training.heartbeat import KILL_NOW, post_signal
+
+            if post_signal(*self.rendezvous, KILL_NOW):
+                self._wait(time.monotonic() + 10)
         self._remember_tree()  # a process started meanwhile is killed too
         self._kill_alive()
         self._wait(time.monotonic() + 5)  # a killed process ends (and drops its locks) on delivery
@@ -201,6 +263,22 @@ class Supervisor:
     def exit_code(self) -> int | None:
         """The status deepy.py exits with when it killed what was left (None: the runner's)."""
         return 128 + signal.SIGKILL if self.killed else None
+
+
+def latest_and_resume(save: str | None) -> str:
+    """What a run that stopped keeps, and how to go on: for the last line of a stopped run."""
+    from megatron.checkpoint.tags import read_latest
+    from megatron.errors import UserError
+
+    if not save:
+        return "nothing was saved (no `save` directory): the run starts over when run again"
+    try:
+        tag = read_latest(save)
+    except UserError as e:
+        return f"{save}/latest is unreadable ({e})"
+    if tag is None:
+        return f"no checkpoint in {save} yet: the same command starts the run over"
+    return f"{save}/latest names {tag}: run the same command again to resume from it"
 
 
 class StopReport:

@@ -87,7 +87,11 @@ class Trainer:
         import deepspeed
 
         self.cfg = cfg
-        self.dist = init_distributed(cfg.parallel.device, cfg.parallel.distributed_backend)
+        from megatron.training.launch_signals import latest_and_resume
+
+        p = cfg.parallel
+        self.dist = init_distributed(p.device, p.distributed_backend, p.distributed_timeout_minutes,
+                                     p.lost_host_timeout, lambda: latest_and_resume(cfg.checkpoint.save))
         precision_warning = check_precision_supported(cfg, self.dist.device)
         if precision_warning and self.dist.is_rank0:
             print(precision_warning, file=sys.stderr, flush=True)
