@@ -177,10 +177,10 @@ def main(argv: list[str] | None = None) -> int:
 
     for lock in training_locks(cfg):  # a live run's resolved config and configs/ are not replaced
         lock.check_free()
-    check_run_room(cfg)  # a full disk named now, not by the first write that fails
     launched = needs_launcher(cfg)
     if launched:
         check_launch_hosts(cfg)  # slots and ssh to every host, before anything is written
+    check_run_room(cfg)  # a full disk named now, not by the first write that fails
     resolved = os.path.join(cfg.logging.run_dir, RESOLVED_NAME)
     write_originals(cfg.config_files, cfg.logging.run_dir)  # found beside resolved_config.yml on load
     cfg.save(resolved)

@@ -27,6 +27,7 @@ def check_room(path: str, key: str) -> None:
                         f"to start: configs, logs, checkpoints); free space there or set {key} to a directory on "
                         f"another disk (-o {key}=...)")
 
+    created = _first_missing(path)  # removed again when the check refuses: a refusal writes nothing
     try:
         os.makedirs(path, exist_ok=True)
         free = free_bytes(path)
@@ -36,10 +37,32 @@ def check_room(path: str, key: str) -> None:
             f.write(b"\0" * PROBE_BYTES)
             f.flush()
             os.fsync(f.fileno())
+    except DiskFull:
+        _remove_created(created)
+        raise
     except OSError as e:
+        _remove_created(created)
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise full(free_bytes(path) if os.path.isdir(path) else None) from e
+            raise full(free_bytes(os.path.dirname(os.path.abspath(path)))) from e
         raise UserError(f"{key} {path!r}: {describe_os_error(e)}") from e
+
+
+def _first_missing(path: str) -> str | None:
+    """The outermost directory of `path` that does not exist yet (None: it all exists)."""
+    path, missing = os.path.abspath(path), None
+    while not os.path.exists(path):
+        missing, parent = path, os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return missing
+
+
+def _remove_created(top: str | None) -> None:
+    if top:
+        import shutil
+
+        shutil.rmtree(top, ignore_errors=True)
 
 
 def check_run_room(cfg) -> None:

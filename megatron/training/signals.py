@@ -13,7 +13,11 @@ complete one), and the run-directory lock dies with the process.
 SIGHUP (the terminal went away, or `kill -HUP`) is a pre-emption too: save and exit 0.
 
 Launched with several processes, deepy.py passes every one of these signals on to the workers and
-waits for them (megatron/training/launch_signals.py).
+waits for them (megatron/training/launch_signals.py). Across hosts a signal arrives through the
+run's store instead (megatron/training/heartbeat.py calls `deliver`), one beat later on some ranks
+than on others: the all-reduce carries the signal itself, so a rank that has not had it yet stops
+for the same one, and a copy that arrives after the stop was agreed is dropped (on one host it
+would find the default handler back and kill the process that had just saved).
 """
 from __future__ import annotations
 
@@ -33,6 +37,32 @@ def _say(text: str) -> None:
     os.write(sys.stderr.fileno(), (text + "\n").encode())
 
 
+_installed: PreemptionHandler | None = None  # the one whose handler is in place
+_held: list[int] | None = None  # signals delivered before the handler was installed (see hold())
+_agreed = False  # a stop was agreed: later deliveries are copies of its signal
+
+
+def hold() -> None:
+    """From now until a PreemptionHandler is installed (a trainer's set-up), a delivered signal
+    waits for it instead of taking its default action."""
+    global _held
+    if _held is None:
+        _held = []
+
+
+def deliver(signum: int) -> None:
+    """A signal posted by the launcher (from the heartbeat's thread): to the trainer's handler as a
+    local signal would go, else held or dropped as above, else its own default action."""
+    if _installed is not None:
+        _installed._handle(signum, None)
+    elif _agreed:
+        return
+    elif _held is not None:
+        _held.append(signum)
+    else:
+        os.kill(os.getpid(), signum)
+
+
 class PreemptionHandler:
     def __init__(self):
         self.received: int | None = None
@@ -40,8 +70,13 @@ class PreemptionHandler:
         self._previous = {}
 
     def install(self) -> PreemptionHandler:
+        global _installed, _held
         for sig in SIGNALS:
             self._previous[sig] = signal.signal(sig, self._handle)
+        _installed = self
+        held, _held = _held or [], None
+        for signum in held:
+            self._handle(signum, None)
         return self
 
     def _handle(self, signum, frame) -> None:
@@ -60,16 +95,25 @@ class PreemptionHandler:
         return EXIT_INTERRUPTED if self.interrupted else 0
 
     def requested(self) -> bool:
-        flag = torch.tensor([1 if self.received is not None else 0], dtype=torch.int32)
+        """Whether any rank received a stop signal; then every rank takes the same one (the
+        highest number) and the same Ctrl-C state."""
+        global _agreed
+        flag = torch.tensor([self.received or 0, int(self.interrupted)], dtype=torch.int32)
         if torch.distributed.is_available() and torch.distributed.is_initialized() \
                 and torch.distributed.get_world_size() > 1:
             from megatron.device import collective_device
 
             flag = flag.to(collective_device())
             torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
-        return bool(flag.item())
+        signum, interrupted = (int(v) for v in flag.tolist())
+        if signum:
+            self.received, self.interrupted, _agreed = signum, bool(interrupted), True
+        return bool(signum)
 
     def uninstall(self) -> None:
+        global _installed
         for sig, prev in self._previous.items():
             signal.signal(sig, prev)
         self._previous.clear()
+        if _installed is self:
+            _installed = None

@@ -87,8 +87,10 @@ class Trainer:
         import deepspeed
 
         self.cfg = cfg
+        from megatron.training import signals
         from megatron.training.launch_signals import latest_and_resume
 
+        signals.hold()  # a stop posted across hosts during set-up waits for the training loop's handler
         p = cfg.parallel
         self.dist = init_distributed(p.device, p.distributed_backend, p.distributed_timeout_minutes,
                                      p.lost_host_timeout, lambda: latest_and_resume(cfg.checkpoint.save))
