@@ -100,9 +100,4 @@ def shutdown_distributed() -> None:
 
     stop_heartbeat()  # first: the others must not take the store's end for a lost host
     if torch.distributed.is_available() and torch.distributed.is_initialized():
-        rank = torch.distributed.get_rank()
         torch.distributed.destroy_process_group()
-        from megatron.training.shm_buffers import remove_launch_buffers
-
-        if "MASTER_PORT" in os.environ:  # DeepSpeed's CPU all-reduce buffer: nobody else removes it on other hosts
-            remove_launch_buffers(int(os.environ["MASTER_PORT"]), rank=rank)

@@ -4,8 +4,7 @@ nothing ever unlinks it (deepspeed/ops/csrc/cpu/comm/shm.cpp has a shared_close 
 called). /dev/shm is memory: a day of test runs on this project's 24 GiB machine left 21 GiB
 there and the machine swapped. deepy.py removes this launch's buffers on this node once its
 workers have exited; the master port names the launch, so a concurrent run on another port keeps
-its own. On the other hosts of a launch across hosts deepy.py is not there: each worker removes its
-own buffer when it shuts its process group down (remove_rank_buffer)."""
+its own."""
 from __future__ import annotations
 
 import glob
@@ -27,13 +26,10 @@ def launch_buffers(port: int, shm_dir: str = SHM_DIR) -> list[str]:
     return sorted(out)
 
 
-def remove_launch_buffers(port: int, shm_dir: str = SHM_DIR, rank: int | None = None) -> int:
-    """Unlink the launch's buffers (a worker still mapping one keeps its mapping), or only `rank`'s;
-    how many."""
+def remove_launch_buffers(port: int, shm_dir: str = SHM_DIR) -> int:
+    """Unlink the launch's buffers (a worker still mapping one keeps its mapping); how many."""
     removed = 0
     for path in launch_buffers(port, shm_dir):
-        if rank is not None and not path.endswith(f"_{int(rank)}"):
-            continue
         try:
             os.unlink(path)
             removed += 1
