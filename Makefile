@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 export TORCH_EXTENSIONS_DIR ?= $(CURDIR)/$(VENV)/torch_extensions
 export WANDB_MODE ?= offline
 
-.PHONY: setup test test-gpu quickstart quickstart-rotary eval-tasks docs lint clean
+.PHONY: setup test test-cluster test-gpu quickstart quickstart-rotary eval-tasks docs lint clean
 
 setup: $(STAMP)
 
@@ -31,7 +31,15 @@ TEST_WORKERS ?= 2
 test: setup
 	$(VENV)/bin/ruff check .
 	$(PY) tools/gen_config_docs.py --check
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --durations=15 tests
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --durations=15 --ignore=tests/cluster tests
+
+# The multi-host tests (tests/cluster/): two hosts built as Linux network namespaces on a private
+# bridge, each with its own hostname, sshd, munged and slurmd (slurmctld on the first); pdsh and
+# Slurm runs across them, a host crashed or cut off, signals, pre-emption. Needs root (CI is);
+# apt-gets openssh-server, pdsh, slurm-wlm and munge when missing. Everything it makes is removed.
+test-cluster: setup
+	@why=$$($(PY) -m tests.cluster.netns_cluster --install --check) || { echo "make test-cluster: no test cluster on this machine: $$why"; exit 1; }
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q --durations=10 tests/cluster
 
 # The CUDA-relevant part of the suite on a GPU machine (tests marked `gpu`: compiled Triton kernels at
 # real sizes, flex and flash on CUDA, MFU, and tests/gpu/: the paper config through deepy.py in bf16,

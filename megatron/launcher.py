@@ -289,6 +289,8 @@ def launch_with_deepspeed(cfg, user_script: str, resolved: str) -> int:
 
         os.environ["PDSH_SSH_ARGS_APPEND"] = " ".join(
             filter(None, [os.environ.get("PDSH_SSH_ARGS_APPEND"), ssh_keepalive(cfg.parallel.lost_host_timeout)]))
+    if hosts and cfg.parallel.launcher == "slurm":  # srun's tasks take the rendezvous from the environment
+        os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(cfg.parallel.master_port))
     argv = runner_args(cfg, user_script, resolved, master_addr)
     if not cfg.parallel.hostfile:  # the runner's default /job/hostfile: no hostfile was asked for
         from megatron.console import drop_log_message

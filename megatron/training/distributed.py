@@ -35,6 +35,36 @@ def set_single_process_env() -> None:
     os.environ.setdefault("MASTER_PORT", str(free_port()))
 
 
+def ranks_from_slurm(env=os.environ) -> None:
+    """Under srun (a job step of several tasks: SLURM_STEP_NUM_TASKS > 1), each task's RANK,
+    WORLD_SIZE and LOCAL_RANK come from Slurm's task variables (SLURM_PROCID, SLURM_LOCALID), as
+    torch's env:// rendezvous expects them; without them every task would train alone as world
+    size 1 and the second would find the run directory locked. MASTER_ADDR is the step's first
+    node unless set (deepy.py sets it and MASTER_PORT from the config). A launcher that set
+    WORLD_SIZE itself is kept, unless it disagrees with the step's task count: refused, naming both.
+    The batch script's own process (no step) is one process, as before."""
+    tasks = int(env.get("SLURM_STEP_NUM_TASKS") or 1)
+    if tasks <= 1:
+        return
+    if "WORLD_SIZE" in env:
+        if int(env["WORLD_SIZE"]) != tasks:
+            from megatron.errors import UserError
+
+            raise UserError(f"srun started {tasks} tasks (SLURM_STEP_NUM_TASKS) but WORLD_SIZE is {env['WORLD_SIZE']}: "
+                            f"each would train as a run of its own. Unset RANK/WORLD_SIZE in the job (Slurm's task "
+                            f"variables give them), or run one task (srun -n 1)")
+        return
+    env["RANK"], env["WORLD_SIZE"] = env["SLURM_PROCID"], str(tasks)
+    env["LOCAL_RANK"] = env.get("SLURM_LOCALID", "0")
+    if "MASTER_ADDR" not in env:
+        import subprocess
+
+        nodes = subprocess.run(["scontrol", "show", "hostnames", env.get("SLURM_STEP_NODELIST", "")],
+                               capture_output=True, text=True, check=False).stdout.split()
+        env["MASTER_ADDR"] = nodes[0] if nodes else "127.0.0.1"
+    env.setdefault("MASTER_PORT", "29500")  # the config's master-port default: deepy.py passes the config's
+
+
 def set_op_cache_dir() -> None:
     """A persistent cache for the ops DeepSpeed JIT-builds on first use (~1 min), so later runs
     start in seconds."""
@@ -55,6 +85,7 @@ def init_distributed(device: str | torch.device = "auto", backend: str = "nccl",
     from megatron.device import process_group_backend, resolve_device, select_deepspeed_accelerator
 
     set_op_cache_dir()
+    ranks_from_slurm()
     set_single_process_env()
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     chosen = resolve_device(device, what="device:")

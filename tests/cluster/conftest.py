@@ -17,6 +17,8 @@ from tests.integration.fault_helpers import child_env
 # Short enough for the tests' clock, long enough for two busy cores: a lost host ends the run
 # within about this plus one beat (megatron/training/heartbeat.py).
 LOST_HOST_TIMEOUT = 20
+# Steps of a test run: a signal or a lost host at step 12 comes well before the end, also on busy cores.
+TRAIN_ITERS = 60
 
 
 def pytest_configure(config):
@@ -68,7 +70,7 @@ def run_config(shared, dataset, name: str, **over) -> str:
     run = shared / name
     ck = str(run / "checkpoints")
     data = train_config_dict(shared, dataset, **{
-        "train_iters": 30, "save": ck, "load": ck, "save_interval": 5, "run_dir": str(run),
+        "train_iters": TRAIN_ITERS, "save": ck, "load": ck, "save_interval": 5, "run_dir": str(run),
         "hidden_dropout": 0.1, "attention_dropout": 0.1, "lost_host_timeout": LOST_HOST_TIMEOUT, **over})
     return write_yaml(shared / f"{name}.yml", data)
 

@@ -18,7 +18,8 @@ filesystem" a real cluster's run directory lives on.
 here: the holders, the daemons and whatever ssh ran on the hosts), deletes the namespaces and the
 cluster's directory. Used as a context manager; also from the command line for a look by hand:
 
-    python -m tests.cluster.netns_cluster --hosts 2     # builds one, prints how to enter it, waits for Ctrl-C
+    python -m tests.cluster.netns_cluster --hosts 2 [--slurm]   # builds one, prints how to enter it, waits for Ctrl-C
+    python -m tests.cluster.netns_cluster --check               # can this machine build one? (else why)
 """
 from __future__ import annotations
 
@@ -107,6 +108,10 @@ class Cluster:
         try:
             self._network()
             self._files()
+            if self.slurm:
+                from tests.cluster.slurm import write_files
+
+                write_files(self)
             for host in self.hosts:
                 self._start_holder(host)
             for host in self.hosts:
@@ -157,9 +162,14 @@ class Cluster:
         """A process in the host's network namespace with new UTS and mount namespaces, set up as
         the host, then asleep: everything run on the host enters its namespaces (Host.enter)."""
         d = self.dir
+        # Slurm: the cluster's /etc/slurm; slurmd 22.05 initializes its cgroup plugin whatever the
+        # process tracking, and `ip netns exec` gave the host a /sys without cgroups: an empty tmpfs
+        # there (the v1 plugin, named in cgroup.conf, only looks; nothing is created in it).
+        slurm = (f" && mount --bind {d}/etc_slurm /etc/slurm && mount -t tmpfs tmpfs /sys/fs/cgroup"
+                 if self.slurm else "")
         setup = (f"hostname {host.name} && mount --bind {d}/hosts /etc/hosts && mount --bind {d}/passwd /etc/passwd"
                  " && mount -t tmpfs tmpfs /run && mkdir -m 755 /run/sshd /run/munge"
-                 " && mount -t tmpfs tmpfs /dev/shm && exec sleep infinity")
+                 f" && mount -t tmpfs tmpfs /dev/shm{slurm} && exec sleep infinity")
         host.holder = subprocess.Popen(["ip", "netns", "exec", host.netns, "unshare", "--uts", "--mount",
                                         "--propagation", "private", "sh", "-c", setup],
                                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -289,11 +299,29 @@ class Cluster:
 
 def main() -> None:
     import argparse
+    import sys
 
-    p = argparse.ArgumentParser(description="Build a test cluster and wait (Ctrl-C removes it).")
+    p = argparse.ArgumentParser(description="Build a test cluster and wait (Ctrl-C removes it); or check/prepare "
+                                            "this machine for one.")
     p.add_argument("--hosts", type=int, default=2)
     p.add_argument("--slurm", action="store_true")
+    p.add_argument("--check", action="store_true", help="exit 0 if a cluster can be built here, else say why (exit 1)")
+    p.add_argument("--install", action="store_true", help="apt-get the packages a cluster needs (Slurm's too), then exit")
     args = p.parse_args()
+    if args.install:  # before --check: iproute2 itself may be missing
+        try:
+            install_packages(slurm=True)
+        except (OSError, subprocess.CalledProcessError) as e:
+            print(f"apt-get could not install {', '.join(missing_packages(slurm=True))}: {e}")
+            sys.exit(1)
+    if args.check:
+        why = why_not_available() or (", ".join(missing_packages(slurm=True)) + " missing"
+                                      if missing_packages(slurm=True) else None)
+        if why:
+            print(why)
+            sys.exit(1)
+    if args.check or args.install:
+        return
     install_packages(args.slurm)
     with Cluster(args.hosts, slurm=args.slurm) as c:
         print(f"cluster {c.tag}: " + ", ".join(f"{h.name} {h.address}" for h in c.hosts))
