@@ -6,6 +6,7 @@ import atexit
 import datetime
 import os
 import socket
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -70,6 +71,14 @@ def set_op_cache_dir() -> None:
     start in seconds."""
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(repo, ".venv", "torch_extensions"))
+    # One ninja for the cache: ninja 1.11 (Debian's) and 1.13 (the venv's, from PyPI) hash a build
+    # command differently, so runs with the venv's bin/ on PATH (an activated venv, a Slurm job) and
+    # runs without it (make, a plain `.venv/bin/python`) each rebuilt the op for the other (22 s a
+    # start on 2 cores). The environment's own ninja comes first, whichever way Python was started.
+    bindir = os.path.dirname(sys.executable)
+    path = os.environ.get("PATH", "").split(os.pathsep)
+    if os.path.isfile(os.path.join(bindir, "ninja")) and path[:1] != [bindir]:
+        os.environ["PATH"] = os.pathsep.join([bindir, *[p for p in path if p != bindir]])
 
 
 def init_distributed(device: str | torch.device = "auto", backend: str = "nccl", timeout_minutes: float = 30.0,

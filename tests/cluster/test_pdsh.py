@@ -33,8 +33,9 @@ def two_hosts(shared):
 
 @pytest.fixture(scope="module")
 def reference(cluster, shared, dataset, two_hosts):
-    """An uninterrupted run across the two hosts: its losses, and its output."""
-    launch = deepy(cluster, cluster.hosts[0], "train.py", run_config(shared, dataset, "reference", hostfile=two_hosts))
+    """An uninterrupted run across the two hosts, launched as the README says: its losses, and its output."""
+    launch = deepy(cluster, cluster.hosts[0], "train.py", run_config(shared, dataset, "reference"),
+                   "configs/cluster/hostfile.yml", "-o", f"hostfile={two_hosts}")
     rc, _ = launch.finish()
     assert rc == 0, launch.output[-4000:]
     losses = train_losses(shared / "reference")
