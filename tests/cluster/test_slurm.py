@@ -70,7 +70,7 @@ def test_usr1_preemption_saves_requeues_and_resumes_exactly(slurm_cluster, share
     state = wait_job(slurm_cluster, job, states=("COMPLETED", "FAILED", "CANCELLED"), timeout=300)
     log = job_log(shared, job)
     assert state == "COMPLETED", (state, log[-5000:])
-    assert "train.sbatch: USR1 (pre-emption)" in log and "requeueing job" in log, log[-4000:]
+    assert "batch script: USR1 (pre-emption)" in log and "requeueing job" in log, log[-4000:]
     assert "[signal] received signal SIGUSR1" in log, log[-4000:]
     ck = str(shared / "preempted" / "checkpoints")
     saved = [line for line in log.splitlines() if "deepy.py: stopped by SIGUSR1" in line]
