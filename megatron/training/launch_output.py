@@ -30,7 +30,7 @@ _DROPPED = [
     re.compile(_HOST + r"\[[\d\- :,]+\] \[INFO\] \[launch\.py:\d+:\w+\]"),
     re.compile(_HOST + r"\[[\d\- :,]+\] \[WARNING\] \[real_accelerator\.py:\d+:get_accelerator\] Setting accelerator"),
     re.compile(_HOST + r"\[W\d{4} [\d:.]+ \S+\] \[c10d\] The hostname of the client socket cannot be retrieved"),
-    re.compile(_HOST + r"\[W\d{4} [\d:.]+ \S+TCPStore\.cpp:\d+\] \[c10d\]"),
+    re.compile(_HOST + r"\[W\d{4} [\d:.]+ \S*TCPStore\.cpp:\d+\] \[c10d\]"),
     re.compile(_HOST + r"(Exception raised from \S+ at \S+|frame #\d+: |<omitting python frames>)"),
 ]
 _LAUNCHER_EXIT = re.compile(r"^pdsh@\S+: \S+: ssh exited with exit code \d+$|"
