@@ -15,7 +15,7 @@ from megatron.training.heartbeat import EXIT_LOST_HOST, VERDICT_MARK, post_signa
 from tests.conftest import ROOT
 from tests.integration.fault_helpers import child_env
 
-TIMEOUT = 2.0
+TIMEOUT = 5.0  # short for the test; long enough that two busy cores do not delay a beat past it
 RANK = textwrap.dedent("""
     import os, sys, time
     sys.path.insert(0, {root!r})
@@ -33,7 +33,7 @@ RANK = textwrap.dedent("""
             if handler.received:
                 print(f"rank {{os.environ['RANK']}} got signal {{handler.received}}", flush=True)
                 return 0
-            if os.environ["RANK"] == "1" and {fail!r}:
+            if os.environ["RANK"] == "1" and {fail!r} and os.path.exists({go!r}):
                 raise UserError("rank 1's own error")
             time.sleep(0.05)
         return 1
@@ -42,9 +42,10 @@ RANK = textwrap.dedent("""
 """)
 
 
-def start_ranks(fail: bool = False) -> tuple[list[subprocess.Popen], int]:
+def start_ranks(tmp_path, fail: bool = False) -> tuple[list[subprocess.Popen], int]:
+    """Two ranks, once both are ready; with `fail`, rank 1 raises once the test creates tmp_path/go."""
     port = free_port()
-    code = RANK.format(root=ROOT, timeout=TIMEOUT, fail=fail)
+    code = RANK.format(root=ROOT, timeout=TIMEOUT, fail=fail, go=str(tmp_path / "go"))
     procs = []
     for rank in (0, 1):
         env = {**child_env(), "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
@@ -62,8 +63,8 @@ def finish(p, timeout=30) -> tuple[int, str]:
     return p.returncode, out
 
 
-def test_a_rank_that_stops_beating_is_named_and_every_process_ends():
-    (r0, r1), _ = start_ranks()
+def test_a_rank_that_stops_beating_is_named_and_every_process_ends(tmp_path):
+    (r0, r1), _ = start_ranks(tmp_path)
     os.kill(r1.pid, signal.SIGSTOP)  # alive, connected, silent: a host cut off the network
     started = time.monotonic()
     try:
@@ -81,16 +82,17 @@ def test_a_rank_that_stops_beating_is_named_and_every_process_ends():
     assert "Traceback" not in out + out1
 
 
-def test_a_posted_signal_reaches_every_rank():
-    (r0, r1), port = start_ranks()
+def test_a_posted_signal_reaches_every_rank(tmp_path):
+    (r0, r1), port = start_ranks(tmp_path)
     assert post_signal("127.0.0.1", port, signal.SIGUSR1)
     for rank, p in enumerate((r0, r1)):
         rc, out = finish(p)
         assert rc == 0 and f"rank {rank} got signal {int(signal.SIGUSR1)}" in out, out
 
 
-def test_a_rank_that_fails_ends_the_others_at_once():
-    (r0, r1), _ = start_ranks(fail=True)
+def test_a_rank_that_fails_ends_the_others_at_once(tmp_path):
+    (r0, r1), _ = start_ranks(tmp_path, fail=True)
+    (tmp_path / "go").touch()
     started = time.monotonic()
     rc1, out1 = finish(r1)
     rc0, out0 = finish(r0)

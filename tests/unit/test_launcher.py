@@ -12,8 +12,10 @@ def test_runner_args_for_a_hostfile_cluster(tiny_config):
     cfg = tiny_config(hostfile=os.path.join(ROOT, "configs/cluster/hostfile.example"), num_nodes=2, num_gpus=8,
                       master_addr="node001", master_port=29600, launcher="slurm")
     args = runner_args(cfg, "train.py", "runs/x/resolved_config.yml")
+    # the hostfile's slots decide the processes per host (a disagreeing num-gpus is refused before this:
+    # tests/unit/test_cluster_launch.py), and deepy.py asked every host over ssh already
     assert args == ["--hostfile", os.path.join(ROOT, "configs/cluster/hostfile.example"), "--num_nodes", "2",
-                    "--num_gpus", "8", "--master_addr", "node001", "--master_port", "29600", "--launcher", "slurm",
+                    "--master_addr", "node001", "--no_ssh_check", "--master_port", "29600", "--launcher", "slurm",
                     "--log_level", "warning", "train.py", "--resolved-config", "runs/x/resolved_config.yml"]
 
 
