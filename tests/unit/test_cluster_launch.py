@@ -93,3 +93,20 @@ def test_without_a_verdict_the_launchers_exit_lines_end_the_output():
 def test_debug_keeps_every_line():
     shown, r = relay(PDSH_OUTPUT, keep_all=True)
     assert shown == PDSH_OUTPUT and r.verdict.startswith("lost host h2")
+
+
+def test_distributed_timeout_minutes_reaches_the_process_group(tmp_path):
+    """The config key every host reads from the resolved config sets gloo's collective timeout."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+    from tests.integration.fault_helpers import child_env
+
+    code = (f"import sys, torch; sys.path.insert(0, {ROOT!r})\n"
+            "from megatron.training.distributed import init_distributed\n"
+            "init_distributed('cpu', 'gloo', 0.5)\n"
+            "import torch.distributed as d\n"
+            "print(d.group.WORLD._get_backend(torch.device('cpu')).options._timeout)")
+    out = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip().endswith("0:00:30"), out.stdout + out.stderr
