@@ -17,11 +17,29 @@ class Rule:
     check: Callable[[SimpleNamespace], list[tuple[str, str]]]  # -> [(key, what is wrong)]
 
 
-def _heads_split_by_tensor_parallel(cfg) -> list[tuple[str, str]]:
-    tp = cfg.parallel.model_parallel_size
-    if cfg.model.num_attention_heads % tp:
-        return [("num_attention_heads", f"must be divisible by model-parallel-size ({tp})")]
-    return []
+def _shapes_split_by_tensor_parallel(cfg) -> list[tuple[str, str]]:
+    """Every dimension tensor parallelism splits must divide by its degree: refused here, before
+    anything costs, instead of in the workers at step 0 (a kv-head count TP cannot shard ended in
+    170 lines of split_with_sizes tracebacks). NeoX divides the same ones (mpu.divide)."""
+    m, tp = cfg.model, cfg.parallel.model_parallel_size
+    if tp <= 1:
+        return []
+    out = []
+    if m.num_attention_heads % tp:
+        out.append(("num_attention_heads", f"must be divisible by model-parallel-size ({tp})"))
+    if m.num_kv_heads is not None and m.kv_heads % tp:
+        out.append(("num_kv_heads", f"{m.kv_heads} key/value heads cannot be split over model-parallel-size {tp} "
+                    "(each rank holds num-kv-heads / model-parallel-size of them): use a model-parallel-size "
+                    "that divides num-kv-heads"))
+    widths = [w for w in dict.fromkeys(m.mlp_widths) if w % tp]
+    if widths:
+        out.append(("intermediate_size", f"the MLP width {widths[0]} is split over model-parallel-size {tp} and "
+                    "must be divisible by it: choose intermediate-size (or mlp-multiple-of) so that it is"))
+    if m.padded_vocab_size is not None and m.padded_vocab_size % tp:
+        out.append(("padded_vocab_size", f"the vocabulary is split over model-parallel-size {tp} and must be "
+                    "divisible by it (or leave padded-vocab-size unset: make-vocab-size-divisible-by x "
+                    "model-parallel-size pads it)"))
+    return out
 
 
 def _projected_clamp_reaches_master_weights(cfg) -> list[tuple[str, str]]:
@@ -34,7 +52,7 @@ def _projected_clamp_reaches_master_weights(cfg) -> list[tuple[str, str]]:
 
 
 RULES = (
-    Rule(("model", "parallel"), _heads_split_by_tensor_parallel),
+    Rule(("model", "parallel"), _shapes_split_by_tensor_parallel),
     Rule(("model", "precision", "optimizer"), _projected_clamp_reaches_master_weights),
 )
 

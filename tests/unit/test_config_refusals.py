@@ -153,3 +153,23 @@ def test_a_missing_config_file_gets_did_you_mean(tmp_path):
     msg = problems([str(tmp_path / "quikstart.yml")])  # a near name: the nearest first
     assert f"did you mean {tmp_path / 'quickstart.yml'} or {tmp_path / 'quickstart_rotary.yml'}?" in msg
     assert "did you mean" not in problems([str(tmp_path / "nothing_like_it.yml")])
+
+
+# ---- shapes tensor parallelism cannot split (issue 43: 170 lines of split_with_sizes at step 0) ----
+@pytest.mark.parametrize("extra, key, words", [
+    ({"num-kv-heads": 1}, "num-kv-heads", "1 key/value heads cannot be split over model-parallel-size 2"),
+    ({"intermediate-size": 66, "model-parallel-size": 4}, "intermediate-size",
+     "the MLP width 66 is split over model-parallel-size 4"),
+    ({"padded-vocab-size": 127}, "padded-vocab-size", "the vocabulary is split over model-parallel-size 2"),
+    ({"num-attention-heads": 2, "hidden-size": 32, "model-parallel-size": 4}, "num-attention-heads",
+     "must be divisible by model-parallel-size (4)"),
+])
+def test_a_shape_tensor_parallelism_cannot_split_is_refused_at_load(tmp_path, extra, key, words):
+    path = write(tmp_path, "tp.yml", tiny_text(**{"model-parallel-size": 2, **extra}))
+    err = problems([path])
+    assert f"{key} = " in err and words in err and "tp.yml" in err, err
+
+
+def test_shapes_tensor_parallelism_splits_evenly_load(tmp_path):
+    load_config([write(tmp_path, "tp.yml", tiny_text(**{"model-parallel-size": 2, "num-kv-heads": 2,
+                                                        "intermediate-size": 64, "padded-vocab-size": 128}))])
