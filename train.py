@@ -26,7 +26,7 @@ def main() -> int:
     from megatron.training.trainer import Trainer
 
     # 130 after Ctrl-C (saved at a step boundary), 0 after pre-emption or the last iteration
-    return Trainer(cfg).train().get("exit_code", 0)
+    return Trainer(cfg, resolved_config=args.resolved_config).train().get("exit_code", 0)
 
 
 if __name__ == "__main__":

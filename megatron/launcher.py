@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     deepy.py turns it into one message (megatron.errors.run_cli)."""
     from megatron.config import load_config
     from megatron.config.inputs import input_problems, inputs_error
-    from megatron.config.originals import RESOLVED_NAME, write_originals
+    from megatron.config.originals import discard_staged, staged_resolved_path, write_originals
     from megatron.config.paths import outside_run_dir, saves_nothing, unused_data_path
     from megatron.hosts import missing_hostfile_warning
 
@@ -180,16 +180,24 @@ def main(argv: list[str] | None = None) -> int:
     launched = needs_launcher(cfg)
     if launched:
         check_launch_hosts(cfg)  # slots and ssh to every host, before anything is written
+    from megatron.training.disk import first_missing, remove_created
+
+    created = first_missing(cfg.logging.run_dir)  # removed again if the launch is refused
     check_run_room(cfg)  # a full disk named now, not by the first write that fails
-    resolved = os.path.join(cfg.logging.run_dir, RESOLVED_NAME)
-    write_originals(cfg.config_files, cfg.logging.run_dir)  # found beside resolved_config.yml on load
+    # Staged: the training process publishes it once its own checks passed (config/originals.py)
+    resolved = staged_resolved_path(cfg.logging.run_dir)
+    write_originals(cfg.config_files, os.path.dirname(resolved))  # found beside resolved_config.yml on load
     cfg.save(resolved)
-    if launched:
-        return launch_with_deepspeed(cfg, args.user_script, resolved)
-    # One process: run the script here (no launcher needed; see megatron/training/distributed.py).
-    sys.argv = [args.user_script, "--resolved-config", resolved]
-    runpy.run_path(args.user_script, run_name="__main__")
-    return 0
+    try:
+        if launched:
+            return launch_with_deepspeed(cfg, args.user_script, resolved)
+        # One process: run the script here (no launcher needed; see megatron/training/distributed.py).
+        sys.argv = [args.user_script, "--resolved-config", resolved]
+        runpy.run_path(args.user_script, run_name="__main__")
+        return 0
+    finally:
+        if discard_staged(resolved) and created:  # refused before training: nothing of this launch stays
+            remove_created(created)
 
 
 def needs_launcher(cfg) -> bool:

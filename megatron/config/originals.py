@@ -17,6 +17,43 @@ from megatron.config.untrusted_yaml import read_bounded
 
 RESOLVED_NAME = "resolved_config.yml"
 ORIGINALS_DIR = "configs"
+# deepy.py writes a launch's resolved config and originals under <run-dir>/.launch-<pid>/ first;
+# the training process moves them into place once its checks have passed (publish_staged). A
+# refused launch (a resume whose model changed, a locked run) leaves the run's own files as they
+# were, and deepy.py removes the staging directory (discard_staged).
+STAGING_PREFIX = ".launch-"
+
+
+def staged_resolved_path(run_dir: str) -> str:
+    return os.path.join(run_dir, f"{STAGING_PREFIX}{os.getpid()}", RESOLVED_NAME)
+
+
+def publish_staged(resolved_path: str | None) -> bool:
+    """Move a staged resolved_config.yml and its configs/ into the run directory (the staging
+    directory's parent); False when `resolved_path` is not staged (a config given directly)."""
+    if not resolved_path:
+        return False
+    staging = os.path.dirname(os.path.abspath(resolved_path))
+    if not os.path.basename(staging).startswith(STAGING_PREFIX) or not os.path.isfile(resolved_path):
+        return False
+    run_dir = os.path.dirname(staging)
+    originals = os.path.join(staging, ORIGINALS_DIR)
+    if os.path.isdir(originals):
+        final = os.path.join(run_dir, ORIGINALS_DIR)
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(originals, final)
+    os.replace(resolved_path, os.path.join(run_dir, RESOLVED_NAME))
+    shutil.rmtree(staging, ignore_errors=True)
+    return True
+
+
+def discard_staged(resolved_path: str) -> bool:
+    """Remove what publish_staged did not move (the launch was refused); True when there was any."""
+    staging = os.path.dirname(os.path.abspath(resolved_path))
+    if not os.path.basename(staging).startswith(STAGING_PREFIX) or not os.path.isdir(staging):
+        return False
+    shutil.rmtree(staging, ignore_errors=True)
+    return True
 
 
 def write_originals(config_files: dict[str, str], run_dir: str) -> str:

@@ -15,7 +15,7 @@ from megatron.checkpoint.writer import DISK_FULL_BYTES, free_bytes
 from megatron.errors import DiskFull, UserError, describe_os_error
 
 PROBE_BYTES = 1 << 20  # written and fsynced once: a quota or a full disk shows here, not in a log line
-__all__ = ["DiskFull", "check_room", "check_run_room"]  # DiskFull's home is megatron/errors.py
+__all__ = ["DiskFull", "check_room", "check_run_room", "first_missing", "remove_created"]  # DiskFull's home is megatron/errors.py
 
 
 def check_room(path: str, key: str) -> None:
@@ -27,7 +27,7 @@ def check_room(path: str, key: str) -> None:
                         f"to start: configs, logs, checkpoints); free space there or set {key} to a directory on "
                         f"another disk (-o {key}=...)")
 
-    created = _first_missing(path)  # removed again when the check refuses: a refusal writes nothing
+    created = first_missing(path)  # removed again when the check refuses: a refusal writes nothing
     try:
         os.makedirs(path, exist_ok=True)
         free = free_bytes(path)
@@ -38,16 +38,16 @@ def check_room(path: str, key: str) -> None:
             f.flush()
             os.fsync(f.fileno())
     except DiskFull:
-        _remove_created(created)
+        remove_created(created)
         raise
     except OSError as e:
-        _remove_created(created)
+        remove_created(created)
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
             raise full(free_bytes(os.path.dirname(os.path.abspath(path)))) from e
         raise UserError(f"{key} {path!r}: {describe_os_error(e)}") from e
 
 
-def _first_missing(path: str) -> str | None:
+def first_missing(path: str) -> str | None:
     """The outermost directory of `path` that does not exist yet (None: it all exists)."""
     path, missing = os.path.abspath(path), None
     while not os.path.exists(path):
@@ -58,7 +58,7 @@ def _first_missing(path: str) -> str | None:
     return missing
 
 
-def _remove_created(top: str | None) -> None:
+def remove_created(top: str | None) -> None:
     if top:
         import shutil
 

@@ -83,7 +83,9 @@ def check_precision_supported(cfg, device: torch.device) -> str | None:
 
 
 class Trainer:
-    def __init__(self, cfg):
+    def __init__(self, cfg, resolved_config: str | None = None):
+        """`resolved_config`: the file the config was read from; a launch's staged one is moved
+        into the run directory once set-up (the resume checks included) has passed."""
         import deepspeed
 
         self.cfg = cfg
@@ -103,6 +105,10 @@ class Trainer:
         except BaseException:
             self.release()
             raise
+        if self.dist.is_rank0:  # the launch's checks passed: its resolved config becomes the run's
+            from megatron.config.originals import publish_staged
+
+            publish_staged(resolved_config)
 
     def _lock_outputs(self) -> list[RunLock]:
         """One run per run directory and per checkpoint directory (what it writes), held by rank 0

@@ -60,3 +60,39 @@ def test_evaluate_with_another_shape_is_one_message(trained, tmp_path, override,
     proc = _cli("evaluate.py", "--checkpoint", trained[1], "--lengths", "32", "--out", str(tmp_path / "e"),
                 "-o", override)
     _assert_refused(proc, *words)
+
+
+def test_a_refused_resume_through_deepy_leaves_the_run_as_it_was(tmp_path, token_dataset):
+    """Issue 43: a resume refused for a changed block (gpt-j-residual) had already rewritten
+    run-dir/resolved_config.yml. The launch's config is staged and published by the training
+    process only once its checks pass; a refused launch leaves every file of the run as it was,
+    and one into a run directory of its own leaves no directory."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+    from tests.integration.fault_helpers import child_env, run_deepy
+
+    run = tmp_path / "run"
+    conf = train_config_dict(tmp_path, token_dataset, train_iters=2, save=str(run / "ck"), load=str(run / "ck"),
+                             save_interval=2, eval_iters=1, run_dir=str(run))
+    first = write_yaml(tmp_path / "first.yml", conf)
+    run_deepy(first)
+    before = {p: (run / p).read_bytes() for p in ("resolved_config.yml", "configs/first.yml")}
+    listing = sorted(os.listdir(run))
+    changed = write_yaml(tmp_path / "changed.yml", hyphenate({**conf, "gpt_j_residual": True, "train_iters": 4}))
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "deepy.py"), "train.py", changed], cwd=ROOT,
+                         env=child_env(), capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0 and "gpt-j-residual" in out.stderr + out.stdout, out.stderr[-3000:]
+    assert "Traceback" not in out.stderr
+    assert {p: (run / p).read_bytes() for p in before} == before
+    assert sorted(os.listdir(run)) == listing  # no staging directory, no configs/changed.yml
+    # a fresh run directory, refused by the trainer (its `load` holds another model): none left behind
+    fresh = tmp_path / "fresh"
+    other = write_yaml(tmp_path / "other.yml", hyphenate({**conf, "hidden_size": 64, "run_dir": str(fresh / "run"),
+                                                          "save": None, "train_iters": 4}))
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "deepy.py"), "train.py", other], cwd=ROOT,
+                         env=child_env(), capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0 and "hidden-size: checkpoint 32, config 64" in out.stderr, out.stderr[-3000:]
+    assert not fresh.exists()
