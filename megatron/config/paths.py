@@ -18,10 +18,31 @@ import os
 
 from megatron.config.schema import canonical
 
+# What each derived path is, relative to run-dir (the rule above).
+DERIVED_UNDER_RUN_DIR = {"tensorboard_dir": "tensorboard", "log_dir": "logs", "save": "checkpoints",
+                         "load": "checkpoints"}
+
 
 def given_keys(cfg) -> set[str]:
-    """The flat keys some file, override or replace() set (null included)."""
-    return {canonical(e.key) for e in cfg._sources}
+    """The flat keys some file, override or replace() set (null included).
+
+    A resolved_config.yml (this stack's own output: a run's, a checkpoint's, an import's) states
+    every derived path explicitly. Stacked under a new run's files (the fine-tuning recipe: the
+    imported model's resolved_config.yml, then a file with its own run-dir), those paths were not
+    anybody's choice: a path that is its file's own run-dir's derivation counts as not given and
+    follows the new run-dir (else TensorBoard went to the imported run's directory)."""
+    from megatron.config.originals import RESOLVED_NAME
+
+    run_dir_of = {e.origin: e.value for e in cfg._sources
+                  if canonical(e.key) == "run_dir" and os.path.basename(str(e.origin)) == RESOLVED_NAME}
+    out = set()
+    for e in cfg._sources:
+        key, base = canonical(e.key), run_dir_of.get(e.origin)
+        if (base is not None and key in DERIVED_UNDER_RUN_DIR and isinstance(e.value, str)
+                and os.path.normpath(e.value) == os.path.normpath(os.path.join(base, DERIVED_UNDER_RUN_DIR[key]))):
+            continue
+        out.add(key)
+    return out
 
 
 def derive_paths(cfg, run_name: str):
@@ -50,9 +71,11 @@ def _inside(path: str, directory: str) -> bool:
 
 
 def outside_run_dir(cfg) -> str | None:
-    """One line when save/load are not under run-dir (a run that resumes or writes elsewhere)."""
-    run_dir = cfg.logging.run_dir
-    away = [f"{name} {path}" for name, path in (("save", cfg.checkpoint.save), ("load", cfg.checkpoint.load))
+    """One line when a path the run writes or reads (save, load, tensorboard-dir, log-dir) is not
+    under run-dir (a run that resumes, or writes elsewhere)."""
+    run_dir, log, ck = cfg.logging.run_dir, cfg.logging, cfg.checkpoint
+    away = [f"{name} {path}" for name, path in (("save", ck.save), ("load", ck.load),
+                                                ("tensorboard-dir", log.tensorboard_dir), ("log-dir", log.log_dir))
             if path and not _inside(path, run_dir)]
     if not away:
         return None

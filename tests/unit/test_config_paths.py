@@ -83,3 +83,24 @@ def test_train_data_paths_take_precedence_over_data_path_as_in_neox(tmp_path):
     assert cfg.data.single_path is None and "data-path data/x/x_text_document is not used" in unused_data_path(cfg)
     alone = load_config([write_yaml(tmp_path / "b.yml", {**TINY_MODEL, "data-path": "data/x/x_text_document"})])
     assert alone.data.single_path == "data/x/x_text_document" and unused_data_path(alone) is None
+
+
+def test_a_resolved_config_stacked_under_a_new_run_lets_its_derived_paths_follow(tmp_path):
+    """Issue 43: the fine-tuning recipe (an import's resolved_config.yml, then a file with its own
+    run-dir) wrote TensorBoard to the imported run's directory: the resolved config states every
+    derived path, and they counted as the user's. Paths a user did give stay, and are announced."""
+    first = load_config([QUICKSTART], overrides={"run-dir": str(tmp_path / "imported")})
+    resolved = tmp_path / "imported" / "resolved_config.yml"
+    os.makedirs(resolved.parent)
+    first.save(str(resolved))
+    new_run = tmp_path / "new.yml"
+    new_run.write_text(f"run-dir: {tmp_path / 'extend'}\n")
+    cfg = load_config([str(resolved), str(new_run)])
+    ext = str(tmp_path / "extend")
+    assert paths(cfg) == (ext, f"{ext}/checkpoints", f"{ext}/checkpoints", f"{ext}/tensorboard", f"{ext}/logs")
+    assert outside_run_dir(cfg) is None
+    chosen = tmp_path / "chosen.yml"
+    chosen.write_text(f"run-dir: {ext}\ntensorboard-dir: {tmp_path / 'tb'}\n")
+    cfg = load_config([str(resolved), str(chosen)])
+    assert cfg.logging.tensorboard_dir == str(tmp_path / "tb")
+    assert f"tensorboard-dir {tmp_path / 'tb'} is outside run-dir" in outside_run_dir(cfg)
