@@ -84,7 +84,7 @@ def import_hf(hf_dir: str, output_dir: str, overwrite: bool = False) -> tuple[st
     if found is not None:
         emb = next(iter(expected))  # to_hf names the embedding first
         notes.append(check_vocab(found[0], token_count(*found), vocab,
-                                 f"{config_path}'s vocab_size; tensor {emb} in {weights.where[emb]}"))
+                                 f"{config_path}'s vocab_size; tensor {emb} in {os.path.basename(weights.where[emb])}"))
     state = from_hf(arch, weights.read(), cfg.model)
     state.update(_position_buffers(cfg.model))
     client = {"iteration": 0, "args": model_args(cfg, vocab), "config": cfg.to_flat_dict(),
