@@ -16,7 +16,7 @@ still carry):
 - anything else: a key neither transformers' class nor its model reads; transformers keeps it as an
   attribute and ignores it, so does the import, and says so in one note.
 
-tests/integration/test_hf_config_keys.py compares these tables with transformers' own classes.
+tests/integration/test_hf_untrusted.py compares these tables with transformers' own classes.
 """
 from __future__ import annotations
 
@@ -109,18 +109,21 @@ class _Reader:
 
     def get(self, key: str, kind: str, nullable: bool = False):
         """The value of `key` (transformers' default when absent), checked to be of `kind`:
-        count (integer >= 1), number (> 0), bool, str, object. `nullable`: null is a value of its
-        own (num_key_value_heads: null means 'as many as the heads')."""
+        count (integer >= 1), float, bool, str, object. `nullable`: null is a value of its
+        own (num_key_value_heads: null means 'as many as the heads'). `float`: a number written with
+        a decimal point or exponent, as transformers' strict config classes require of the epsilons
+        (they refuse 7, so this does too: the two never read one file differently)."""
         self.read.add(key)
         value = self.hf.get(key, DEFAULTS[self.arch].get(key))
         if value is None and (nullable or key not in self.hf):
             return None
         ok = {"count": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
-              "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < float("inf"),
+              "float": lambda v: isinstance(v, float) and 0 < v < float("inf"),
               "bool": lambda v: isinstance(v, bool), "str": lambda v: isinstance(v, str),
               "object": lambda v: isinstance(v, dict)}[kind](value)
         if not ok:
-            want = {"count": "a whole number >= 1", "number": "a number > 0", "bool": "true or false",
+            want = {"count": "a whole number >= 1",
+                    "float": "a number > 0 written as a float (1e-05, 7.0)", "bool": "true or false",
                     "str": "a string", "object": "an object"}[kind]
             raise self.refuse(key, f"is {json_type(value)} ({str(value)[:40]}); transformers' {self.cls} needs "
                                    f"{want}{' or null' if nullable else ''}: is this config.json damaged?")
@@ -156,7 +159,7 @@ def model_keys(hf: dict, hf_dir: str) -> tuple[dict, dict, list[str]]:
     if arch == "GPTNeoXForCausalLM":
         if act not in GELU_EXACT + GELU_TANH:
             raise r.refuse("hidden_act", f"{act!r} is not imported for GPTNeoX (one of {', '.join(GELU_EXACT + GELU_TANH)})")
-        out.update({"norm": "layernorm", "layernorm-epsilon": r.get("layer_norm_eps", "number"),
+        out.update({"norm": "layernorm", "layernorm-epsilon": r.get("layer_norm_eps", "float"),
                     "gpt-j-residual": r.get("use_parallel_residual", "bool"),
                     "use-bias-in-attn-linear": r.get("attention_bias", "bool"),
                     "intermediate-size": r.get("intermediate_size", "count"), "activation": "gelu",
@@ -176,7 +179,7 @@ def model_keys(hf: dict, hf_dir: str) -> tuple[dict, dict, list[str]]:
         # so bias tensors in its weights are extra tensors (refused by hf_weights.py), never used.
         llama = arch == "LlamaForCausalLM"
         # NeoX's rule gives halves of int(2/3 * size): size = 3 * HF's intermediate_size is exact.
-        out.update({"norm": "rmsnorm", "rms-norm-epsilon": r.get("rms_norm_eps", "number"),
+        out.update({"norm": "rmsnorm", "rms-norm-epsilon": r.get("rms_norm_eps", "float"),
                     "use-bias-in-norms": False,
                     "use-bias-in-attn-linear": llama and r.get("attention_bias", "bool"),
                     "use-bias-in-mlp": llama and r.get("mlp_bias", "bool"), "activation": "swiglu",
@@ -209,21 +212,23 @@ def _rope(r: _Reader, head_dim: int) -> tuple[int, float]:
                                                 "would be imported as another model)")
     neox = r.arch == "GPTNeoXForCausalLM"
     values = {}
-    for name, kind_ in (("rope_theta", "number"), ("partial_rotary_factor", "number")):
+    for name in ("rope_theta", "partial_rotary_factor"):
         # the spellings transformers reads, first wins; then those it ignores for this class
-        read = [(f"{rope_key}.{name}", rope.get(name))]
-        read.append((GPTNEOX_ROPE_SPELLINGS[name], r.hf.get(GPTNEOX_ROPE_SPELLINGS[name])) if neox else (name, r.hf.get(name)))
-        ignored = [(name, r.hf.get(name))] if neox else [(GPTNEOX_ROPE_SPELLINGS[name], r.hf.get(GPTNEOX_ROPE_SPELLINGS[name]))]
-        r.read.update({name, GPTNEOX_ROPE_SPELLINGS[name]})
-        present = [(k, v) for k, v in read if v is not None]
-        for k, v in present + [(k, v) for k, v in ignored if v is not None]:
+        other = GPTNEOX_ROPE_SPELLINGS[name]
+        read = [(f"{rope_key}.{name}", rope, name), (other, r.hf, other) if neox else (name, r.hf, name)]
+        ignored = [(name, r.hf, name)] if neox else [(other, r.hf, other)]
+        r.read.update({name, other})
+        # present with null is not absent: transformers then computes with None and fails
+        present = [(label, where[k]) for label, where, k in read if k in where]
+        for k, v in present + [(label, where[key]) for label, where, key in ignored if key in where]:
             if not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < float("inf")):
                 raise r.refuse(k, f"is {json_type(v)} ({str(v)[:40]}); transformers' {r.cls} needs a number > 0")
+        ignored = [(label, where[key]) for label, where, key in ignored if key in where]
         if name == "partial_rotary_factor" and not neox:
             used = 1.0  # Llama's and Mistral's rotary turns every channel, whatever the config says
         else:
             used = float(present[0][1]) if present else DEFAULTS[r.arch][name]
-        for k, v in present + [(k, v) for k, v in ignored if v is not None]:
+        for k, v in present + ignored:
             if float(v) != used:
                 raise r.refuse(k, f"is {v}, but transformers' {r.arch} ignores it and uses {used} ({_spellings(r, name)}): "
                                   "the config is ambiguous (transformers 4 and 5, or this file's author and "

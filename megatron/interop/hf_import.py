@@ -26,6 +26,7 @@ import os
 
 import torch
 
+from megatron.checkpoint.finite import nonfinite_tensors
 from megatron.errors import UserError
 from megatron.interop.hf_config import SUPPORTED, model_keys, name_hf_keys, read_hf_config
 from megatron.interop.hf_stock import from_hf, to_hf
@@ -85,7 +86,12 @@ def import_hf(hf_dir: str, output_dir: str, overwrite: bool = False) -> tuple[st
         emb = next(iter(expected))  # to_hf names the embedding first
         notes.append(check_vocab(found[0], token_count(*found), vocab,
                                  f"{config_path}'s vocab_size; tensor {emb} in {os.path.basename(weights.where[emb])}"))
-    state = from_hf(arch, weights.read(), cfg.model)
+    tensors = weights.read()
+    bad = nonfinite_tensors(tensors, 4)
+    if bad:  # a flipped exponent bit reads as inf/NaN; evaluate.py would refuse the checkpoint later
+        raise UserError(f"the weights hold NaN or inf in {', '.join(bad)} (in {os.path.basename(weights.where[bad[0]])}): "
+                        "a damaged download or copy, or a model saved after it diverged: download it again")
+    state = from_hf(arch, tensors, cfg.model)
     state.update(_position_buffers(cfg.model))
     client = {"iteration": 0, "args": model_args(cfg, vocab), "config": cfg.to_flat_dict(),
               "imported_from": os.path.abspath(hf_dir), "source_layout": "huggingface:" + arch,

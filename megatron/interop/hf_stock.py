@@ -18,7 +18,6 @@ import torch
 from megatron.errors import UserError
 
 
-
 def from_hf(arch: str, weights: dict, model_cfg) -> dict:
     """HF tensors of class `arch` -> our GPTModel's names and layouts (model_cfg: the model)."""
     take = _Taker(weights)

@@ -199,7 +199,7 @@ def check_config_dtype(hf: dict, config_path: str):
     """config.json's dtype (transformers 5) or torch_dtype (4): null or a floating-point type name."""
     for key in ("dtype", "torch_dtype"):
         value = hf.get(key)
-        if value is not None and value not in FLOAT_NAMES:
+        if value is not None and not (isinstance(value, str) and value in FLOAT_NAMES):
             raise UserError(f"{config_path}'s {key} is {value!r}, not one of {', '.join(FLOAT_NAMES)}: the model's "
                             "weights are floating point (a quantized model is not imported)")
     return hf.get("dtype") or hf.get("torch_dtype")

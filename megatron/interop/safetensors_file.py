@@ -92,10 +92,10 @@ def _entry(path: str, key: str, value, start: int) -> Entry:
     if not isinstance(value, dict):
         raise bad("is not declared as an object with dtype, shape and data_offsets")
     dtype, shape, offsets = value.get("dtype"), value.get("shape"), value.get("data_offsets")
-    if dtype not in DTYPES:
+    if not isinstance(dtype, str) or dtype not in DTYPES:
         raise bad(f"has dtype {dtype!r}, which safetensors does not define")
-    whole = all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in (shape or []) + (offsets or []))
-    if not isinstance(shape, list) or not isinstance(offsets, list) or len(offsets) != 2 or not whole:
+    lists = isinstance(shape, list) and isinstance(offsets, list) and len(offsets) == 2
+    if not lists or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in shape + offsets):
         raise bad(f"has shape {shape!r} and data_offsets {offsets!r}, not lists of whole numbers (offsets: 2)")
     begin, end = offsets
     nbytes = math.prod(shape) * DTYPES[dtype].itemsize

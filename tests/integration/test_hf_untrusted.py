@@ -187,3 +187,26 @@ def test_a_refused_import_leaves_nothing(tmp_path, damage):
     out = tmp_path / "new" / "ck"
     refused(import_cli(src, str(out)))
     assert not (tmp_path / "new").exists() and sorted(os.listdir(tmp_path)) == ["hf_pythia"]
+
+
+@pytest.mark.parametrize("arch", ["GPTNeoXForCausalLM", "LlamaForCausalLM", "MistralForCausalLM"])
+def test_every_key_of_transformers_config_class_is_mapped_or_inert_with_its_defaults(arch):
+    """hf_config.py's tables against transformers' own class: a field it adds (a new transformers)
+    fails here instead of being ignored by the import; our defaults are its defaults."""
+    import dataclasses
+
+    from megatron.interop.hf_config import CONFIG_CLASS, DEFAULTS, INERT
+
+    cls = getattr(transformers, CONFIG_CLASS[arch])
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    mapped = set(DEFAULTS[arch]) | {"rope_parameters"}
+    assert not set(fields) - mapped - INERT, set(fields) - mapped - INERT
+    made = cls()
+    for key, value in DEFAULTS[arch].items():
+        if key in ("rope_theta", "partial_rotary_factor"):
+            got = made.rope_parameters.get(key, 1.0)
+        elif key in ("num_key_value_heads", "head_dim") and value is None:
+            continue  # None: "derived from the heads", which __post_init__ fills in
+        else:
+            got = fields[key].default
+        assert got == value, (key, got, value)
