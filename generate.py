@@ -137,11 +137,16 @@ def main(argv=None) -> int:
     from megatron.launcher import parse_overrides
     from megatron.tokenizer import build_tokenizer
 
-    model, cfg, _ = load_checkpoint_model(args.checkpoint, tag_or_latest(args.iteration),
-                                          parse_overrides(args.override) or None, args.device, args.allow_nonfinite)
+    model, cfg, client = load_checkpoint_model(args.checkpoint, tag_or_latest(args.iteration),
+                                               parse_overrides(args.override) or None, args.device, args.allow_nonfinite)
     import torch
 
     d = cfg.data
+    if client.get("tokenizer", "") is None and d.vocab_file is None:  # tools/import_hf.py found none to copy
+        raise UserError(f"{args.checkpoint} has no tokenizer: it was imported from {client.get('imported_from')} "
+                        "without tokenizer.json or tokenizer.model; name the model's tokenizer: generate.py "
+                        f"--checkpoint {args.checkpoint} -o tokenizer-type=HFTokenizer -o vocab-file=PATH/tokenizer.json "
+                        "(SPMTokenizer for a tokenizer.model) ...")
     tok = build_tokenizer(d.tokenizer_type, d.vocab_file, d.merge_file)
     gen = torch.Generator(device=args.device).manual_seed(args.seed)
     limit = model.position.max_length()

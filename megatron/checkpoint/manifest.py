@@ -77,19 +77,62 @@ def write_manifest(tag_dir: str, tag: str, layout: dict, model: dict | None, ite
     return path
 
 
+MAX_MANIFEST_BYTES = 64 << 20  # a 1,000-rank ZeRO step lists a few thousand files: ~1 MiB
+
+
 def read_manifest(tag_dir: str) -> dict | None:
-    """The manifest of `tag_dir`, or None when it has none."""
+    """The manifest of `tag_dir`, or None when it has none. Every field check_step and verify_file
+    use is checked here (a field of the wrong JSON type is one CheckpointError naming it, never an
+    AttributeError further on)."""
+    from megatron.config.untrusted_json import read_json
+
     path = os.path.join(tag_dir, MANIFEST)
     try:
-        with open(path) as f:
-            record = json.load(f)
+        record = read_json(path, "a checkpoint manifest", MAX_MANIFEST_BYTES, CheckpointError, _DAMAGED,
+                           expect_type=None)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, RecursionError) as e:  # RecursionError: JSON nested thousands deep
+    except OSError as e:
         raise CheckpointError(f"{path} is not a readable checkpoint manifest ({e}); {_DAMAGED}") from None
     if not isinstance(record, dict) or record.get("format") != FORMAT or not isinstance(record.get("files"), dict):
         raise CheckpointError(f"{path} is not a checkpoint manifest of format {FORMAT!r}; {_DAMAGED}")
+    problem = _schema_problem(record)
+    if problem:
+        raise CheckpointError(f"{path} is not a well-formed checkpoint manifest: {problem}; {_DAMAGED}")
     return record
+
+
+def _schema_problem(record: dict) -> str | None:
+    """The first field of `record` that is not what write_manifest writes, or None."""
+    from megatron.config.untrusted_json import json_type
+
+    def wrong(key: str, value, want: str) -> str:
+        return f"{key} is {json_type(value)} ({str(value)[:60]}), not {want}"
+
+    def whole(v) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    for key, want, ok in (("tag", "a string", lambda v: isinstance(v, str)),
+                          ("iteration", "an integer or null", lambda v: v is None or whole(v)),
+                          ("layout", "an object or null", lambda v: v is None or isinstance(v, dict)),
+                          ("config", "an object or null", lambda v: v is None or isinstance(v, dict))):
+        if key in record and not ok(record[key]):
+            return wrong(key, record[key], want)
+    config = record.get("config") or {}
+    if not isinstance(config.get("model", {}) or {}, dict):
+        return wrong("config.model", config["model"], "an object of model keys or null")
+    for name, saved in record["files"].items():
+        # a name is a path under the step (write_manifest walks it): never absolute, never `..`
+        if os.path.isabs(name) or ".." in name.replace("\\", "/").split("/") or not name:
+            return f"files names {name!r}, which is not a file inside the step"
+        if not isinstance(saved, dict):
+            return wrong(f"files[{name!r}]", saved, "an object with size, method and digest")
+        if not whole(saved.get("size")) or saved["size"] < 0:
+            return wrong(f"files[{name!r}].size", saved.get("size"), "a byte count")
+        for key in ("method", "digest"):
+            if not isinstance(saved.get(key), str):
+                return wrong(f"files[{name!r}].{key}", saved.get(key), "a string")
+    return None
 
 
 def describe_layout(layout: dict) -> str:

@@ -17,8 +17,6 @@ import torch
 
 from megatron.errors import UserError
 
-GELU_TANH = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")  # transformers' names of the tanh approximation
-
 
 def from_hf(arch: str, weights: dict, model_cfg) -> dict:
     """HF tensors of class `arch` -> our GPTModel's names and layouts (model_cfg: the model)."""

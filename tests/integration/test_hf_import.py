@@ -157,9 +157,11 @@ def test_a_sentencepiece_tokenizer_travels_as_spm(tmp_path):
 
 
 @pytest.mark.parametrize("edit,message", [
-    ({"architectures": ["GPT2LMHeadModel"]}, "architecture 'GPT2LMHeadModel' is not supported; this importer reads"),
-    ({"intermediate_size": 64}, "the weights do not fit config.json: layers.0.mlp.dense_h_to_4h.weight"),
-    ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 10000.0}}, "rope_type 'llama3' is not imported"),
+    ({"architectures": ["GPT2LMHeadModel"]}, "architecture 'GPT2LMHeadModel' is not supported (config.json's architectures)"),
+    ({"intermediate_size": 64}, "config.json: model.layers.0.mlp.up_proj.weight in model.safetensors has shape (40, 32), "
+                               "config.json describes (64, 32)"),
+    ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 10000.0}}, "config.json's rope_parameters.rope_type is "
+                                                               "'llama3': only the default RoPE"),
 ])
 def test_bad_hf_directories_get_one_line(tmp_path, edit, message):
     _, src = save_hf(tmp_path, "llama-mha-untied")
