@@ -99,11 +99,15 @@ class Trainer:
         precision_warning = check_precision_supported(cfg, self.dist.device)
         if precision_warning and self.dist.is_rank0:
             print(precision_warning, file=sys.stderr, flush=True)
+        from megatron.training.disk import first_missing, remove_created
+
+        created = first_missing(cfg.logging.run_dir) if self.dist.is_rank0 else None
         self.locks = self._lock_outputs()
         try:
             self._setup(deepspeed)
         except BaseException:
             self.release()
+            remove_created(created)  # a refused start leaves no run directory it made (locks, logs)
             raise
         if self.dist.is_rank0:  # the launch's checks passed: its resolved config becomes the run's
             from megatron.config.originals import publish_staged

@@ -96,3 +96,8 @@ def test_a_refused_resume_through_deepy_leaves_the_run_as_it_was(tmp_path, token
                          env=child_env(), capture_output=True, text=True, timeout=300)
     assert out.returncode != 0 and "hidden-size: checkpoint 32, config 64" in out.stderr, out.stderr[-3000:]
     assert not fresh.exists()
+    # the same refusal from train.py itself (no deepy.py): its lock and run directory go too
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), other], cwd=ROOT, env=child_env(),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0 and "hidden-size: checkpoint 32, config 64" in out.stderr, out.stderr[-3000:]
+    assert not fresh.exists()
