@@ -30,6 +30,11 @@ run directory's, for runs/<run>/checkpoints); names that coincide (x/run1 and y/
 directories until they differ (results/x_run1, results/y_run1). No result is ever written into a
 checkpoint directory (--out there is refused), and the same checkpoint given twice is refused.
 
+Over several processes (DeepSpeed's launcher, torchrun: RANK/WORLD_SIZE; srun: SLURM_PROCID/SLURM_NTASKS;
+`python deepy.py evaluate.py CONFIG.yml [hostfile.yml] [these flags]` evaluates the config's load/save that
+way) each rank scores its part of every length's windows and rank 0 writes the one result, equal to one
+process's (megatron/evaluation/spread.py); --tasks runs in one process.
+
 Results are never replaced silently: an output directory that already holds this mode's results
 (eval.json ... for the sweep, harness.json for --tasks; the other mode's are not touched) is
 refused unless --overwrite, and while an evaluation runs it holds the directory's eval.lock, so a
