@@ -133,3 +133,26 @@ def test_deepy_evaluate_without_a_checkpoint_writes_nothing(tmp_path, monkeypatc
     err = capsys.readouterr().err
     assert e.value.code == 2 and said in err and "Traceback" not in err
     assert not (tmp_path / "run").exists()  # no resolved config, no eval/ directory
+
+
+def test_deepy_evaluate_writes_beside_the_run_and_leaves_its_config(tmp_path, checkpoint, monkeypatch, capsys):
+    """One process (no num-gpus, no hostfile): evaluate.py runs in deepy.py's process on the config's
+    checkpoint; its resolved config goes to <run_dir>/eval/, the run's own is left as it was."""
+    from megatron import errors, launcher
+
+    ck, prefix = checkpoint
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "resolved_config.yml").write_text("the run's own\n")
+    config = write_yaml(tmp_path / "c.yml", train_config_dict(tmp_path, prefix, load=ck, run_dir=str(run)))
+    monkeypatch.delenv(errors.DEBUG_ENV, raising=False)
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "out"
+    monkeypatch.setattr(sys, "argv", ["deepy.py", "evaluate.py", config, "--lengths", "32", "--max-windows", "3",
+                                      "--out", str(out), "--quiet"])
+    with pytest.raises(SystemExit) as e:
+        errors.run_cli(launcher.main, "deepy.py")
+    assert e.value.code == 0, capsys.readouterr().err
+    rec = json.loads((out / "eval.json").read_text())
+    assert rec["checkpoint"] == os.path.abspath(ck) and rec["ranks"] == 1 and rec["results"][0]["windows"] == 3
+    assert (run / "eval" / "resolved_config.yml").is_file() and (run / "resolved_config.yml").read_text() == "the run's own\n"
