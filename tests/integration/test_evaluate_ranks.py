@@ -39,8 +39,8 @@ def _listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def two_ranks(argv: list[str], slurm: bool = False) -> list[subprocess.CompletedProcess]:
-    """evaluate.py as ranks 0 and 1 of one launch, as DeepSpeed's launcher (or srun) starts them."""
+def two_ranks(argv: list[str], slurm: bool = False, command: tuple = ("evaluate.py",)) -> list[subprocess.CompletedProcess]:
+    """evaluate.py (or `command`) as ranks 0 and 1 of one launch, as DeepSpeed's launcher (or srun) starts them."""
     port = free_port()
     procs = []
     for rank in (0, 1):
@@ -48,7 +48,7 @@ def two_ranks(argv: list[str], slurm: bool = False) -> list[subprocess.Completed
         env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1", KERPLE_EVAL_PLOTS="0")
         env.update(dict(SLURM_PROCID=str(rank), SLURM_NTASKS="2", SLURM_LOCALID=str(rank)) if slurm
                    else dict(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank)))
-        procs.append(subprocess.Popen([sys.executable, os.path.join(ROOT, "evaluate.py"), *argv], env=env, cwd=ROOT,
+        procs.append(subprocess.Popen([sys.executable, *command, *argv], env=env, cwd=ROOT,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         # rank 1 once rank 0's store listens: on this test machine two ranks that reach the rendezvous
         # in the same instant sometimes never meet (torch's TCPStore; a launcher's ranks start seconds apart)
@@ -156,3 +156,33 @@ def test_deepy_evaluate_writes_beside_the_run_and_leaves_its_config(tmp_path, ch
     rec = json.loads((out / "eval.json").read_text())
     assert rec["checkpoint"] == os.path.abspath(ck) and rec["ranks"] == 1 and rec["results"][0]["windows"] == 3
     assert (run / "eval" / "resolved_config.yml").is_file() and (run / "resolved_config.yml").read_text() == "the run's own\n"
+
+
+FAILS_ON_RANK_1 = """
+from megatron.errors import UserError, run_cli
+from megatron.evaluation.spread import EvalGroup, quiet_peers
+from megatron.ranks import launch_ranks
+
+def fail_on_rank_1(rank):
+    if rank == 1:
+        raise UserError("length 64: the windows of this rank are not finite")
+
+def run(argv):
+    import torch
+    group = EvalGroup.start(launch_ranks(), torch.device("cpu"))
+    try:
+        group.agree(fail_on_rank_1, group.rank)
+        print("not reached", flush=True)
+    finally:
+        group.close()
+
+run_cli(lambda: quiet_peers(run), "evaluate.py")
+"""
+
+
+def test_a_failure_on_rank_1_ends_both_ranks_said_once_by_rank_0():
+    ranks = two_ranks([], command=("-c", FAILS_ON_RANK_1))
+    assert [r.returncode for r in ranks] == [2, 2]
+    said = "".join(r.stdout + r.stderr for r in ranks)
+    assert said.count("the windows of this rank are not finite") == 1 and "not reached" not in said
+    assert "error: rank 1: length 64" in ranks[0].stderr and "Traceback" not in said
