@@ -13,7 +13,6 @@ TensorBoard/W&B when the checkpoint's config turns them on. An earlier harness.j
 evaluation refused) unless --overwrite. See megatron/evaluation/harness/.
 """
 import argparse
-import os
 
 from megatron.cli_args import ArgumentParser
 from megatron.errors import run_cli
@@ -37,15 +36,18 @@ def main() -> int:
     apply_trust_flag(args)
     from megatron.errors import UserError
     from megatron.launcher import config_from_cli
+    from megatron.ranks import launch_ranks
+
+    world = launch_ranks().world_size
+    if world > 1:  # torchrun, srun: each process would run every task into the same results file
+        raise UserError(f"eval.py runs the lm-evaluation-harness in one process, but {world} were started "
+                        "(WORLD_SIZE / SLURM_NTASKS): start it once (srun --ntasks 1); the perplexity sweep "
+                        "is the evaluation spread over ranks (deepy.py evaluate.py CONFIG.yml)")
+
+    from megatron.evaluation.load import config_checkpoint
 
     cfg = config_from_cli(p, args)
-    load = cfg.checkpoint.load or cfg.checkpoint.save  # save: where this config's training wrote
-    if not load:
-        raise UserError("the config sets no `load` (nor `save`): set load to the checkpoint directory to "
-                        "evaluate (or use evaluate.py --checkpoint DIR --tasks ...)")
-    if not os.path.isdir(load):
-        raise UserError(f"load {load!r} is not a directory: no checkpoint to evaluate; train first "
-                        "(python deepy.py train.py CONFIG.yml) or point `load` at a checkpoint directory")
+    load = config_checkpoint(cfg)  # its `load`, else `save` (where this config's training wrote)
     from megatron.device import device_from_flag
 
     args.device = device_from_flag(args.device, "eval.py")

@@ -30,6 +30,11 @@ run directory's, for runs/<run>/checkpoints); names that coincide (x/run1 and y/
 directories until they differ (results/x_run1, results/y_run1). No result is ever written into a
 checkpoint directory (--out there is refused), and the same checkpoint given twice is refused.
 
+Over several processes (DeepSpeed's launcher, torchrun: RANK/WORLD_SIZE; srun: SLURM_PROCID/SLURM_NTASKS;
+`python deepy.py evaluate.py CONFIG.yml [hostfile.yml] [these flags]` evaluates the config's load/save that
+way) each rank scores its part of every length's windows and rank 0 writes the one result, equal to one
+process's (megatron/evaluation/spread.py); --tasks runs in one process.
+
 Results are never replaced silently: an output directory that already holds this mode's results
 (eval.json ... for the sweep, harness.json for --tasks; the other mode's are not touched) is
 refused unless --overwrite, and while an evaluation runs it holds the directory's eval.lock, so a
@@ -38,6 +43,7 @@ second evaluation into the same --out is refused at once, naming the first.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -47,6 +53,7 @@ from megatron.atomic_io import atomic_output
 from megatron.cli_args import ArgumentParser, int_at_least
 from megatron.errors import OutOfMemory, UserError, is_out_of_memory, out_of_memory, run_cli, writing
 from megatron.evaluation.outputs import check_output_dir, output_locks, refuse_earlier_results
+from megatron.evaluation.spread import ONE_PROCESS, EvalGroup
 from megatron.evaluation.windows import WINDOW_ORDERS
 
 PARTIAL = "eval.partial.json"  # not eval.json: globs and run_matrix's "done" check must not take it
@@ -55,9 +62,13 @@ PARTIAL = "eval.partial.json"  # not eval.json: globs and run_matrix's "done" ch
 PLOTS_ENV = "KERPLE_EVAL_PLOTS"
 
 
-def parse_args(argv=None):
+def parse_args(argv=None, cfg=None):
+    """cfg: the config `deepy.py evaluate.py CONFIG` resolved (it stands for --resolved-config)."""
     p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--checkpoint", required=True, nargs="+", help="directories holding `latest` and global_step<N>/")
+    p.add_argument("--checkpoint", nargs="+", help="directories holding `latest` and global_step<N>/")
+    p.add_argument("--resolved-config", default=None,
+                   help="a config written by deepy.py: evaluate the checkpoint its `load` (else `save`) names")
+    p.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)  # DeepSpeed's launcher adds it
     p.add_argument("--iteration", type=int_at_least(0), default=None, help="evaluate global_step<N> instead of latest")
     p.add_argument("--lengths", default=None, help="comma-separated lengths (default: 1x..--max-factor x train length)")
     p.add_argument("--max-factor", type=int_at_least(1), default=32, help="largest multiple of the train length (default 32)")
@@ -103,6 +114,11 @@ def parse_args(argv=None):
 
     add_load_flags(p)
     args = p.parse_args(argv)
+    from_config = cfg is not None or args.resolved_config
+    if bool(args.checkpoint) == bool(from_config):
+        p.error("the checkpoint comes from --checkpoint DIR, or from the config's load (else save) when deepy.py "
+                "starts evaluate.py (--resolved-config): give exactly one of them" if args.checkpoint
+                else "the following arguments are required: --checkpoint")
     sweep_only = [f for f, v in (("--lengths", args.lengths), ("--stride", args.stride), ("--window", args.window))
                   if v is not None]
     if args.stride and args.min_doc_tokens:
@@ -117,6 +133,14 @@ def parse_args(argv=None):
     if args.eval_results_prefix and len(args.checkpoint) > 1:
         p.error("--eval_results_prefix names one results file: give one --checkpoint (or use --out)")
     args.limit = limit_value(args.limit)
+    if from_config:
+        from megatron.config import NeoXConfig
+        from megatron.evaluation.load import config_checkpoint
+
+        cfg = cfg if cfg is not None else NeoXConfig.from_file(args.resolved_config)
+        args.checkpoint = [config_checkpoint(cfg)]
+        if args.iteration is None:
+            args.iteration = cfg.checkpoint.iteration
     return args
 
 
@@ -178,39 +202,52 @@ def oom_fix(args, done: list, partial: str) -> str:
     return fix
 
 
-def run_lengths(args, model, cfg, lengths, prefix, split, partial: str, save_partial, block: int | None = None) -> list:
-    """Evaluate every length in order; `save_partial(results)` after each keeps the finished ones.
-    block: blockwise causal attention's block size, or None."""
+def run_lengths(args, model, cfg, lengths, prefix, split, partial: str, save_partial, block: int | None = None,
+                group: EvalGroup = ONE_PROCESS) -> list:
+    """Evaluate every length in order, its windows shared by the group's ranks; `save_partial(results)`
+    after each (on rank 0) keeps the finished ones. block: blockwise causal attention's block size, or None."""
     from megatron.evaluation.lengths import evaluate_length
     from megatron.evaluation.strided import evaluate_strided
 
     max_windows = args.max_windows if (args.max_windows or args.max_tokens) else 320
     seed = cfg.training.seed if args.data_seed is None else args.data_seed
-    results = []
+    results, progress = [], not args.quiet and group.is_rank0
     for L in lengths:
         try:
             if args.stride:
                 r = evaluate_strided(model, prefix, split, args.split, L, min(args.stride, L), seed,
-                                     args.max_tokens or 65536, args.device, cfg.data.data_cache_dir, not args.quiet)
+                                     args.max_tokens or 65536, args.device, cfg.data.data_cache_dir, progress, group)
             else:
                 r = evaluate_length(model, prefix, split, args.split, L, seed, max_windows,
                                     args.max_tokens, args.batch_size, args.device, cfg.data.data_cache_dir,
-                                    progress=not args.quiet, window_order=args.window_order,
-                                    blockwise_causal=block, min_doc_tokens=args.min_doc_tokens)
+                                    progress=progress, window_order=args.window_order,
+                                    blockwise_causal=block, min_doc_tokens=args.min_doc_tokens, group=group)
         except Exception as e:
             if not is_out_of_memory(e):
                 raise
             what = f"evaluating length {L}" + (f" with stride {args.stride}" if args.stride
                                                else f" with batch size {args.batch_size}")
-            raise out_of_memory(e, what, oom_fix(args, results, partial)) from e
-        print(f"length {L:>6}: loss {r.loss:.4f}  ppl {r.ppl:10.3f}  ({r.windows} windows, {r.seconds:.1f}s)", flush=True)
-        if r.short:
-            print(f"evaluate.py: warning: length {L}: the {args.split} split holds only {r.windows} windows of "
-                  f"{L + 1} tokens, fewer than the {r.requested} asked for; its perplexity is noisier than the "
-                  "others' (eval.json records both counts)", file=sys.stderr, flush=True)
+            oom = out_of_memory(e, what, oom_fix(args, results, partial))
+            oom.said_by_rank0 = getattr(e, "said_by_rank0", False)  # agreed in the group: rank 0 says it
+            raise oom from e
         results.append(r)
-        save_partial(results)
+        group.on_rank0(say_length, args, r, results, save_partial)
     return results
+
+
+def say_length(args, r, results: list, save_partial) -> None:
+    """Rank 0: one length's line (and warning), and the finished lengths kept in eval.partial.json."""
+    if r.windows_per_rank:
+        spread = f", {'+'.join(map(str, r.windows_per_rank))} over {len(r.windows_per_rank)} ranks"
+    else:
+        spread = ""
+    print(f"length {r.length:>6}: loss {r.loss:.4f}  ppl {r.ppl:10.3f}  ({r.windows} windows{spread}, "
+          f"{r.seconds:.1f}s)", flush=True)
+    if r.short:
+        print(f"evaluate.py: warning: length {r.length}: the {args.split} split holds only {r.windows} windows of "
+              f"{r.length + 1} tokens, fewer than the {r.requested} asked for; its perplexity is noisier than the "
+              "others' (eval.json records both counts)", file=sys.stderr, flush=True)
+    save_partial(results)
 
 
 def checkpoint_overrides(args) -> dict:
@@ -237,13 +274,12 @@ def evaluate_tasks(args, ckpt: str) -> None:
               include_paths=args.include_paths, bootstrap_iters=args.bootstrap_iters, overwrite=args.overwrite)
 
 
-def evaluate_checkpoint(args, ckpt: str) -> None:
+def load_for_sweep(args, ckpt: str):
+    """The model and everything the sweep needs from the checkpoint, refused before any length."""
     from megatron.checkpoint.tags import tag_or_latest
-    from megatron.device import describe
     from megatron.evaluation.blockwise import check_block
     from megatron.evaluation.lengths import default_lengths
     from megatron.evaluation.load import load_checkpoint_model
-    from megatron.evaluation.report import attention_label, build_record, markdown_table, write_outputs
 
     overrides = checkpoint_overrides(args)
     model, cfg, client = load_checkpoint_model(ckpt, tag_or_latest(args.iteration), overrides, args.device, args.allow_nonfinite)
@@ -258,6 +294,16 @@ def evaluate_checkpoint(args, ckpt: str) -> None:
     from megatron.data.identity import check_tokenizer
 
     check_tokenizer(prefix, cfg.data)  # data written by another tokenizer: refused before any length
+    return model, cfg, client, overrides, block, lengths, prefix, split
+
+
+def evaluate_checkpoint(args, ckpt: str, group: EvalGroup = ONE_PROCESS) -> None:
+    from megatron.device import describe
+    from megatron.evaluation.report import attention_label, build_record, markdown_table, write_outputs
+
+    # every rank loads the model (a failure on any one is agreed: spread.py)
+    model, cfg, client, overrides, block, lengths, prefix, split = group.agree(load_for_sweep, args, ckpt)
+    train_len = cfg.model.seq_length
     start = time.perf_counter()
     out_dir = output_dir(args, ckpt)
     partial = os.path.join(out_dir, PARTIAL)
@@ -273,12 +319,14 @@ def evaluate_checkpoint(args, ckpt: str) -> None:
         "blockwise_causal": block, "min_doc_tokens": args.min_doc_tokens,
         "overrides": dict(overrides),  # e.g. rotary-scaling set for this evaluation
         "data_path": prefix, "device": str(args.device), "lengths": lengths,
-        "device_name": describe(args.device),  # which GPU (or CPU) scored it: the report names it
+        "device_name": describe(args.device),  # which GPU (or CPU) scored it (rank 0's): the report names it
+        "ranks": group.world_size,  # processes that shared the windows (the result is one process's)
         "train_speed": train_speed(cfg),
     }
 
-    print(f"evaluating {ckpt} (iteration {meta['iteration']}, pos-emb {meta['pos_emb']}): "
-          f"{attention_label(meta)}, lengths {', '.join(map(str, lengths))}", flush=True)
+    if group.is_rank0:
+        print(f"evaluating {ckpt} (iteration {meta['iteration']}, pos-emb {meta['pos_emb']}): "
+              f"{attention_label(meta)}, lengths {', '.join(map(str, lengths))}", flush=True)
 
     saved = []  # the lengths eval.partial.json holds (a failed save keeps the previous one whole)
 
@@ -295,16 +343,19 @@ def evaluate_checkpoint(args, ckpt: str) -> None:
             return "no length had finished, so no result was kept"
         return f"lengths {', '.join(map(str, saved))} finished and are kept in {partial}"
 
-    with writing("the results into", out_dir, kept):  # a full disk: where, and what is kept
-        results = run_lengths(args, model, cfg, lengths, prefix, split, partial, save_partial, block)
+    def write(results: list) -> None:  # rank 0: the result files, the table and the plots
         rec = build_record(dict(meta, seconds=round(time.perf_counter() - start, 2)), results)
         paths = write_outputs(rec, results, out_dir)
-    if os.path.exists(partial):
-        os.remove(partial)  # eval.json now holds every length
-    print(markdown_table(rec))
-    plots = write_plots(paths["json"], model, cfg, max(lengths), out_dir) if args.plots else []
-    print(f"wrote {paths['json']}, {paths['csv']}, {paths['md']}, {paths['positionwise']}"
-          + "".join(f", {p}" for p in plots))
+        if os.path.exists(partial):
+            os.remove(partial)  # eval.json now holds every length
+        print(markdown_table(rec))
+        plots = write_plots(paths["json"], model, cfg, max(lengths), out_dir) if args.plots else []
+        print(f"wrote {paths['json']}, {paths['csv']}, {paths['md']}, {paths['positionwise']}"
+              + "".join(f", {p}" for p in plots))
+
+    with writing("the results into", out_dir, kept):  # a full disk: where, and what is kept
+        results = run_lengths(args, model, cfg, lengths, prefix, split, partial, save_partial, block, group)
+        group.on_rank0(write, results)
 
 
 def write_plots(eval_json: str, model, cfg, max_length: int, out_dir: str) -> list[str]:
@@ -326,15 +377,50 @@ def write_plots(eval_json: str, model, cfg, max_length: int, out_dir: str) -> li
 
 
 def main(argv=None) -> int:
-    from megatron.checkpoint.trust import apply_trust_flag
+    from megatron.evaluation.spread import quiet_peers
 
-    args = parse_args(argv)
+    return quiet_peers(run, argv)  # several ranks: rank 0 says the group's failures, once
+
+
+def run(argv=None) -> int:
+    from megatron.checkpoint.trust import apply_trust_flag
+    from megatron.device import resolve_device
+    from megatron.evaluation.spread import rank0_speaks, rank_device
+    from megatron.ranks import launch_ranks
+
+    ranks = launch_ranks()  # one process, or this rank of a launch (DeepSpeed, torchrun, srun)
+    with rank0_speaks():
+        args = parse_args(argv)
     apply_trust_flag(args)
+    # the ranks meet first (a device type and a rendezvous: no file is read), so that every check
+    # below is made once, by rank 0, and a refusal ends every rank with its one message
+    group = EvalGroup.start(ranks, resolve_device(args.device)) if ranks.world_size > 1 else ONE_PROCESS
+    try:
+        group.on_rank0(check_command, args, group.world_size > 1)
+        args.device = group.agree(rank_device, args.device, ranks, "evaluate.py")
+        with contextlib.ExitStack() as held:  # rank 0 holds each output directory's lock while all evaluate
+            group.on_rank0(lambda: held.enter_context(output_locks(list(dict.fromkeys(
+                output_dir(args, c) for c in args.checkpoint)))))
+            return evaluate_all(args, group)
+    finally:
+        group.close()
+
+
+def check_command(args, several: bool = False) -> None:
+    """Every check that needs no model, before anything is loaded (evaluate.py's own start, and
+    `deepy.py evaluate.py` before it writes or launches anything): the flags, the output
+    directories (writable, no earlier results unless --overwrite, no evaluation running there) and
+    the checkpoint's step."""
     if args.lengths:
         parse_lengths(args.lengths)  # a bad --lengths fails before any checkpoint is loaded
     if args.blockwise_causal is not None and (args.stride or args.window):
         raise UserError("--blockwise-causal is its own attention pattern: drop --stride / --window")
     if args.eval_tasks:
+        if several:
+            raise UserError("--tasks runs the lm-evaluation-harness in one process (its requests are not split "
+                            "over ranks), and several ranks would each run every task into the same harness.json: "
+                            "run it as one process (python evaluate.py --tasks ..., or deepy.py with num-gpus: 1 "
+                            "and no hostfile); the perplexity sweep (without --tasks) is the one spread over ranks")
         from megatron.evaluation.harness.run import check_max_length_value
 
         check_max_length_value(args.max_length)  # before any checkpoint is loaded
@@ -342,18 +428,16 @@ def main(argv=None) -> int:
 
     refuse_overlap("--eval_results_prefix", args.eval_results_prefix,
                    [("the checkpoint being evaluated (--checkpoint)", c) for c in args.checkpoint])
+    from megatron.evaluation.outputs import output_lock
+
     for ckpt in args.checkpoint:  # every output directory (none inside a checkpoint), before hours of evaluation
         check_output_dir(output_dir(args, ckpt))
         refuse_earlier_results(output_dir(args, ckpt), result_names(args), args.overwrite)
+        output_lock(output_dir(args, ckpt)).check_free()  # an evaluation writing there now
     if len(args.checkpoint) == 1:  # a missing checkpoint is answered before torch loads (several: skipped)
         from megatron.checkpoint.tags import resolve_tag, tag_or_latest
 
         resolve_tag(args.checkpoint[0], tag_or_latest(args.iteration))
-    from megatron.device import device_from_flag
-
-    args.device = device_from_flag(args.device, "evaluate.py")
-    with output_locks(list(dict.fromkeys(output_dir(args, c) for c in args.checkpoint))):
-        return evaluate_all(args)
 
 
 def result_names(args) -> list[str]:
@@ -366,22 +450,26 @@ def result_names(args) -> list[str]:
     return [RESULT_FILES["json"], *(n for k, n in RESULT_FILES.items() if k != "json")]
 
 
-def evaluate_all(args) -> int:
+def evaluate_all(args, group: EvalGroup = ONE_PROCESS) -> int:
     from megatron.evaluation.harness.cli import progress_bars
 
     failed = []
     for ckpt in args.checkpoint:
         try:
-            with progress_bars(not args.quiet):  # --quiet: the harness's and datasets' bars too
-                (evaluate_tasks if args.eval_tasks else evaluate_checkpoint)(args, ckpt)
+            with progress_bars(not args.quiet and group.is_rank0):  # --quiet: the harness's and datasets' bars too
+                if args.eval_tasks:
+                    evaluate_tasks(args, ckpt)  # one process (check_command refuses several ranks)
+                else:
+                    evaluate_checkpoint(args, ckpt, group)
         except ValueError as e:  # UserError, or the data/interop code's plain ValueErrors
-            if len(args.checkpoint) == 1 or isinstance(e, OutOfMemory):
+            if len(args.checkpoint) == 1 or isinstance(e, OutOfMemory) or getattr(e, "fatal", False):
                 raise
-            failed.append(ckpt)  # the others can still be evaluated
-            print(f"evaluate.py: skipping {ckpt}: {e}", file=sys.stderr, flush=True)
+            failed.append(ckpt)  # the others can still be evaluated (every rank skips alike: spread.py)
+            if group.is_rank0:
+                print(f"evaluate.py: skipping {ckpt}: {e}", file=sys.stderr, flush=True)
     if failed:
-        raise UserError(f"{len(failed)} of {len(args.checkpoint)} checkpoints could not be evaluated "
-                        f"(see above): {', '.join(failed)}")
+        raise group.fail(f"{len(failed)} of {len(args.checkpoint)} checkpoints could not be evaluated "
+                         f"(see above): {', '.join(failed)}")
     return 0
 
 

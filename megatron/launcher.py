@@ -2,6 +2,7 @@
 
     python deepy.py [--dry-run] [--debug] [-d DIR] [-o KEY=VALUE ...] train.py a.yml b.yml ...
     python deepy.py eval.py a.yml b.yml --eval_tasks TASK ...   # downstream tasks on `load`
+    python deepy.py evaluate.py a.yml [hostfile.yml] --lengths 64,128 ...   # the perplexity sweep on `load`
 
 The resolved config is written to `<run_dir>/resolved_config.yml` and the original files to
 `<run_dir>/configs/` (they go into every checkpoint, see megatron/config/originals.py); the
@@ -55,19 +56,99 @@ def is_eval(user_script: str) -> bool:
 
 
 def eval_launch(args, cfg) -> int:
-    """eval.py: one process, here; its resolved config goes to <run_dir>/eval/ so the training
-    run's own resolved_config.yml and configs/ are left as they are."""
-    from megatron.config.originals import RESOLVED_NAME, write_originals
+    """eval.py: one process, here (the harness's requests are not split over ranks, so a config
+    that asks for several processes is refused rather than run on one)."""
     from megatron.evaluation.harness.cli import eval_argv
+
+    asked = processes_asked(cfg)
+    if asked:
+        raise UserError(f"eval.py runs the lm-evaluation-harness in one process, but the config asks for several "
+                        f"({asked}), which it would ignore: drop them (no hostfile, num-gpus: 1, num-nodes: 1) to run "
+                        f"the tasks here; the perplexity sweep is spread over them: python deepy.py {EVALUATE_SCRIPT} "
+                        "CONFIG.yml [hostfile.yml]")
+    resolved = write_eval_config(cfg)
+    sys.argv = [args.user_script, "--resolved-config", resolved, *eval_argv(args, args.parser)]
+    runpy.run_path(args.user_script, run_name="__main__")
+    return 0
+
+
+def write_eval_config(cfg) -> str:
+    """An evaluation's resolved config (and the original files) in <run_dir>/eval/, so the training
+    run's own resolved_config.yml and configs/ are left as they are; returns its path."""
+    from megatron.config.originals import RESOLVED_NAME, write_originals
 
     eval_dir = os.path.join(cfg.logging.run_dir, "eval")
     os.makedirs(eval_dir, exist_ok=True)
     resolved = os.path.join(eval_dir, RESOLVED_NAME)
     write_originals(cfg.config_files, eval_dir)
     cfg.save(resolved)
-    sys.argv = [args.user_script, "--resolved-config", resolved, *eval_argv(args, args.parser)]
+    return resolved
+
+
+def processes_asked(cfg) -> str:
+    """What in the config explicitly asks for more than one process ('' if nothing): a hostfile in
+    use, num-nodes or num-gpus above 1 (every visible GPU, the default, is not an explicit ask)."""
+    from megatron.hosts import hostfile_in_use
+
+    p = cfg.parallel
+    asked = [f"hostfile {p.hostfile}"] if hostfile_in_use(p.hostfile) else []
+    asked += [f"{key} {value}" for key, value in (("num-nodes", p.num_nodes), ("num-gpus", p.num_gpus))
+              if (value or 1) > 1]
+    return ", ".join(asked)
+
+
+EVALUATE_SCRIPT = "evaluate.py"
+
+
+def evaluate_launch(argv: list[str]) -> int:
+    """`deepy.py evaluate.py CONFIG.yml [more.yml ...] [evaluate.py's flags] [-- evaluate.py's flags]`:
+    the perplexity sweep on the config's checkpoint (`load`, else `save`), spread over the processes
+    the config asks for, launched as train.py's are (DeepSpeed's runner; one process runs here).
+    deepy.py's own -d and -o (config overrides) come before `--`; evaluate.py's flags follow the
+    config files, and those after `--` go to it verbatim (its own -o: the checkpoint's config).
+    evaluate.py's own checks run here first, so a refused command writes nothing; the resolved
+    config then goes to <run_dir>/eval/ (the run's own resolved_config.yml is left as it is)."""
+    from megatron.config import load_config
+    from megatron.config.inputs import input_problems, inputs_error
+
+    cut = argv.index("--") if "--" in argv else len(argv)
+    p = ArgumentParser(prog=f"deepy.py {EVALUATE_SCRIPT}", allow_abbrev=False,  # --out is not --override
+                       description=evaluate_launch.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("user_script")
+    p.add_argument("conf_file", nargs="+", help="YAML config files, merged in order (later wins)")
+    p.add_argument("-d", "--conf_dir", default=None, help="directory prefixed to each config file")
+    p.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="set one config key after the files, e.g. -o load=runs/x/checkpoints")
+    args, script_argv = p.parse_known_args(argv[:cut])
+    script_argv += argv[cut + 1:]
+    given = [a.split("=", 1)[0] for a in script_argv if a.split("=", 1)[0] in ("--checkpoint", "--resolved-config")]
+    if given:
+        raise UserError(f"{given[0]}: deepy.py {EVALUATE_SCRIPT} evaluates the checkpoint the config names (its load, "
+                        f"else save): set -o load=DIR, or run python {EVALUATE_SCRIPT} --checkpoint DIR")
+    cfg = load_config(config_paths(args), overrides=parse_overrides(args.override))
+    missing = input_problems(cfg)
+    if missing:
+        raise inputs_error(missing)
+    launched = needs_launcher(cfg)
+    script = runpy.run_path(args.user_script)  # its parser and its checks, before anything is written
+    script["check_command"](script["parse_args"](script_argv, cfg=cfg), several=launched)
+    if launched:
+        check_launch_hosts(cfg)
+    resolved = write_eval_config(cfg)
+    if launched:
+        return launch_with_deepspeed(cfg, args.user_script, resolved, script_argv)
+    sys.argv = [args.user_script, "--resolved-config", resolved, *script_argv]
     runpy.run_path(args.user_script, run_name="__main__")
     return 0
+
+
+def script_named(argv: list[str]) -> str | None:
+    """The script a deepy.py command line names (its first positional), without parsing the rest."""
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre.add_argument("-d", "--conf_dir")
+    pre.add_argument("-o", "--override", action="append")
+    pre.add_argument("script", nargs="?")
+    return pre.parse_known_args(argv)[0].script
 
 
 def parse_overrides(items: list[str]) -> dict:
@@ -143,7 +224,10 @@ def main(argv: list[str] | None = None) -> int:
     from megatron.config.paths import outside_run_dir, saves_nothing, unused_data_path
     from megatron.hosts import missing_hostfile_warning
 
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if os.path.basename(script_named(argv) or "") == EVALUATE_SCRIPT and os.path.isfile(script_named(argv)):
+        return evaluate_launch(argv)  # evaluate.py's flags are its own (--out is not deepy's --override)
+    args = parse_args(argv)
     from megatron.checkpoint.trust import apply_trust_flag
 
     apply_trust_flag(args)
@@ -242,7 +326,8 @@ def processes_per_node(cfg) -> int:
     return torch.cuda.device_count() if resolve_device(cfg.parallel.device, "device:").type == "cuda" else 1
 
 
-def runner_args(cfg, user_script: str, resolved: str, master_addr: str | None = None) -> list[str]:
+def runner_args(cfg, user_script: str, resolved: str, master_addr: str | None = None,
+                script_args: list[str] = ()) -> list[str]:
     """The DeepSpeed runner's command line for this config (only the options that are set)."""
     from megatron.hosts import hostfile_in_use
 
@@ -271,10 +356,10 @@ def runner_args(cfg, user_script: str, resolved: str, master_addr: str | None = 
     # switch travel as flags.
     debug = [DEBUG_FLAG] if debug_enabled() else []
     trust = ["--trust-checkpoint"] if trusted_from_env() else []
-    return out + [user_script, "--resolved-config", resolved, *debug, *trust]
+    return out + [user_script, "--resolved-config", resolved, *debug, *trust, *script_args]
 
 
-def launch_with_deepspeed(cfg, user_script: str, resolved: str) -> int:
+def launch_with_deepspeed(cfg, user_script: str, resolved: str, script_args: list[str] = ()) -> int:
     """N processes through DeepSpeed's runner (pdsh/openmpi/slurm across nodes, local otherwise).
 
     The workers read the resolved config file, so on several nodes `run-dir` must be on a shared
@@ -299,7 +384,7 @@ def launch_with_deepspeed(cfg, user_script: str, resolved: str) -> int:
             filter(None, [os.environ.get("PDSH_SSH_ARGS_APPEND"), ssh_keepalive(cfg.parallel.lost_host_timeout)]))
     if hosts and cfg.parallel.launcher == "slurm":  # srun's tasks take the rendezvous from the environment
         os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(cfg.parallel.master_port))
-    argv = runner_args(cfg, user_script, resolved, master_addr)
+    argv = runner_args(cfg, user_script, resolved, master_addr, script_args)  # script_args: evaluate.py's flags
     if not cfg.parallel.hostfile:  # the runner's default /job/hostfile: no hostfile was asked for
         from megatron.console import drop_log_message
         from megatron.hosts import MISSING_HOSTFILE

@@ -22,6 +22,7 @@ from tqdm import tqdm
 from megatron.data.gpt_dataset import build_eval_windows
 from megatron.errors import UserError
 from megatron.evaluation.blockwise import blockwise_causal_losses
+from megatron.evaluation.spread import ONE_PROCESS, EvalGroup
 from megatron.evaluation.windows import WINDOW_ORDERS
 
 
@@ -66,6 +67,7 @@ class LengthResult:
     seconds: float
     positionwise: np.ndarray = field(repr=False)  # (L,) mean loss at each position
     requested: int | None = None  # windows asked for (None: the whole split); `windows` may be fewer
+    windows_per_rank: list[int] | None = None  # windows each rank scored (megatron/evaluation/spread.py)
 
     @property
     def short(self) -> bool:
@@ -77,34 +79,42 @@ def evaluate_length(model, data_prefix: str, split: str, split_name: str, length
                     max_windows: int | None, max_tokens: int | None, batch_size: int = 1,
                     device="cpu", cache_dir: str | None = None, progress: bool = True,
                     window_order: str = "shuffled", blockwise_causal: int | None = None,
-                    min_doc_tokens: int | None = None) -> LengthResult:
+                    min_doc_tokens: int | None = None, group: EvalGroup = ONE_PROCESS) -> LengthResult:
     """blockwise_causal: score with blockwise causal attention of that block size (blockwise.py);
-    min_doc_tokens: score only the split's documents of at least that many tokens."""
+    min_doc_tokens: score only the split's documents of at least that many tokens; group: the
+    ranks sharing the windows (each scores its part, the sums are merged: spread.py)."""
     if window_order not in WINDOW_ORDERS:
         raise ValueError(f"window order must be one of {', '.join(WINDOW_ORDERS)}, got {window_order!r}")
     limit = max_windows
     if max_tokens:
         limit = min(limit or 10**12, max(1, max_tokens // length))
-    ds = build_eval_windows(data_prefix, split, split_name, length, seed, max_windows=limit, cache_dir=cache_dir,
-                            stream_order=window_order == "contiguous", min_doc_tokens=min_doc_tokens,
-                            vocab_size=getattr(model, "vocab_size", None))  # a bad id: DataError, not IndexError
     start = time.perf_counter()
-    pos_sum = torch.zeros(length, dtype=torch.float64)
-    n = len(ds)
-    bar = tqdm(total=n, desc=f"eval L={length}", leave=False, disable=not progress or None)
-    for s in range(0, n, batch_size):
-        text = torch.from_numpy(np.stack([ds[i]["text"] for i in range(s, min(s + batch_size, n))]).astype(np.int64))
-        x, y = text[:, :-1].to(device), text[:, 1:].to(device)
-        if blockwise_causal:
-            losses = blockwise_causal_losses(model, x, y, blockwise_causal)  # (b, L)
-        else:
-            losses = model.token_losses(x, y)  # (b, L)
-        check_finite_losses(model, losses, length, f"window {s + 1} of {n}" if batch_size == 1
-                            else f"windows {s + 1}-{s + text.shape[0]} of {n}")
-        pos_sum += losses.double().sum(0).cpu()
-        bar.update(text.shape[0])
-    bar.close()
-    positionwise = (pos_sum / max(n, 1)).numpy()
+
+    def score() -> tuple[np.ndarray, int]:  # this rank's windows; inside the agreement, the data reading too
+        ds = build_eval_windows(data_prefix, split, split_name, length, seed, max_windows=limit, cache_dir=cache_dir,
+                                stream_order=window_order == "contiguous", min_doc_tokens=min_doc_tokens,
+                                vocab_size=getattr(model, "vocab_size", None))  # a bad id: DataError, not IndexError
+        n, part = len(ds), group.part(len(ds))
+        pos_sum = torch.zeros(length, dtype=torch.float64)
+        bar = tqdm(total=len(part), desc=f"eval L={length}", leave=False, disable=not progress or None)
+        for s in range(part.start, part.stop, batch_size):
+            text = torch.from_numpy(np.stack([ds[i]["text"] for i in range(s, min(s + batch_size, part.stop))])
+                                    .astype(np.int64))
+            x, y = text[:, :-1].to(device), text[:, 1:].to(device)
+            if blockwise_causal:
+                losses = blockwise_causal_losses(model, x, y, blockwise_causal)  # (b, L)
+            else:
+                losses = model.token_losses(x, y)  # (b, L)
+            check_finite_losses(model, losses, length, f"window {s + 1} of {n}" if text.shape[0] == 1
+                                else f"windows {s + 1}-{s + text.shape[0]} of {n}")
+            pos_sum += losses.double().sum(0).cpu()
+            bar.update(text.shape[0])
+        bar.close()
+        return pos_sum.numpy(), len(part)
+
+    pos_sum, per_rank = group.sum_parts(score)
+    n = sum(per_rank)
+    positionwise = pos_sum / max(n, 1)
     loss = float(positionwise.mean())
-    return LengthResult(length, loss, math.exp(min(loss, 700.0)), n, n * length,
-                        time.perf_counter() - start, positionwise, limit)
+    return LengthResult(length, loss, math.exp(min(loss, 700.0)), n, n * length, time.perf_counter() - start,
+                        positionwise, limit, per_rank if group.world_size > 1 else None)

@@ -94,3 +94,16 @@ def _load_tag(ckpt_dir: str, tag: str, overrides: dict | None, device, allow_non
         raise CheckpointError(f"{ck.tag_dir}: weights do not match the model built from its config: "
                               f"missing {sorted(missing)[:8]}, unexpected {sorted(unexpected)[:8]}")
     return model.to(device).eval(), ck.cfg, ck.client
+
+
+def config_checkpoint(cfg) -> str:
+    """The checkpoint directory a training config names for evaluation (`deepy.py eval.py` and
+    `deepy.py evaluate.py`): its `load`, else its `save` (where its training wrote)."""
+    load = cfg.checkpoint.load or cfg.checkpoint.save
+    if not load:
+        raise UserError("the config sets no `load` (nor `save`): set load to the checkpoint directory to "
+                        "evaluate (-o load=DIR), or give evaluate.py the checkpoint itself (--checkpoint DIR)")
+    if not os.path.isdir(load):
+        raise UserError(f"load {load!r} is not a directory: no checkpoint to evaluate; train first "
+                        "(python deepy.py train.py CONFIG.yml) or point `load` at a checkpoint directory")
+    return load

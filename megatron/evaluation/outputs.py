@@ -94,19 +94,25 @@ def refuse_earlier_results(out_dir: str, names: list[str], overwrite: bool) -> N
                            "or pass --overwrite to replace them (nothing was evaluated)")
 
 
-@contextlib.contextmanager
-def output_locks(out_dirs: list[str]):
-    """Each output directory's eval.lock (megatron/training/run_lock.py), held while the evaluation
-    runs. A directory this run created and left with nothing but its lock is removed again."""
+def output_lock(out_dir: str):
+    """The output directory's eval.lock (megatron/training/run_lock.py), not yet taken: check_free()
+    asks whether an evaluation is writing there now without creating anything."""
     from megatron.training.run_lock import RunLock
 
+    return RunLock(out_dir, path=os.path.join(out_dir, LOCK_NAME), what=f"output directory {out_dir!r}",
+                   holder="evaluation", fix="wait for it to finish, or give this evaluation its own "
+                   "output directory (--out)")
+
+
+@contextlib.contextmanager
+def output_locks(out_dirs: list[str]):
+    """Each output directory's eval.lock, held while the evaluation runs. A directory this run
+    created and left with nothing but its lock is removed again."""
     created, locks = {}, []
     try:
         for d in out_dirs:
             created[d] = missing_dirs(d)
-            locks.append(RunLock(d, path=os.path.join(d, LOCK_NAME), what=f"output directory {d!r}",
-                                 holder="evaluation", fix="wait for it to finish, or give this evaluation its own "
-                                 "output directory (--out)").acquire())
+            locks.append(output_lock(d).acquire())
         yield
     finally:
         for lock in locks:

@@ -34,7 +34,10 @@ def build_record(meta: dict, results) -> dict:
     rec["results"] = [
         {"length": r.length, "loss": r.loss, "ppl": r.ppl, "windows": r.windows,
          "windows_requested": getattr(r, "requested", None), "tokens": r.tokens,
-         "seconds": round(r.seconds, 3)} for r in results
+         "seconds": round(r.seconds, 3),
+         # spread over ranks (meta's `ranks`): the windows each scored; one process's records keep their keys
+         **({"windows_per_rank": r.windows_per_rank} if getattr(r, "windows_per_rank", None) else {})}
+        for r in results
     ]
     rec["perplexity"] = {str(r.length): r.ppl for r in results}
     rec["positionwise"] = {}

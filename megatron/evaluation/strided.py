@@ -16,6 +16,7 @@ from tqdm import tqdm
 
 from megatron.data.gpt_dataset import build_eval_windows
 from megatron.evaluation.lengths import LengthResult, check_finite_losses
+from megatron.evaluation.spread import ONE_PROCESS, EvalGroup
 
 
 def stream_tokens(data_prefix, split, split_name, seed, num_targets, cache_dir=None, vocab_size=None) -> np.ndarray:
@@ -43,23 +44,31 @@ def strided_windows(num_targets: int, length: int, stride: int) -> list[tuple[in
 
 @torch.no_grad()
 def evaluate_strided(model, data_prefix, split, split_name, length: int, stride: int, seed: int,
-                     max_tokens: int, device="cpu", cache_dir=None, progress=True) -> LengthResult:
-    vocab_size = getattr(model, "vocab_size", None)  # a token id beyond it: DataError naming the file
-    tokens = torch.from_numpy(stream_tokens(data_prefix, split, split_name, seed, max_tokens, cache_dir,
-                                            vocab_size).astype(np.int64))
-    n = tokens.numel() - 1
-    start_time, total, count, scored = time.perf_counter(), 0.0, 0, []
-    windows = strided_windows(n, length, stride)
-    for start, end, first in tqdm(windows, desc=f"strided L={length} S={stride}", leave=False,
-                                  disable=not progress or None):
-        inp = tokens[start:end].unsqueeze(0).to(device)
-        lab = tokens[start + 1 : end + 1].unsqueeze(0).to(device)
-        losses = model.token_losses(inp, lab)[0, first - start :]  # only the new targets
-        check_finite_losses(model, losses, length, f"strided window {len(scored) + 1} (targets {first}-{end - 1}, "
-                            f"stride {stride})", offset=first - start)
-        scored.append(end)
-        total += float(losses.double().sum())
-        count += losses.numel()
+                     max_tokens: int, device="cpu", cache_dir=None, progress=True,
+                     group: EvalGroup = ONE_PROCESS) -> LengthResult:
+    """group: the ranks sharing the windows (each scores its part, the sums are merged: spread.py)."""
+    start_time = time.perf_counter()
+
+    def score() -> tuple[np.ndarray, int]:  # this rank's windows; inside the agreement, the data reading too
+        vocab_size = getattr(model, "vocab_size", None)  # a token id beyond it: DataError naming the file
+        tokens = torch.from_numpy(stream_tokens(data_prefix, split, split_name, seed, max_tokens, cache_dir,
+                                                vocab_size).astype(np.int64))
+        windows = strided_windows(tokens.numel() - 1, length, stride)
+        part = group.part(len(windows))
+        total, count = 0.0, 0
+        for i in tqdm(part, desc=f"strided L={length} S={stride}", leave=False, disable=not progress or None):
+            start, end, first = windows[i]
+            inp = tokens[start:end].unsqueeze(0).to(device)
+            lab = tokens[start + 1 : end + 1].unsqueeze(0).to(device)
+            losses = model.token_losses(inp, lab)[0, first - start :]  # only the new targets
+            check_finite_losses(model, losses, length, f"strided window {i + 1} (targets {first}-{end - 1}, "
+                                f"stride {stride})", offset=first - start)
+            total += float(losses.double().sum())
+            count += losses.numel()
+        return np.array([total, count], dtype=np.float64), len(part)
+
+    (total, count), per_rank = group.sum_parts(score)
     loss = total / max(count, 1)
-    return LengthResult(length, loss, math.exp(min(loss, 700.0)), len(windows), count,
-                        time.perf_counter() - start_time, np.array([loss]))
+    return LengthResult(length, loss, math.exp(min(loss, 700.0)), sum(per_rank), int(count),
+                        time.perf_counter() - start_time, np.array([loss]),
+                        windows_per_rank=per_rank if group.world_size > 1 else None)

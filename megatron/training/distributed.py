@@ -37,26 +37,17 @@ def set_single_process_env() -> None:
 
 
 def ranks_from_slurm(env=os.environ) -> None:
-    """Under srun (a job step of several tasks: SLURM_STEP_NUM_TASKS > 1), each task's RANK,
-    WORLD_SIZE and LOCAL_RANK come from Slurm's task variables (SLURM_PROCID, SLURM_LOCALID), as
-    torch's env:// rendezvous expects them; without them every task would train alone as world
-    size 1 and the second would find the run directory locked. MASTER_ADDR is the step's first
-    node unless set (deepy.py sets it and MASTER_PORT from the config). A launcher that set
-    WORLD_SIZE itself is kept, unless it disagrees with the step's task count: refused, naming both.
-    The batch script's own process (no step) is one process, as before."""
-    tasks = int(env.get("SLURM_STEP_NUM_TASKS") or 1)
-    if tasks <= 1:
-        return
-    if "WORLD_SIZE" in env:
-        if int(env["WORLD_SIZE"]) != tasks:
-            from megatron.errors import UserError
+    """Under srun (a step of several tasks), each task's RANK, WORLD_SIZE and LOCAL_RANK from Slurm's
+    task variables (megatron/ranks.py reads them and refuses contradictions, e.g. several tasks
+    that would each run as WORLD_SIZE=1), as torch's env:// rendezvous expects them; without them
+    every task trained alone and the second found the run directory locked. MASTER_ADDR is the
+    step's first node unless set (deepy.py sets it, and MASTER_PORT from the config)."""
+    from megatron.ranks import launch_ranks
 
-            raise UserError(f"srun started {tasks} tasks (SLURM_STEP_NUM_TASKS) but WORLD_SIZE is {env['WORLD_SIZE']}: "
-                            f"each would train as a run of its own. Unset RANK/WORLD_SIZE in the job (Slurm's task "
-                            f"variables give them), or run one task (srun -n 1)")
+    rank, world, local = launch_ranks(env)
+    if world <= 1 or "RANK" in env:
         return
-    env["RANK"], env["WORLD_SIZE"] = env["SLURM_PROCID"], str(tasks)
-    env["LOCAL_RANK"] = env.get("SLURM_LOCALID", "0")
+    env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"] = str(rank), str(world), str(local)
     if "MASTER_ADDR" not in env:
         import subprocess
 

@@ -130,3 +130,31 @@ def test_slots_decide_a_disagreeing_num_gpus_is_refused(cluster, shared, dataset
     assert "num-gpus: 8 disagrees with the hostfile" in launch.output and "h1 slots=1, h2 slots=1" in launch.output
     assert "Traceback" not in launch.output
     assert not os.path.exists(shared / "slots"), "a refused launch wrote its run directory"
+
+
+def test_evaluation_spread_over_two_hosts_equals_one_process(cluster, shared, reference, two_hosts):
+    """The README's `deepy.py evaluate.py CONFIG configs/cluster/hostfile.yml` on the reference run's
+    checkpoint: one eval.json equal to one process's, each host's rank scoring about half the windows."""
+    import json
+
+    from tests.cluster.conftest import Launch
+    from tests.conftest import ROOT
+
+    flags = ["--lengths", "32,64", "--max-windows", "9", "--window-order", "contiguous", "--quiet"]
+    h1 = cluster.hosts[0]
+    one = Launch(cluster, h1, [os.path.join(ROOT, "evaluate.py"), "--checkpoint",
+                               str(shared / "reference" / "checkpoints"), "--out", str(shared / "eval_one"), *flags])
+    assert one.finish()[0] == 0, one.output[-3000:]
+    two = deepy(cluster, h1, "evaluate.py", str(shared / "reference.yml"), "configs/cluster/hostfile.yml",
+                "-o", f"hostfile={two_hosts}", "--out", str(shared / "eval_two"), *flags)
+    rc, _ = two.finish()
+    assert rc == 0, two.output[-4000:]
+    assert "Traceback" not in two.output
+    a, b = (json.loads((shared / d / "eval.json").read_text()) for d in ("eval_one", "eval_two"))
+    assert (a["ranks"], b["ranks"]) == (1, 2)
+    for x, y in zip(a["results"], b["results"], strict=True):
+        assert y["ppl"] == pytest.approx(x["ppl"], rel=1e-6) and x["windows"] == y["windows"] == 9
+        assert sorted(y["windows_per_rank"]) == [4, 5], y
+        for p, q in zip(a["positionwise"][str(x["length"])]["loss"], b["positionwise"][str(y["length"])]["loss"],
+                        strict=True):
+            assert q == pytest.approx(p, rel=1e-6, abs=1e-6)

@@ -42,11 +42,11 @@ def test_ranks_from_slurms_task_variables():
     batch_shell = {"SLURM_NTASKS": "4", "SLURM_PROCID": "0"}  # the batch script itself: no step, one process
     ranks_from_slurm(batch_shell)
     assert "RANK" not in batch_shell
-    launched = {"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "1", "RANK": "1", "WORLD_SIZE": "2"}
+    launched = {"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "1", "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}
     ranks_from_slurm(launched)  # a launcher's own variables agree: kept
     assert launched["RANK"] == "1"
-    with pytest.raises(UserError, match=r"srun started 2 tasks \(SLURM_STEP_NUM_TASKS\) but WORLD_SIZE is 1"):
-        ranks_from_slurm({"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "1", "WORLD_SIZE": "1"})
+    with pytest.raises(UserError, match=r"WORLD_SIZE=1 in a Slurm step of 2 tasks"):
+        ranks_from_slurm({"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "1", "RANK": "0", "WORLD_SIZE": "1"})
 
 
 PDSH_OUTPUT = """\

@@ -27,7 +27,7 @@ def patched(tmp_path, tiny_config, token_dataset, monkeypatch):
 
     def fake_evaluate_length(model, prefix, split, split_name, length, seed, max_windows, max_tokens,
                              batch_size=1, device="cpu", cache_dir=None, progress=True, window_order="shuffled",
-                             blockwise_causal=None, min_doc_tokens=None):
+                             blockwise_causal=None, min_doc_tokens=None, group=None):
         calls.append((length, batch_size))
         if length >= 128 and batch_size > 1:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
