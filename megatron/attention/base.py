@@ -14,6 +14,12 @@ file and no edit elsewhere. A backend whose speed depends on the case (a fused k
 pays off for score-bias schemes, or that runs on CPU only in an interpreter) overrides
 `auto_rank` to step aside; an explicit name still gets it whenever unsupported_reason allows.
 
+Grouped-query attention: q has H query heads, k and v H_kv key/value heads (H_kv divides H; 1:
+multi-query), never repeated by the caller. Query head h reads key/value head h // (H / H_kv), the
+grouping of NeoX and of Hugging Face's repeat_kv; each backend maps the heads itself, without a
+(B, H, Lk, D) copy of k and v where its kernel allows (`kv_group` gives the group size). Per-head
+positional parameters (the scheme's bias and weight) belong to the QUERY heads.
+
 Whatever depends only on the positions, the window and the scheme (a shared scheme's
 [H, Lq, Lk] bias, SDPA's float mask, flex's block mask, the layout checks) is built by
 `prepare`, once per model forward (megatron.model.attention.AttentionContext.build), and handed
@@ -62,9 +68,27 @@ class AttentionBackend:
                 q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None = None,
                 softmax_in_fp32: bool = False, dropout_p: float = 0.0, prepared=None,
                 row_starts: torch.Tensor | None = None) -> torch.Tensor:
-        """q: (B, H_local, Lq, D); k, v: (B, H_local, Lk, D); q_pos: (Lq,), k_pos: (Lk,) int64
+        """q: (B, H_local, Lq, D); k, v: (B, H_kv, Lk, D), H_kv dividing H_local (grouped-query
+        attention, the module docstring; H_kv = H_local for multi-head); q_pos: (Lq,), k_pos: (Lk,) int64
         absolute positions. Returns (B, H_local, Lq, D). dropout_p is applied as given (the
         caller passes 0 in eval). `prepared`: this backend's prepare(scheme, q_pos, k_pos, window)
         for these positions, or None to prepare here. `row_starts` (B,): padded rows, hidden as
         megatron.attention.mask.allowed_mask says (None: no padding); pass the same to prepare."""
         raise NotImplementedError
+
+
+def kv_group(q: torch.Tensor, k: torch.Tensor) -> int:
+    """Query heads per key/value head, H / H_kv, for q (B, H, Lq, D) and k (B, H_kv, Lk, D): query
+    head h reads key/value head h // kv_group(q, k) (the module docstring)."""
+    heads, kv_heads = q.shape[1], k.shape[1]
+    if kv_heads < 1 or heads % kv_heads:
+        raise ValueError(f"grouped-query attention needs key/value heads dividing the query heads; got {heads} "
+                         f"query heads and {kv_heads} key/value heads")
+    return heads // kv_heads
+
+
+def repeat_kv(x: torch.Tensor, group: int) -> torch.Tensor:
+    """(B, H_kv, L, D) -> (B, H_kv * group, L, D): each key/value head repeated for its group's query
+    heads (head h of the result is head h // group of x). A copy: only for the backends that must
+    materialise the grouping (the reference, read top to bottom)."""
+    return x if group == 1 else x.repeat_interleave(group, dim=1)

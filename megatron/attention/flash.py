@@ -13,6 +13,10 @@ d = q_pos[i] - k_pos[j]; with consecutive keys and the queries being the LAST Lq
 (q_pos = k_pos[Lk - Lq:], training and kv-cache alike) that is exactly i + Lk - Lq - j, so the
 two agree; forward() checks that layout. A window W (keys 0 <= d < W) is window_size=(W-1, 0).
 
+Grouped-query k/v (B, H_kv, Lk, D) go in as they are: flash_attn_func documents multi-query and
+grouped-query attention for k/v with fewer heads than q (H_kv dividing H), query head h reading
+kv head h // (H / H_kv), our grouping; alibi_slopes stay per QUERY head. No copy is made.
+
 Refused: learnable biases (flash-attn gives alibi_slopes no gradient), non-linear biases (log,
 d**p, T5 buckets) and score weights: use triton or flex. Its backward (deterministic=False,
 the default) accumulates dq with atomics, so it is not bit-for-bit reproducible."""
@@ -22,7 +26,7 @@ import math
 
 import torch
 
-from megatron.attention.base import AttentionBackend
+from megatron.attention.base import AttentionBackend, kv_group
 from megatron.attention.mask import check_window, consecutive_starts
 from megatron.attention.registry import register_backend
 
@@ -102,6 +106,7 @@ class FlashAttention(AttentionBackend):
             raise ValueError(NOT_INSTALLED)
         if prepared is None or row_starts is not None:
             self.prepare(scheme, q_pos, k_pos, window, row_starts)
+        kv_group(q, k)  # flash-attn's own check of the head counts reads less plainly
         kernel = scheme.fused_kernel()
         assert not kernel.has_weight and kernel.bias in ("none", "power") and kernel.r3 is None, (
             "resolve_backend should have refused this scheme")

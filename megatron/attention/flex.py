@@ -24,6 +24,10 @@ Where it runs (torch 2.13):
         flex's unfused eager path instead: no compile, but it materialises the scores and
         is ~20-50x slower per call than the compiled kernel.
 
+Grouped-query k/v (B, H_kv, Lk, D) go in as they are with enable_gqa=True: flex maps query head h
+to kv head h // (H / H_kv) in its kernel, and score_mod's `h` stays the QUERY head, so the per-head
+parameters index as in multi-head attention; the block mask is the same for every head.
+
 Positions must be consecutive runs (q_pos = q0 + arange(Lq), k_pos = k0 + arange(Lk), q0 >= k0,
 which training and the kv-cache both produce); the offset q0 - k0 is a captured tensor, so a new
 offset or window does not recompile.
@@ -37,7 +41,7 @@ import shutil
 import torch
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-from megatron.attention.base import AttentionBackend
+from megatron.attention.base import AttentionBackend, kv_group
 from megatron.attention.mask import check_window, consecutive_starts
 from megatron.attention.registry import register_backend
 
@@ -196,8 +200,8 @@ class FlexAttention(AttentionBackend):
             kernel = kernel.covering(int(off) + q.shape[2] - 1, q.device)
         score_mod = None if kernel.is_plain else _score_mod(kernel, off)
         fn = flex_attention if q.device.type == "cpu" and self.eager_on_cpu else _compiled_flex()
-        return fn(q, k, v, score_mod=score_mod, block_mask=block_mask,
-                  scale=1.0 / math.sqrt(D))  # (B, H, Lq, D)
+        return fn(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=1.0 / math.sqrt(D),
+                  enable_gqa=kv_group(q, k) > 1)  # (B, H, Lq, D)
 
 
 @functools.cache

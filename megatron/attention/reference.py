@@ -3,7 +3,8 @@
 It mirrors the paper's attention (K transformer.py): scores = baddbmm(q, k^T, alpha=1/sqrt(D)) in
 the input dtype, then the scheme's weight and bias, then masked_fill(finfo.min), softmax,
 dropout, @ v. Memory is O(B * H * Lq * Lk): slow but the yardstick every other backend is
-tested against."""
+tested against. Grouped-query k/v are repeated to every query head here (repeat_kv), the plainest
+reading of the grouping; the other backends map the heads without that copy."""
 from __future__ import annotations
 
 import math
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from megatron.attention.base import AttentionBackend
+from megatron.attention.base import AttentionBackend, kv_group, repeat_kv
 from megatron.attention.mask import allowed_mask
 from megatron.attention.registry import register_backend
 
@@ -48,6 +49,8 @@ class ReferenceAttention(AttentionBackend):
     def forward(self, q, k, v, scheme, q_pos, k_pos, window=None, softmax_in_fp32=False,
                 dropout_p=0.0, prepared=None, row_starts=None):
         prepared = prepared or self.prepare(scheme, q_pos, k_pos, window, row_starts)
+        group = kv_group(q, k)
+        k, v = repeat_kv(k, group), repeat_kv(v, group)  # autograd sums dk, dv over each group
         scores = scaled_scores(q, k)  # (B, H, Lq, Lk), input dtype
         if softmax_in_fp32:
             # Upcast before the bias so the kernel values are not rounded to bf16 first.

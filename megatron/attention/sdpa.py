@@ -20,6 +20,14 @@ attention (docs/benchmarks.md, "evaluation forward"; 2.9x `none` before, at 2,04
 The outputs differ from the math path's by rounding only (the fused kernel sums in another
 order). Training keeps the dense 3-D mask and the math path: its figures stay bit for bit.
 
+Grouped-query k/v (B, H_kv, Lk, D) go to SDPA as they are, with enable_gqa=True (torch maps query
+head h to kv head h // (H / H_kv)). Where that saves the (B, H, Lk, D) copy depends on the kernel
+torch picks, not on us (torch 2.13, checked with the profiler on CPU: tools/bench_gqa_memory.py):
+CPU's fused kernel (is_causal, and the 4-D mask of CPU inference) reads the kv heads in place,
+forward and backward; the math path (the 3-D training mask, and every call whose mask needs a
+gradient) repeats k and v itself, so there the copy remains, inside torch. On CUDA torch's flash,
+memory-efficient and cuDNN kernels admit grouped heads (sdp_utils.cpp), to be confirmed on a GPU.
+
 Padded batches (`row_starts`, megatron/attention/mask.py) take the dense route with a per-row
 mask (B, H or 1, Lq, Lk): padding keys -inf, the bias at each row's positions where it depends
 on them (FIRE)."""
@@ -31,7 +39,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from megatron.attention.base import AttentionBackend
+from megatron.attention.base import AttentionBackend, kv_group
 from megatron.attention.mask import allowed_mask, check_window, consecutive_starts
 from megatron.attention.registry import register_backend
 from megatron.positional.distance import causal_distance
@@ -86,21 +94,23 @@ class SDPAAttention(AttentionBackend):
         # softmax_in_fp32 needs no flag: SDPA's kernels accumulate the softmax in fp32.
         assert not scheme.has_score_weight, "resolve_backend should have refused this scheme"
         scale = 1.0 / math.sqrt(q.shape[-1])
+        gqa = kv_group(q, k) > 1  # the module docstring: torch maps the heads (multi-head: no flag)
         prepared = prepared or self.prepare(scheme, q_pos, k_pos, window, row_starts)
         mask = prepared.mask
         if mask is None:
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True,
-                                                  scale=scale)
+                                                  scale=scale, enable_gqa=gqa)
         mask = mask.to(q.dtype)
         if prepared.chunks is None:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
-                                                  scale=scale)  # (B, H, Lq, D)
+                                                  scale=scale, enable_gqa=gqa)  # (B, H, Lq, D)
         assert dropout_p == 0.0, "the chunked path is inference only"
-        k, v = k.flip(2), v.flip(2)  # keys last to first, as in the mask
+        k, v = k.flip(2), v.flip(2)  # keys last to first, as in the mask (a copy of the kv heads only)
         out = q.new_empty(q.shape)
         for r0, r1, k0, k1 in prepared.chunks:
             out[:, :, r0:r1] = F.scaled_dot_product_attention(
-                q[:, :, r0:r1], k[:, :, k0:k1], v[:, :, k0:k1], attn_mask=mask[..., r0:r1, k0:k1], scale=scale)
+                q[:, :, r0:r1], k[:, :, k0:k1], v[:, :, k0:k1], attn_mask=mask[..., r0:r1, k0:k1], scale=scale,
+                enable_gqa=gqa)
         return out  # (B, H, Lq, D)
 
 

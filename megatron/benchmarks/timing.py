@@ -57,6 +57,41 @@ def peak_memory_gib(device: torch.device) -> float | None:
     return None
 
 
+def call_peak_bytes(fn: Callable[[], object], device: torch.device) -> int:
+    """Peak bytes that fn() allocated through PyTorch above what was allocated when it started
+    (whatever it frees before returning counts while alive). CUDA: the allocator's peak
+    statistic. CPU, which keeps none (peak_memory_gib): the profiler's record of every allocation
+    and free through PyTorch's CPU allocator in fn (each carries the running total since profiling
+    began), kernels' scratch buffers included; memory a library allocates past that allocator
+    (oneDNN's own, glibc's cache) is not seen. A probe of its own: one call, no timing."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        start = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        fn()
+        torch.cuda.synchronize(device)
+        return torch.cuda.max_memory_allocated(device) - start
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    events = []
+    stack = list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children)
+        if node.name == "[memory]":
+            fields = node.extra_fields
+            events.append((node.start_time_ns, fields.total_allocated, fields.alloc_size))
+    if not events:
+        return 0
+    events.sort()
+    # The running total counts from the first allocation seen while a profiler was on in this
+    # process, so the baseline is the total just before fn's first event.
+    base = events[0][1] - events[0][2]
+    return max(total for _, total, _ in events) - base
+
+
 def is_oom(exc: BaseException) -> bool:
     if isinstance(exc, torch.cuda.OutOfMemoryError):
         return True

@@ -1,8 +1,10 @@
 """Autograd wrapper around the Triton attention kernels: triton_attention(q, k, v, kernel, ...).
 
-Inputs follow the backend contract (megatron/attention/base.py): q (B, H, Lq, D), k/v (B, H, Lk, D)
+Inputs follow the backend contract (megatron/attention/base.py): q (B, H, Lq, D), k/v (B, H_kv, Lk, D)
 with unit stride on D (views straight out of the fused QKV projection are fine), positions
-consecutive (queries at q0 + i, keys at k0 + j). The scheme's DistanceKernel tensors (clamped,
+consecutive (queries at q0 + i, keys at k0 + j). Grouped-query attention (H_kv < H): the kernels
+read key/value head h // (H / H_kv) in place, and the dk/dv kernel sums each group's query heads
+in one program (attention_bwd.py). The scheme's DistanceKernel tensors (clamped,
 autograd-attached) are autograd inputs, so their gradients flow back to the raw parameters.
 Parameter gradients are reduced without atomics: per-key-block partials, then a torch sum.
 A log/power bias is evaluated per score (inline) or loaded from a per-call table over distance
@@ -15,6 +17,7 @@ import os
 import torch
 import triton
 
+from megatron.attention.base import kv_group
 from megatron.attention.mask import check_row_starts
 from megatron.kernels.attention_bwd import attention_bwd_dkdv_kernel, attention_bwd_dq_kernel
 from megatron.kernels.attention_fwd import attention_fwd_kernel
@@ -82,10 +85,12 @@ class _TritonAttention(torch.autograd.Function):
         B, H, LQ, D = q.shape
         LK = k.shape[2]
         dev = q.device
+        group = kv_group(q, k)
         tabulate = bias_path(kernel) == "table"
         n_table = table_length(q0, LQ, k0) if tabulate else 0
         meta = _meta(kernel, D, q.dtype, n_table)
         meta["HAS_STARTS"] = row_starts is not None  # padded rows (megatron/attention/mask.py)
+        meta["GROUP"] = group  # query heads per key/value head (a constexpr: 1 compiles as before)
         starts = (row_starts.to(device=dev, dtype=torch.int64).contiguous() if row_starts is not None
                   else torch.empty(0, dtype=torch.int64, device=dev))
         params = [_vec(x, dev) for x in (r1, r2, r3, w_a, w_p)]
@@ -160,7 +165,9 @@ class _TritonAttention(torch.autograd.Function):
             part = torch.empty(B * H, n_key_blocks, nslot, dtype=torch.float32, device=dev)
             blocks = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HAS_WINDOW=window is not None,
                           **meta, **cfg.launch_options())
-            attention_bwd_dkdv_kernel[(n_key_blocks, B * H)](
+            # One program per key block and key/value head: it walks its group's query heads
+            # (attention_bwd.py), so dk, dv come out (B, H_kv, LK, D) with no buffer per query head.
+            attention_bwd_dkdv_kernel[(n_key_blocks, B * (H // meta["GROUP"]))](
                 q, k, v, do, lse, delta, dk, dv, part, *params, jac, bucket, starts,
                 *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
                 *dk.stride()[:3], *dv.stride()[:3], *common, n_key_blocks,

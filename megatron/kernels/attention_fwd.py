@@ -3,6 +3,8 @@ bias/weight computed on the fly: FlashAttention-2 style online softmax, O(L) mem
 
 One program per (block of BLOCK_M queries, batch*head). It walks only the key blocks the causal
 window can reach and stores the output and the row log-sum-exp (for the backward kernels).
+Grouped-query attention (GROUP query heads per key/value head, H = GROUP * H_kv): query head h
+reads key/value head h // GROUP in place.
 
 Positions are consecutive: query row i sits at Q0 + i and key column j at K0 + j (kv-cache rows
 have Q0 > K0), so the distance is d = Q0 + i - K0 - j. Allowed: 0 <= d (< WINDOW when windowed).
@@ -136,12 +138,13 @@ def attention_fwd_kernel(
     BIAS: tl.constexpr, HAS_R2: tl.constexpr, HAS_R3: tl.constexpr,
     HAS_WEIGHT: tl.constexpr, HAS_WA: tl.constexpr, HAS_WP: tl.constexpr,
     HAS_WINDOW: tl.constexpr, MAXD, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-    EXACT_PV: tl.constexpr, HAS_STARTS: tl.constexpr,
+    EXACT_PV: tl.constexpr, HAS_STARTS: tl.constexpr, GROUP: tl.constexpr,
 ):
     start_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = (bh // H).to(tl.int64)  # int64: b * stride_b passes 2^31 at long contexts
     h = (bh % H).to(tl.int64)
+    h_kv = h // GROUP  # grouped-query attention: the key/value head this query head reads
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)  # query rows
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
@@ -166,8 +169,8 @@ def attention_fwd_kernel(
     m_i = tl.full([BLOCK_M], NEG, dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    k_base = K + b * skb + h * skh
-    v_base = V + b * svb + h * svh
+    k_base = K + b * skb + h_kv * skh
+    v_base = V + b * svb + h_kv * svh
     q_first = Q0 + start_m * BLOCK_M
     # KERPLE-log's far tiles (kernels/distance_bias.py FAR_U), those whose centre distance
     # q_first - (K0 + key start) + (BLOCK_M - BLOCK_N) / 2 reaches far_distance: the unmasked band's first

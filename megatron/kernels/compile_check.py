@@ -122,12 +122,15 @@ def default_launch(kernel: str, head_dim: int, dtype: str) -> tuple[tuple[int, i
 
 def compile_variant(kernel: str, scheme: str, dtype: str, head_dim: int, window: bool,
                     arch: int = 90, blocks: tuple[int, int] | None = None, num_warps: int | None = None,
-                    num_stages: int | None = None, padded: bool = False, aligned: bool = False) -> Compiled:
+                    num_stages: int | None = None, padded: bool = False, aligned: bool = False,
+                    group: int = 1) -> Compiled:
     """Compile one kernel variant for sm_<arch>; raises triton's CompilationError on bad code.
     blocks/num_warps/num_stages left out: the untuned default launch (default_launch), so the
     shared memory reported is what a call asks of the GPU.
     aligned: compile as a typical launch specializes (_aligned_attrs); False compiles the
-    most general variant (any pointer alignment, any lengths), which every call can fall back to."""
+    most general variant (any pointer alignment, any lengths), which every call can fall back to.
+    group: query heads per key/value head (grouped-query attention; the dk/dv kernel then loops
+    over a group's query heads, attention_bwd.py)."""
     d_blocks, d_warps, d_stages = default_launch(kernel, head_dim, dtype)
     blocks, num_warps = blocks or d_blocks, num_warps or d_warps
     num_stages = num_stages or d_stages
@@ -137,7 +140,7 @@ def compile_variant(kernel: str, scheme: str, dtype: str, head_dim: int, window:
                       BLOCK_M=blocks[0], BLOCK_N=blocks[1], HAS_WINDOW=window,
                       PRECISION="ieee" if dtype == "fp32" else None, UPCAST=False,
                       EXACT_PV=dtype != "fp32",  # half precision: the training path's extra product
-                      HAS_STARTS=padded)
+                      HAS_STARTS=padded, GROUP=group)
     if kernel == "bwd_dkdv":
         constexprs.update(NSLOT=32 if scheme == "rpe" else 8)
     constexprs = {k: v for k, v in constexprs.items() if k in fn.arg_names}
@@ -155,18 +158,19 @@ def compile_variant(kernel: str, scheme: str, dtype: str, head_dim: int, window:
 
 # One variant per kernel with the riskiest features (3 parameters, weight, lookup, window, head
 # dim 128, every dtype) and both GPU generations: what the test suite compiles.
-# (kernel, scheme, dtype, head dim, window, arch, padded rows): each kernel's padded-rows branch
-# (HAS_STARTS) and its unpadded key bands (kernels/bands.py) compile at least once.
+# (kernel, scheme, dtype, head dim, window, arch, padded rows, group): each kernel's padded-rows
+# branch (HAS_STARTS) and its unpadded key bands (kernels/bands.py) compile at least once, and each
+# kernel with grouped-query heads (group > 1: the dk/dv kernel's loop over a group's query heads).
 QUICK = [
-    ("fwd", "kerple_log", "bf16", 64, False, 90, True),
-    ("bwd_dkdv", "kerple_power_ap_ap", "fp16", 128, True, 90, True),
-    ("bwd_dq", "rpe", "fp32", 64, True, 90, True),
-    ("bwd_dkdv", "kerple_log_3para", "bf16", 64, False, 80, False),
-    ("bwd_dkdv", "kerple_log_3para_table", "bf16", 64, True, 90, False),
-    ("fwd", "kerple_log_3para_table", "bf16", 64, True, 90, False),  # the three key bands, windowed
-    ("bwd_dq", "kerple_log_3para_table", "fp16", 64, True, 80, False),
+    ("fwd", "kerple_log", "bf16", 64, False, 90, True, 2),
+    ("bwd_dkdv", "kerple_power_ap_ap", "fp16", 128, True, 90, True, 4),
+    ("bwd_dq", "rpe", "fp32", 64, True, 90, True, 2),
+    ("bwd_dkdv", "kerple_log_3para", "bf16", 64, False, 80, False, 1),
+    ("bwd_dkdv", "kerple_log_3para_table", "bf16", 64, True, 90, False, 8),
+    ("fwd", "kerple_log_3para_table", "bf16", 64, True, 90, False, 1),  # the three key bands, windowed
+    ("bwd_dq", "kerple_log_3para_table", "fp16", 64, True, 80, False, 1),
     # fp32 at head dim 128 on the table path: the largest forward tiles (an H200 refused 3 stages)
-    ("fwd", "rpe", "fp32", 128, True, 90, False),
+    ("fwd", "rpe", "fp32", 128, True, 90, False, 1),
 ]
 
 

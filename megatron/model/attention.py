@@ -159,9 +159,9 @@ class SelfAttention(nn.Module):
         q = scale_queries(q, ctx.q_scale)
         if ctx.cache is not None:
             k, v = ctx.cache.update(k, v)  # (B, H_kv, L_kept + L, D): the cache holds the kv heads only
-        if self.grouped:  # query head i reads kv head i // (H / H_kv), as NeoX and HF's repeat_kv
-            k = k.repeat_interleave(self.num_heads // self.num_kv_heads, dim=1)
-            v = v.repeat_interleave(self.num_heads // self.num_kv_heads, dim=1)
+        # Grouped-query k, v stay (B, H_kv, ...): the backend maps query head i to kv head
+        # i // (H / H_kv), as NeoX and HF's repeat_kv, without a copy per query head where its
+        # kernel allows (megatron/attention/base.py).
         with ctx.dropout_rng(x.device):
             out = self._attend(q, k, v, ctx, late)  # (B, H_local, L, D)
         return self.dense(out.transpose(1, 2).reshape(B, L, -1))
@@ -187,5 +187,5 @@ class SelfAttention(nn.Module):
                 dropout_p=ctx.dropout_p if self.training else 0.0,
                 prepared=prepared,
                 row_starts=ctx.row_starts,
-            ))  # (B, H_local, L_block, D)
+            ))  # (B, H_local, L_block, D); kb, vb: (B, H_kv_local, L_keys, D)
         return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)

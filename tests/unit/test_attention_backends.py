@@ -36,11 +36,14 @@ def accepted_pairs():
     return pairs
 
 
-def run(backend, scheme, q, k, v, q_pos, k_pos, window, grad_out):
-    """Forward like the model (rotate, then attend) and return out plus grads of q, k, v, params."""
+def run(backend, scheme, q, k, v, q_pos, k_pos, window, grad_out, repeat=1):
+    """Forward like the model (rotate, then attend) and return out plus grads of q, k, v, params.
+    `repeat`: hand the backend each key/value head repeated that many times (autograd then sums
+    the grads of a head's copies), the plain reading of grouped-query attention."""
     q, k, v = (x.detach().clone().requires_grad_(True) for x in (q, k, v))
     qr, kr = scheme.rotate_qk(q, k, q_pos, k_pos)
-    out = backend.forward(qr, kr, v, scheme, q_pos, k_pos, window=window)
+    kr, vr = kr.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
+    out = backend.forward(qr, kr, vr, scheme, q_pos, k_pos, window=window)
     params = [p for p in scheme.parameters() if p.requires_grad]
     grads = torch.autograd.grad((out * grad_out).sum(), [q, k, v] + params, allow_unused=True)
     return out.detach(), grads
@@ -69,6 +72,52 @@ def test_backend_matches_reference(backend_name, scheme_name, case):
         assert (g is None) == (ref_g is None), name
         if ref_g is not None:
             torch.testing.assert_close(g, ref_g, rtol=1e-4, atol=1e-5, msg=name)
+
+
+# Grouped-query attention (megatron/attention/base.py): k, v with H_kv heads, query head h reading
+# kv head h // (H / H_kv), against the reference run on explicitly repeated heads. A score-bias
+# scheme and a rotation; full rows, and kv-cache rows under a window far from position 0.
+GQA_SCHEMES = ["kerple_log", "rotary"]
+
+
+def gqa_pairs():
+    return [(b, s) for b, s in accepted_pairs() if s in GQA_SCHEMES] + [("reference", s) for s in GQA_SCHEMES]
+
+
+@pytest.mark.parametrize("kv_heads", [2, 1], ids=["kv2", "kv1"])
+@pytest.mark.parametrize("case", [CASES[0], CASES[4]], ids=lambda c: f"Lq{c[0]}-Lk{c[1]}-off{c[2]}-W{c[3]}")
+@pytest.mark.parametrize("backend_name,scheme_name", gqa_pairs())
+def test_grouped_query_matches_repeated_reference(backend_name, scheme_name, case, kv_heads):
+    lq, lk, offset, window = case
+    scheme = scheme_for(scheme_name)
+    with torch.no_grad():
+        for p in scheme.parameters():
+            p.mul_(1.3)
+    backend = resolve_backend(backend_name, scheme, CPU, F32, True)
+    reference = resolve_backend("reference", scheme, CPU, F32, True)
+    torch.manual_seed(11)
+    q, k, v = torch.randn(B, H, lq, D), torch.randn(B, kv_heads, lk, D), torch.randn(B, kv_heads, lk, D)
+    grad_out = torch.randn(B, H, lq, D)
+    k_pos = torch.arange(lk) + offset
+    q_pos = k_pos[lk - lq:]
+    out, grads = run(backend, scheme, q, k, v, q_pos, k_pos, window, grad_out)
+    ref_out, ref_grads = run(reference, scheme, q, k, v, q_pos, k_pos, window, grad_out, repeat=H // kv_heads)
+    torch.testing.assert_close(out, ref_out, rtol=1e-4, atol=1e-5)
+    names = ["dq", "dk", "dv"] + [n for n, p in scheme.named_parameters() if p.requires_grad]
+    assert grads[1].shape == (B, kv_heads, lk, D)
+    for name, g, ref_g in zip(names, grads, ref_grads):
+        assert (g is None) == (ref_g is None), name
+        if ref_g is not None:
+            torch.testing.assert_close(g, ref_g, rtol=1e-4, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("backend_name", ["sdpa", "reference"])
+def test_kv_heads_must_divide_query_heads(backend_name):
+    scheme = scheme_for("kerple_log")
+    backend = resolve_backend(backend_name, scheme, CPU, F32, True)
+    q, kv, pos = torch.randn(1, H, 5, D), torch.randn(1, 3, 5, D), torch.arange(5)
+    with pytest.raises(ValueError, match="4 query heads and 3 key/value heads"):
+        backend.forward(q, kv, kv, scheme, pos, pos)
 
 
 def test_score_bias_schemes_reach_a_fast_backend():

@@ -31,9 +31,14 @@ def make_scheme(name):
 
 def documented_flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
                                window_size=(-1, -1), alibi_slopes=None):
-    """flash_attn_func per its docstring, in float64. q: (B, Lq, H, D); k, v: (B, Lk, H, D)."""
+    """flash_attn_func per its docstring, in float64. q: (B, Lq, H, D); k, v: (B, Lk, H_kv, D),
+    H_kv dividing H ("MQA/GQA by passing in KV with fewer heads than Q": query heads 0..H/H_kv - 1
+    attend to kv head 0, the next H/H_kv to kv head 1, ...)."""
     assert q.stride(-1) == 1 and k.stride(-1) == 1 and v.stride(-1) == 1, "last dim must be contiguous"
     assert dropout_p == 0.0
+    assert k.shape[2] == v.shape[2] and q.shape[2] % k.shape[2] == 0, "kv heads must divide query heads"
+    group = q.shape[2] // k.shape[2]
+    k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
     lq, lk = q.shape[1], k.shape[1]
     i = torch.arange(lq)[:, None]
     j = torch.arange(lk)[None, :]
@@ -58,10 +63,12 @@ def fake_flash(monkeypatch):
     monkeypatch.setattr(flash, "flash_attn_func", documented_flash_attn_func)
 
 
-def inputs(case, device=CPU, dtype=F32, seed=0):
+def inputs(case, device=CPU, dtype=F32, seed=0, kv_heads=H):
+    """q (B, H, Lq, D), k and v (B, kv_heads, Lk, D) (grouped-query attention below H), positions."""
     lq, lk, offset, _ = case
     g = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(B, H, n, D, generator=g).to(device, dtype) for n in (lq, lk, lk))
+    q, k, v = (torch.randn(B, heads, n, D, generator=g).to(device, dtype)
+               for heads, n in ((H, lq), (kv_heads, lk), (kv_heads, lk)))
     k_pos = torch.arange(lk, device=device) + offset
     return q, k, v, k_pos[lk - lq:], k_pos
 
@@ -79,6 +86,21 @@ def test_translation_matches_reference(name, case, fake_flash):
         got = backend.forward(q, k, v, scheme, q_pos, k_pos, window=case[3])
         want = reference.forward(q, k, v, scheme, q_pos, k_pos, window=case[3])
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("kv_heads", [2, 1], ids=["kv2", "kv1"])
+@pytest.mark.parametrize("name", ["alibi", "rotary"])
+def test_grouped_query_translation_matches_reference(name, kv_heads, fake_flash):
+    """k, v with fewer heads go to flash-attn as they are; ALiBi's slopes stay per query head."""
+    scheme = make_scheme(name)
+    reference = resolve_backend("reference", scheme, CPU, F32, False)
+    for case in (CASES[0], CASES[4]):
+        q, k, v, q_pos, k_pos = inputs(case, kv_heads=kv_heads)
+        q, k = scheme.rotate_qk(q, k, q_pos, k_pos)
+        with torch.no_grad():
+            got = flash.FlashAttention().forward(q, k, v, scheme, q_pos, k_pos, window=case[3])
+            want = reference.forward(q, k, v, scheme, q_pos, k_pos, window=case[3])
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
 
 
 def test_queries_must_be_the_last_keys(fake_flash):
@@ -123,13 +145,14 @@ def test_refusals_once_installed(fake_flash):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not (torch.cuda.is_available() and HAS_FLASH_ATTN), reason="needs CUDA and flash-attn")
+@pytest.mark.parametrize("kv_heads", [H, 2, 1], ids=["mha", "kv2", "kv1"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"Lq{c[0]}-Lk{c[1]}-off{c[2]}-W{c[3]}")
-def test_cuda_alibi_bf16_matches_reference(case):
+def test_cuda_alibi_bf16_matches_reference(case, kv_heads):
     cuda = torch.device("cuda")
     scheme = make_scheme("alibi").to(cuda)
     backend = resolve_backend("flash", scheme, cuda, BF16, True)
     reference = resolve_backend("reference", scheme, cuda, F32, True)
-    q, k, v, q_pos, k_pos = inputs(case, cuda, BF16)
+    q, k, v, q_pos, k_pos = inputs(case, cuda, BF16, kv_heads=kv_heads)
     grad_out = torch.randn(B, H, case[0], D, device=cuda)
     results = []
     for be, xs in ((backend, (q, k, v)), (reference, (q.float(), k.float(), v.float()))):

@@ -36,17 +36,20 @@ def make_scheme(name, spec=SPEC):
 FUSED = [n for n in scheme_names() if make_scheme(n).fused_kernel() is not None]
 
 
-def inputs(case, head_dim, device=CPU, seed=0):
+def inputs(case, head_dim, device=CPU, seed=0, kv_heads=H):
+    """q (B, H, Lq, D), k and v (B, kv_heads, Lk, D) (grouped-query attention below H), positions."""
     lq, lk, offset, _ = case
     g = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(B, H, n, head_dim, generator=g).to(device) for n in (lq, lk, lk))
+    q, k, v = (torch.randn(B, heads, n, head_dim, generator=g).to(device)
+               for heads, n in ((H, lq), (kv_heads, lk), (kv_heads, lk)))
     k_pos = torch.arange(lk, device=device) + offset
     return q, k, v, k_pos[lk - lq:], k_pos
 
 
-def assert_inference_matches(backend, scheme, case, dtype=F32, tol=1e-4):
+def assert_inference_matches(backend, scheme, case, dtype=F32, tol=1e-4, kv_heads=H):
     """Against the fp32 reference on the same (dtype-rounded) inputs: max error / max |want|."""
-    q, k, v, q_pos, k_pos = (x.to(dtype) if x.is_floating_point() else x for x in inputs(case, SPEC.head_dim))
+    q, k, v, q_pos, k_pos = (x.to(dtype) if x.is_floating_point() else x
+                             for x in inputs(case, SPEC.head_dim, kv_heads=kv_heads))
     reference = resolve_backend("reference", scheme, CPU, F32, False)
     with torch.no_grad():
         got = backend.forward(q, k, v, scheme, q_pos, k_pos, window=case[3])
@@ -66,17 +69,33 @@ def test_cpu_inference_matches_reference_every_scheme(name):
         assert_inference_matches(backend, scheme, case)
 
 
-@pytest.mark.parametrize("case,dtype,tol", [
-    ((3, 9, 0, None), F32, 1e-4), ((3, 9, 1000, 4), F32, 1e-4),
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+@pytest.mark.parametrize("kv_heads", [2, 1], ids=["kv2", "kv1"])
+@pytest.mark.parametrize("name", ["kerple_log", "rpe"])
+def test_cpu_grouped_query_matches_reference(name, kv_heads):
+    """k, v with fewer heads (enable_gqa): score_mod's head index stays the query head, so a
+    per-head bias (KERPLE's parameters, T5's table columns) lands on the right query heads."""
+    scheme = make_scheme(name)
+    backend = resolve_backend("flex", scheme, CPU, F32, False)
+    backend.eager_on_cpu = True
+    for case in CASES:
+        assert_inference_matches(backend, scheme, case, kv_heads=kv_heads)
+
+
+@pytest.mark.parametrize("case,dtype,tol,kv_heads", [
+    ((3, 9, 0, None), F32, 1e-4, H), ((3, 9, 1000, 4), F32, 1e-4, H),
     # bf16 guards a torch 2.13 CPU miscompile (a score_mod ending in .to(score.dtype) was off by ~2)
-    ((3, 9, 1000, 4), torch.bfloat16, 1e-2),
-], ids=["kv-rows", "kv-rows-off1000-W4", "kv-rows-off1000-W4-bf16"])
-def test_cpu_compiled_matches_reference(case, dtype, tol):
-    # One shape, so one compile per dtype; the score_mod with the most terms: weight and bias d**p.
+    ((3, 9, 1000, 4), torch.bfloat16, 1e-2, H),
+    # grouped-query k, v (enable_gqa) in the compiled kernel, what "auto" runs for long CPU inference
+    ((3, 9, 1000, 4), F32, 1e-4, 2),
+], ids=["kv-rows", "kv-rows-off1000-W4", "kv-rows-off1000-W4-bf16", "kv-rows-off1000-W4-gqa"])
+def test_cpu_compiled_matches_reference(case, dtype, tol, kv_heads):
+    # One shape, so one compile per dtype (and head layout); the score_mod with the most terms:
+    # weight and bias d**p.
     scheme = make_scheme("kerple_power_ap_ap")
     backend = resolve_backend("flex", scheme, CPU, dtype, False)
     assert not backend.eager_on_cpu
-    assert_inference_matches(backend, scheme, case, dtype, tol)
+    assert_inference_matches(backend, scheme, case, dtype, tol, kv_heads=kv_heads)
 
 
 @pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
@@ -184,6 +203,28 @@ def test_cuda_training_matches_reference(name, dtype, tol, monkeypatch):
                 allowed = 2 * tol if dtype != F32 and i >= 4 else tol
                 err = (g.float() - w).abs().max() / w.abs().max().clamp_min(1e-6)
                 assert err <= allowed, f"{name} {case} {label}: relative error {err:.2e} > {allowed}"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="flex training runs on CUDA only")
+@pytest.mark.parametrize("kv_heads", [2, 1], ids=["kv2", "kv1"])
+def test_cuda_grouped_query_training_matches_reference(kv_heads, monkeypatch):
+    """Grouped-query k, v (enable_gqa) in CUDA training: dk, dv summed over each group, KERPLE's
+    parameter gradients per query head."""
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 256)
+    cuda = torch.device("cuda")
+    scheme = make_scheme("kerple_log", GPU_SPEC).to(cuda)
+    flex = resolve_backend("flex", scheme, cuda, F32, True)
+    reference = resolve_backend("reference", scheme, cuda, F32, True)
+    for i, case in enumerate((CASES[0], CASES[4])):
+        q, k, v, q_pos, k_pos = inputs(case, GPU_SPEC.head_dim, cuda, seed=i, kv_heads=kv_heads)
+        grad_out = torch.randn(B, H, case[0], GPU_SPEC.head_dim, device=cuda)
+        got = run_with_grads(flex, scheme, q, k, v, q_pos, k_pos, case[3], grad_out)
+        want = run_with_grads(reference, scheme, q, k, v, q_pos, k_pos, case[3], grad_out)
+        names = ["out", "dq", "dk", "dv"] + [n for n, p in scheme.named_parameters() if p.requires_grad]
+        for label, g, w in zip(names, got, want):
+            err = (g.float() - w).abs().max() / w.abs().max().clamp_min(1e-6)
+            assert err <= 1e-4, f"kv_heads {kv_heads} {case} {label}: relative error {err:.2e}"
 
 
 def test_cpu_compiled_tabulated_lookup_grows_with_the_distance():

@@ -36,6 +36,19 @@ def test_cached_steps_equal_full_sequence(tiny_config, pos, window):
     torch.testing.assert_close(chunked, full, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("pos", ["kerple_log", "rotary", "xpos"])
+@pytest.mark.parametrize("kv_heads", [2, 1])
+def test_grouped_query_cached_steps_equal_full_sequence(tiny_config, pos, kv_heads):
+    """Grouped-query heads reach the backend unrepeated, from the cache (kv heads only) too;
+    xpos rotates per query block after the cache (SelfAttention._attend)."""
+    model = _model(tiny_config, pos_emb=pos, attention_window=4, num_kv_heads=kv_heads)
+    tokens = torch.randint(0, 128, (2, 14))
+    with torch.no_grad():
+        full = model(tokens)
+        steps = _decode(model, tokens, [5] + [1] * 9)
+    torch.testing.assert_close(steps, full, rtol=1e-5, atol=1e-5)
+
+
 def test_window_bounds_the_cache(tiny_config):
     model = _model(tiny_config, pos_emb="kerple_log", attention_window=4)
     cache = model.new_cache()

@@ -55,11 +55,14 @@ def relative_errors(results, truth):
             for got, want in zip((results[0], *results[1]), (truth[0], *truth[1]))]
 
 
-def compare(name, B, H, lq, lk, D, dtype, window=None, offset=0, tol=1e-4, seed=1, row_starts=None):
+def compare(name, B, H, lq, lk, D, dtype, window=None, offset=0, tol=1e-4, seed=1, row_starts=None, kv_heads=None):
     """Relative max error of out, dq, dk, dv and every parameter gradient against the reference
-    backend run in fp32 on the same (already rounded) inputs. `row_starts`: padded rows."""
+    backend run in fp32 on the same (already rounded) inputs. `row_starts`: padded rows.
+    `kv_heads`: grouped-query attention, k and v the first kv_heads heads (views: strided heads)."""
     scheme = scheme_for(name, H, D)
     q, k, v, grad_out, q_pos, k_pos = inputs(B, H, lq, lk, D, dtype, offset, seed)
+    if kv_heads is not None:
+        k, v = k[:, :kv_heads], v[:, :kv_heads]
     starts = None if row_starts is None else torch.tensor(row_starts, device=DEVICE) + offset
     truth = attend("reference", scheme, q.float(), k.float(), v.float(), q_pos, k_pos, window, grad_out, starts)
     errors = relative_errors(attend("triton", scheme, q, k, v, q_pos, k_pos, window, grad_out, starts), truth)
@@ -86,6 +89,26 @@ def test_padded_rows_match_reference(name, lq, lk, window, offset):
 
 def test_padded_rows_bf16():
     compare("kerple_log", 3, 2, 37, 37, 16, torch.bfloat16, tol=1e-2, row_starts=[0, 5, 17])
+
+
+# Grouped-query attention: the dk/dv kernel walks each group's query heads in one program and
+# writes each head's parameter partials (attention_bwd.py). Every kind of parameter gradient (log
+# bias, learned exponent and weight, T5 table per bucket), over several key and query blocks.
+@pytest.mark.parametrize("kv_heads", [2, 1], ids=["kv2", "kv1"])
+@pytest.mark.parametrize("name", ["kerple_log", "kerple_power_ap_ap", "rpe"])
+def test_grouped_query_matches_reference(name, kv_heads):
+    compare(name, 1, 4, 40, 40, 8, torch.float32, kv_heads=kv_heads)
+
+
+def test_grouped_query_window_padding_table_path(monkeypatch):
+    """Grouped heads with a window, kv-cache rows, padded rows and the table path's derivative
+    tables (read per query head) at once."""
+    monkeypatch.setenv("KERPLE_TRITON_BIAS", "table")
+    compare("kerple_log", 3, 4, 6, 40, 8, torch.float32, window=9, offset=7, row_starts=[0, 5, 17], kv_heads=2)
+
+
+def test_grouped_query_bf16():
+    compare("kerple_log", 1, 4, 37, 37, 16, torch.bfloat16, window=5, tol=1e-2, kv_heads=1)
 
 
 def test_zero_row_starts_equal_no_padding():
