@@ -42,20 +42,10 @@ def read_json(path: str, what: str, max_bytes: int, error=UserError, fix: str = 
     return value
 
 
+_JSON_NAMES = ((type(None), "null"), (bool, "a boolean"), (int, "an integer"), (float, "a number"),
+               (str, "a string"), (list, "an array"), (dict, "an object"))  # bool before int: a bool is an int
+
+
 def json_type(value) -> str:
     """The JSON name of a parsed value's type, for messages ('a string', 'an object', ...)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
+    return next((name for kind, name in _JSON_NAMES if isinstance(value, kind)), type(value).__name__)
