@@ -173,3 +173,10 @@ def test_a_shape_tensor_parallelism_cannot_split_is_refused_at_load(tmp_path, ex
 def test_shapes_tensor_parallelism_splits_evenly_load(tmp_path):
     load_config([write(tmp_path, "tp.yml", tiny_text(**{"model-parallel-size": 2, "num-kv-heads": 2,
                                                         "intermediate-size": 64, "padded-vocab-size": 128}))])
+
+
+@pytest.mark.parametrize("key, value", [("lost-host-timeout", 0), ("distributed-timeout-minutes", -1),
+                                        ("lost-host-timeout", "soon")])
+def test_the_multi_host_timeouts_refuse_what_cannot_be_a_timeout(tmp_path, key, value):
+    err = problems([write(tmp_path, "t.yml", tiny_text(**{key: value}))])
+    assert f"{key} = " in err and "t.yml" in err, err
