@@ -32,7 +32,11 @@ class UserError(ValueError):
     """An expected failure whose message already names what is wrong and how to fix it.
 
     Subclasses name the area (ConfigError, CheckpointError, DataError, ...); a ValueError so
-    existing `except ValueError` callers keep working."""
+    existing `except ValueError` callers keep working. `traceback_helps`: whether the message ends
+    with the hint that --debug shows the traceback (not for a config's list of problems, whose
+    traceback would show only the loader)."""
+
+    traceback_helps = True
 
 
 class DataError(UserError):
@@ -133,9 +137,9 @@ def describe_os_error(e: OSError) -> str:
     return f"{reason}{where}"
 
 
-def report(prog: str, message: str) -> None:
+def report(prog: str, message: str, hint: bool = True) -> None:
     print(f"{prog}: error: {message}", file=sys.stderr)
-    if not debug_enabled():
+    if hint and not debug_enabled():
         print(f"{prog}: {DEBUG_HINT}", file=sys.stderr)
 
 
@@ -176,7 +180,7 @@ def handle(prog: str, e: BaseException, expected: tuple = ()) -> int:
         raise e
     if debug_enabled():
         traceback.print_exception(e)
-    report(prog, found[0])
+    report(prog, found[0], getattr(e, "traceback_helps", True))
     return found[1]
 
 

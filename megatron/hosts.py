@@ -93,6 +93,31 @@ def unreachable(host: str, port: int | None = None) -> str | None:
     return lines[-1] if lines else f"ssh exited with status {proc.returncode}"
 
 
+def unresolved(hosts: list[str], timeout_s: float = 5.0) -> dict[str, str]:
+    """host -> why its name does not resolve on this machine (getaddrinfo), for each that does not;
+    a lookup still running after `timeout_s` counts as not resolving."""
+    import socket
+    from concurrent.futures import TimeoutError as LookupTimeout
+
+    def lookup(host: str) -> str | None:
+        try:
+            socket.getaddrinfo(host, None)
+            return None
+        except (socket.gaierror, UnicodeError) as e:
+            return str(e.args[-1] if e.args else e)
+
+    pool = ThreadPoolExecutor(max_workers=min(max(len(hosts), 1), 32))
+    futures = {h: pool.submit(lookup, h) for h in hosts}
+    reasons = {}
+    for host, future in futures.items():
+        try:
+            reasons[host] = future.result(timeout=timeout_s)
+        except LookupTimeout:
+            reasons[host] = f"no answer within {timeout_s:.0f}s"
+    pool.shutdown(wait=False)
+    return {h: r for h, r in reasons.items() if r}
+
+
 def check_hosts(hostfile: str, include: str | None = None, exclude: str | None = None) -> None:
     """UserError listing every active host of `hostfile` that ssh cannot reach, with the fix."""
     hosts = active_hosts(hostfile, include, exclude)

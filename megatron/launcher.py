@@ -215,6 +215,34 @@ def dry_run(cfg) -> None:
         print(f"parameters: {parameter_count(cfg.model, vocab):,}")
 
 
+def launch_layout(cfg) -> list[str]:
+    """What a launch of this config starts, for --dry-run: the launcher, each host with its slots
+    and ranks, the process count; and a warning for each host whose name does not resolve here."""
+    from megatron.hosts import active_slots, check_slots, hostfile_in_use, unresolved
+
+    p = cfg.parallel
+    if not needs_launcher(cfg):
+        return ["launch: 1 process, here (no launcher)"]
+    if not hostfile_in_use(p.hostfile):
+        n = processes_per_node(cfg)
+        return [f"launch: DeepSpeed's runner on this machine, {n} processes (ranks 0-{n - 1})"]
+    slots = active_slots(p.hostfile, p.include, p.exclude)
+    hosts = list(slots)[:p.num_nodes] if p.num_nodes else list(slots)
+    total = sum(len(slots[h]) for h in hosts)
+    check_slots(p.hostfile, p.include, p.exclude, p.num_gpus, p.num_nodes)  # refused at launch: said now
+    master = (p.master_addr or hosts[0]) if len(hosts) > 1 else "127.0.0.1"
+    lines = [f"launch: DeepSpeed's runner, launcher {p.launcher if len(hosts) > 1 else 'local'}, hostfile "
+             f"{p.hostfile}: {len(hosts)} host(s), {total} processes, rendezvous {master}:{p.master_port}"]
+    rank = 0
+    for host in hosts:
+        n = len(slots[host])
+        lines.append(f"  {host}: slots {n}, ranks {rank}" + (f"-{rank + n - 1}" if n > 1 else ""))
+        rank += n
+    lines += [f"warning: host {h!r} does not resolve on this machine ({why}): the launch would fail; fix the "
+              f"hostfile {p.hostfile!r} (or drop the host with `exclude:`)" for h, why in unresolved(hosts).items()]
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     """Raises ConfigError (every problem at once) before anything is written or started;
     deepy.py turns it into one message (megatron.errors.run_cli)."""
@@ -244,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"deepy.py: {note}", flush=True)
     if args.dry_run:
         dry_run(cfg)
+        print("\n".join(launch_layout(cfg)), flush=True)
     if missing:  # after a dry run's summary: "config OK; missing files only" (exit 3) or a config error
         raise inputs_error(missing)
     if args.dry_run:
@@ -261,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
 
     for lock in training_locks(cfg):  # a live run's resolved config and configs/ are not replaced
         lock.check_free()
+    check_training_start(cfg)
     launched = needs_launcher(cfg)
     if launched:
         check_launch_hosts(cfg)  # slots and ssh to every host, before anything is written
@@ -282,6 +312,19 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if discard_staged(resolved) and created:  # refused before training: nothing of this launch stays
             remove_created(created)
+
+
+def check_training_start(cfg) -> None:
+    """What the training processes would refuse before their first step, said here, before any
+    process or process group starts (a refused launch on many processes took 90 s to say it): data
+    written by another tokenizer, and about `load`/`save`: a changed model, a taken save directory,
+    a missing step, another parallel layout (the same checks the trainer runs again)."""
+    from megatron.training.checkpoint import Checkpointer
+    from megatron.training.data_setup import check_data_tokenizer
+
+    check_data_tokenizer(cfg)
+    vocab, _ = dry_vocab(cfg)  # None (unreadable tokenizer files): the padded vocab is not compared
+    Checkpointer(cfg, vocab, is_rank0=False).check(quiet=True)
 
 
 def needs_launcher(cfg) -> bool:

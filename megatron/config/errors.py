@@ -50,6 +50,7 @@ class ConfigError(UserError):
 
     head = "invalid configuration"
     counted = "problems"
+    traceback_helps = False  # the message lists every problem; a traceback would show only the loader
 
     def __init__(self, problems: list[Problem] | str):
         if isinstance(problems, str):

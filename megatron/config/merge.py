@@ -70,11 +70,16 @@ def set_nested(merged: dict, origins: dict, path: tuple[str, ...], e: Entry) -> 
     from megatron.config.fields import default_of
 
     head, *inner = path
-    info = KEYS.get(head)
-    base = merged[head] if head in merged else (default_of(info.field) if info is not None else None)
-    if info is None or not isinstance(base, dict) or not inner:
-        return Problem(UNKNOWN, f"{e.key!r} (in {e.origin}): {head!r} is not a section that takes a dotted path "
-                                "(optimizer, zero_optimization, fp16, bf16, ...); set the whole key instead")
+    sections = [k for k, i in KEYS.items() if "dict" in str(i.type)]  # mapping-valued keys
+    base = merged[head] if head in merged else (default_of(KEYS[head].field) if head in KEYS else None)
+    if base is None and head in sections:  # a section off by default (fp16: null) set one key at a time
+        base = {}
+    if head not in sections or not isinstance(base, dict) or not inner:
+        from megatron.config.errors import did_you_mean
+
+        near = did_you_mean(head, sections)
+        return Problem(UNKNOWN, f"{e.key!r} (in {e.origin}): {head!r} is not a section that takes a dotted path"
+                                + (near if near else f" ({', '.join(sections)}); set the whole key instead"))
     value = copy.deepcopy(base)
     node = value
     for part in inner[:-1]:

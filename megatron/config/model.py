@@ -1,12 +1,14 @@
 """Model shape, positional scheme, attention, norms and initialisation (NeoX model keys)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from megatron.config.fields import key
 
 POS_CLAMPS = ("straight-through", "projected")  # see pos_clamp; megatron/training/projection.py
-INIT_METHODS = ("normal", "scaled_normal", "small_init", "wang_init", "xavier_normal", "xavier_uniform")
+# NeoX's init_functions.py, every name it accepts (megatron/model/init.py)
+INIT_METHODS = ("normal", "scaled_normal", "orthogonal", "scaled_orthogonal", "small_init", "wang_init",
+                "xavier_normal", "xavier_uniform", "single_residual_scaled_normal")
 _FUSION_DOC = "Accepted for NeoX compatibility; changes nothing here (PyTorch's own kernels are used)."
 PLAIN_ACTIVATIONS = ("gelu", "relu", "softsign", "swish", "mish", "silu")
 GATED_ACTIVATIONS = ("geglu", "reglu", "swiglu", "bilinear", "glu")  # NeoX's get_activation: is_gated
@@ -259,6 +261,22 @@ class ModelConfig:
                 out.append(too_big)
         return out
 
+    def _fitting_mlp_sizes(self) -> str:
+        """The fix for an intermediate-size whose MLP widths do not fit: for a gated MLP, 3 x the value
+        when that fits (NeoX's rule keeps 2/3 of it, split in halves: Mistral 7B's halves of 14336
+        need 43008), and the nearest values that fit."""
+        def fits(size: int) -> bool:
+            width, half = replace(self, intermediate_size=size).mlp_widths
+            return width == (2 * half if self.gated_mlp else half)
+
+        size, ideas = self.intermediate_size, []
+        if self.gated_mlp and fits(3 * size):
+            ideas.append(f"{3 * size} for halves of {size} (NeoX's rule keeps 2/3 of intermediate-size, split in two)")
+        below = next((s for s in range(size - 1, 0, -1) if fits(s)), None)
+        above = next(s for s in range(size + 1, 4 * size + 8) if fits(s))
+        ideas.append(f"the nearest that fit, {', '.join(str(s) for s in (below, above) if s)}")
+        return f"Set intermediate-size to {' or '.join(ideas)}, or change mlp-multiple-of"
+
     def _architecture_problems(self) -> list[tuple[str, str]]:
         """The block's options that NeoX itself refuses or would build inconsistently."""
         out = []
@@ -284,6 +302,5 @@ class ModelConfig:
                 what = "twice its second projection's inputs" if self.gated_mlp else "its second projection's inputs"
                 out.append(("intermediate_size", f"gives an MLP whose first projection's {width} outputs are not {what} "
                             f"({half}) after NeoX's rounding to mlp-multiple-of {self.mlp_multiple_of}: NeoX would "
-                            "build mismatched layers. Set intermediate-size so that the widths agree (e.g. drop it "
-                            "for the default) or change mlp-multiple-of"))
+                            f"build mismatched layers. {self._fitting_mlp_sizes()}"))
         return out

@@ -15,7 +15,7 @@ import yaml
 from megatron.config.checkpoint import CheckpointConfig
 from megatron.config.cross import cross_section_problems
 from megatron.config.data import DataConfig
-from megatron.config.errors import ConfigError, Problem
+from megatron.config.errors import MISSING, ConfigError, Problem
 from megatron.config.loader import OVERRIDE_ORIGIN, read_entries
 from megatron.config.logs import LoggingConfig
 from megatron.config.merge import located, merge_entries
@@ -32,6 +32,19 @@ from megatron.config.validate import type_section
 
 _HEADER = ("# Resolved configuration (NeoX flat keys, every key explicit), written by megatron.config.\n"
            "# Load it with NeoXConfig.from_file(path), or pass it to deepy.py as the only config file.\n")
+
+
+def _rules_beside_missing_keys(sec_cls, kwargs: dict, sec_problems: list[Problem], origins: dict) -> list[Problem]:
+    """A section whose only problems are required keys no file sets still has its own rules judged
+    on the keys that are set (a Llama config without a training section: train-iters and the
+    micro-batch in one message, not one per run); a rule that needs a missing key is skipped."""
+    if any(p.kind != MISSING for p in sec_problems):
+        return []
+    try:
+        section = sec_cls(**kwargs)
+        return located(section.check(), partial(getattr, section), origins)
+    except (TypeError, ValueError, AttributeError):  # a rule read a missing (None) key
+        return []
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +78,7 @@ class NeoXConfig:
             kwargs, sec_problems = type_section(sec, merged, origins)
             found += sec_problems
             if sec_problems:  # its own rules and the rules reading it would judge guessed values
+                found += _rules_beside_missing_keys(sec_cls, kwargs, sec_problems, origins)
                 continue
             sections[sec] = sec_cls(**kwargs)
             found += located(sections[sec].check(), partial(getattr, sections[sec]), origins)

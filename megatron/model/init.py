@@ -25,6 +25,12 @@ def build_init(name: str, std: float, num_layers: int, hidden_size: int) -> Init
         return _normal(std)
     if name == "scaled_normal":  # sigma / sqrt(2 L): two residual writes per layer
         return _normal(std / math.sqrt(2.0 * num_layers))
+    if name == "single_residual_scaled_normal":  # NeoX's Mamba init: sigma / sqrt(L), one residual write a layer
+        return _normal(std / math.sqrt(num_layers))
+    if name == "orthogonal":  # Saxe et al. 2013; NeoX's gain sqrt(2 / n_layers) with n_layers 1
+        return lambda w: nn.init.orthogonal_(w, gain=math.sqrt(2.0))
+    if name == "scaled_orthogonal":  # the same, gain sqrt(2 / L)
+        return lambda w: nn.init.orthogonal_(w, gain=math.sqrt(2.0 / num_layers))
     if name == "small_init":  # Nguyen & Salazar 2019: sqrt(2 / (5 h))
         return _normal(math.sqrt(2.0 / (5.0 * hidden_size)))
     if name == "wang_init":  # GPT-J: 2 / (L sqrt(h))

@@ -166,27 +166,43 @@ class Checkpointer:
             if tag_for(step) != latest:
                 shutil.rmtree(os.path.join(save_dir, tag_for(step)), ignore_errors=True)
 
+    def check(self, quiet: bool = False) -> tuple[str | None, bool]:
+        """Every refusal of load() that needs no engine and no process group: deepy.py runs it before
+        it starts any process (a refused resume costs seconds, not a launch), load() again. Returns
+        the step to load (None: start from scratch) and whether its module weights alone are read
+        (a NeoX checkpoint, a fine-tune start). `quiet`: no notes (deepy.py's run says them once)."""
+        c = self.ccfg
+        tag = self._tag_to_load()
+        if tag is None or not _same_dir(c.load, c.save):
+            self._refuse_taken_save_dir()
+        if tag is None:
+            return None, False
+        tag_dir = os.path.join(c.load, tag)
+        if not os.path.isdir(tag_dir):
+            raise CheckpointError(f"checkpoint {tag_dir} does not exist (iteration: {c.iteration})")
+        neox = is_neox(detect_layout(tag_dir))
+        if c.finetune or neox:
+            self._refuse_saving_into_load(tag)
+        if neox or c.finetune_new_pos_emb or self._weights_only_start():
+            return tag, True  # our reader checks the manifest
+        self._check_manifest(tag_dir)
+        self._check_saved_model(tag_dir, quiet)  # before DeepSpeed's strict load
+        return tag, False
+
     def load(self, engine) -> dict | None:
         """Restore the engine from `load`; returns the client state, or None for a fresh start.
         A run that does not resume from `save` must not overwrite the checkpoints already there
         (_claim_save_dir)."""
         c = self.ccfg
-        tag = self._tag_to_load()
+        tag, weights_only = self.check()
         if tag is None or not _same_dir(c.load, c.save):
             self._claim_save_dir()
         if tag is None:
             if c.load:
                 say(f"[checkpoint] no checkpoint in {c.load!r}: starting from scratch")
             return None
-        if not os.path.isdir(os.path.join(c.load, tag)):
-            raise CheckpointError(f"checkpoint {os.path.join(c.load, tag)} does not exist (iteration: {c.iteration})")
-        neox = is_neox(detect_layout(os.path.join(c.load, tag)))
-        if c.finetune or neox:
-            self._refuse_saving_into_load(tag)
-        if neox or c.finetune_new_pos_emb or self._weights_only_start():
-            return self._load_foreign(engine, tag)  # our reader checks the manifest
-        self._check_manifest(os.path.join(c.load, tag))
-        self._check_saved_model(os.path.join(c.load, tag))  # before DeepSpeed's strict load
+        if weights_only:
+            return self._load_foreign(engine, tag)
         path, client = self._engine_load(engine, tag)
         if path is None:
             raise CheckpointError(f"DeepSpeed could not load {os.path.join(c.load, tag)}")
@@ -233,14 +249,12 @@ class Checkpointer:
                 "or give this run another `save` / run-dir")
         return tag
 
-    def _claim_save_dir(self) -> None:
+    def _refuse_taken_save_dir(self) -> None:
         """This run does not resume from `save`: refuse if `save` holds checkpoints (the run would
-        replace them step by step, and `latest` would move backwards), or delete them when
-        overwrite-checkpoints asks to start over. Every rank looks before rank 0 deletes."""
+        replace them step by step, and `latest` would move backwards), unless overwrite-checkpoints
+        asks to start over (_claim_save_dir deletes them)."""
         c = self.ccfg
-        if not c.save:
-            return
-        steps = steps_in(c.save)
+        steps = steps_in(c.save) if c.save else []
         if steps and not c.overwrite_checkpoints:
             latest = read_latest(c.save)
             raise CheckpointError(
@@ -249,6 +263,14 @@ class Checkpointer:
                 + f", and this run does not resume from them (load: {c.load or 'not set'}), so it would overwrite "
                 f"them; resume them with `load: {c.save}`, give this run its own `save` (or run-dir), or set "
                 "`overwrite-checkpoints: true` to start over (they are deleted first)")
+
+    def _claim_save_dir(self) -> None:
+        """After check(): with overwrite-checkpoints, delete what `save` holds. Every rank looks
+        before rank 0 deletes."""
+        c = self.ccfg
+        if not c.save:
+            return
+        steps = steps_in(c.save)
         _barrier()
         if steps and self.is_rank0:
             say(f"[checkpoint] overwrite-checkpoints: deleting {describe_steps(steps)} in {c.save}: "
@@ -319,7 +341,7 @@ class Checkpointer:
                 "cannot change; set them back, or merge it (tools/merge_tp_checkpoint.py) and start from its "
                 "weights with `finetune: true`")
 
-    def _check_saved_model(self, tag_dir: str) -> None:
+    def _check_saved_model(self, tag_dir: str, quiet: bool = False) -> None:
         """The checkpoint's saved model against this config's, from its resolved_config.yml: one
         message for every changed shape key, and for a changed seq-length (the sample order)."""
         saved = saved_model(tag_dir)
@@ -338,8 +360,9 @@ class Checkpointer:
                 "seq-length, so resuming would continue from the saved data position in a different sample order "
                 "(some text seen twice, some never). Set seq-length back, set `allow-seq-length-change: true` to "
                 "resume anyway, or `finetune: true` to start from its weights at iteration 0")
-        say(f"[checkpoint] resuming with another sequence length ({change}; allow-seq-length-change: true): "
-            "the sample order from here on differs from the saved run's")
+        if not quiet:
+            say(f"[checkpoint] resuming with another sequence length ({change}; allow-seq-length-change: true): "
+                "the sample order from here on differs from the saved run's")
 
     def _load_foreign(self, engine, tag: str) -> dict:
         """Module weights only, as a fine-tune start at iteration 0: a NeoX / KERPLE checkpoint (its

@@ -101,3 +101,26 @@ def test_a_refused_resume_through_deepy_leaves_the_run_as_it_was(tmp_path, token
                          capture_output=True, text=True, timeout=300)
     assert out.returncode != 0 and "hidden-size: checkpoint 32, config 64" in out.stderr, out.stderr[-3000:]
     assert not fresh.exists()
+
+
+@pytest.mark.parametrize("over,words", [
+    ({"pos_emb": "alibi", "num_gpus": 2}, ["pos-emb: checkpoint 'kerple_log', config 'alibi'"]),
+    ({"hidden_size": 64}, ["hidden-size: checkpoint 32, config 64"]),
+])
+def test_deepy_refuses_a_changed_model_before_any_process_starts(trained, tmp_path, monkeypatch, over, words):
+    """Issue 45: `deepy.py train.py quickstart.yml -o pos-emb=alibi` (resuming the quickstart's run with
+    another model) was refused by the training processes, after the launcher and the process group
+    had started (90 s); deepy.py now runs the trainer's checkpoint checks first and starts nothing."""
+    import megatron.launcher as launcher
+
+    def started(*a, **k):
+        raise AssertionError("a process was started before the refusal")
+
+    monkeypatch.setattr(launcher, "launch_with_deepspeed", started)
+    monkeypatch.setattr(launcher.runpy, "run_path", started)
+    conf = hyphenate({**trained[0], "run-dir": str(tmp_path / "run"), "save": trained[1], "load": trained[1],
+                      "train-iters": 4, **over})
+    with pytest.raises(CheckpointError) as e:
+        launcher.main(["train.py", write_yaml(tmp_path / "changed.yml", conf)])
+    assert all(w in str(e.value) for w in words), str(e.value)
+    assert not (tmp_path / "run").exists()  # nothing written

@@ -53,3 +53,58 @@ def test_each_rule_reads_only_the_sections_it_declares(rule):
     assert set(rule.sections) <= set(SECTIONS)
     cfg = load_config([], overrides=TINY)
     rule.check(SimpleNamespace(**{s: getattr(cfg, s) for s in rule.sections}))
+
+
+NEOX = "tests/fixtures/neox_configs"
+
+
+def _problems_of(paths, **overrides) -> list[str]:
+    with pytest.raises(ConfigError) as e:
+        load_config(paths, overrides=overrides)
+    return [str(p) for p in e.value.problems]
+
+
+def test_missing_required_keys_and_the_sections_own_rules_in_one_error():
+    """Issue 45: NeoX's llama/7B.yml with local_setup.yml reported train-iters and save, and only the
+    next run the missing micro-batch: a section missing a required key skipped its own rules."""
+    found = _problems_of([f"{NEOX}/llama/7B.yml", f"{NEOX}/local_setup.yml"])
+    assert len(found) == 3, found
+    assert any("train-iters is required" in p for p in found)
+    assert any("set train-micro-batch-size-per-gpu or train-batch-size" in p for p in found)
+    assert any("checkpoint-factor (or save-interval) is required" in p for p in found)
+
+
+def test_a_mamba_file_gets_the_feature_line_only():
+    """Issue 45: Mamba's refusal carried an unrelated output-layer-init-method line: NeoX's
+    `single_residual_scaled_normal` is a NeoX init (sigma / sqrt(L)), accepted like its others."""
+    found = _problems_of([f"{NEOX}/mamba/mamba-130M.yml", f"{NEOX}/local_setup.yml"],
+                         **{"train-iters": 1, "checkpoint-factor": 1, "train-micro-batch-size-per-gpu": 1})
+    assert len(found) == 1 and found[0].startswith("Mamba blocks"), found
+
+
+def test_a_mistyped_section_in_a_dotted_override_gets_a_suggestion():
+    found = _problems_of(["configs/quickstart.yml"], **{"optimzer.params.lr": 1e-3})
+    assert len(found) == 1 and "did you mean 'optimizer'?" in found[0], found
+    cfg = load_config(["configs/quickstart.yml"], overrides={"fp16.enabled": False})  # a section off by default
+    assert cfg.precision.fp16["enabled"] is False
+
+
+def test_a_gated_mlp_width_that_does_not_fit_names_the_values_that_do():
+    """Issue 45: the Mistral message said 'drop it for the default' where the README says 43008."""
+    found = _problems_of([f"{NEOX}/mistral/7B.yml", f"{NEOX}/local_setup.yml"],
+                         **{"train-iters": 1, "checkpoint-factor": 1, "train-micro-batch-size-per-gpu": 1})
+    assert len(found) == 1 and "intermediate-size to 43008 for halves of 14336" in found[0], found
+    assert "14335, 14337" in found[0] and "default" not in found[0]
+    cfg = load_config([f"{NEOX}/mistral/7B.yml", f"{NEOX}/local_setup.yml"],
+                      overrides={"train-iters": 1, "checkpoint-factor": 1, "train-micro-batch-size-per-gpu": 1,
+                                 "intermediate-size": 43008})
+    assert cfg.model.mlp_widths == (28672, 14336)
+
+
+def test_a_config_error_ends_without_the_traceback_hint(tmp_path, monkeypatch, capsys):
+    """Issue 45: a config's list of problems (and 'config OK; missing files only') ended with '(run
+    with --debug ... for the full traceback)', though the traceback shows only the loader."""
+    from tests.conftest import deepy_exit, write_yaml
+
+    code, err = deepy_exit(monkeypatch, capsys, write_yaml(tmp_path / "c.yml", {**TINY, "pos-emb": "kerple-lg"}))
+    assert code != 0 and "pos-emb" in err and "full traceback" not in err, err

@@ -37,3 +37,30 @@ def test_deepy_refuses_before_the_runner(tmp_path, monkeypatch, capsys, token_da
     code, err = deepy_exit(monkeypatch, capsys, conf)
     assert code == errors.EXIT_USER_ERROR and "Traceback" not in err
     assert "node-a.invalid: " in err and "passwordless ssh" in err
+
+
+def test_dry_run_prints_the_launch_layout_and_warns_for_unresolved_hosts(tmp_path, monkeypatch, capsys,
+                                                                        token_dataset):
+    """Issue 45: `--dry-run` with configs/cluster/hostfile.yml exited 0 showing no hosts, slots or
+    process count, with example hosts that exist nowhere. It now prints the launch (hosts, slots,
+    ranks, processes, launcher) and warns for each host whose name does not resolve, contacting none."""
+    from megatron import launcher
+    from tests.conftest import train_config_dict, write_yaml
+
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("localhost slots=2\nnode-b.invalid slots=2\n")
+    conf = write_yaml(tmp_path / "c.yml", train_config_dict(tmp_path, token_dataset, hostfile=str(hostfile)))
+    monkeypatch.setattr("megatron.hosts.unreachable", lambda *a: pytest.fail("ssh was tried in a dry run"))
+    assert launcher.main(["--dry-run", "train.py", conf]) == 0
+    out = capsys.readouterr().out
+    assert "launcher pdsh" in out and "2 host(s), 4 processes, rendezvous localhost:" in out, out
+    assert "  localhost: slots 2, ranks 0-1\n  node-b.invalid: slots 2, ranks 2-3" in out
+    assert "warning: host 'node-b.invalid' does not resolve" in out and "host 'localhost'" not in out
+    # a num-gpus the slots contradict is the launch's refusal, said by the dry run too
+    other = write_yaml(tmp_path / "d.yml", train_config_dict(tmp_path, token_dataset, hostfile=str(hostfile),
+                                                             num_gpus=1))
+    with pytest.raises(UserError, match="num-gpus: 1 disagrees with the hostfile"):
+        launcher.main(["--dry-run", "train.py", other])
+    conf1 = write_yaml(tmp_path / "e.yml", train_config_dict(tmp_path, token_dataset))
+    assert launcher.main(["--dry-run", "train.py", conf1]) == 0
+    assert "launch: 1 process, here (no launcher)" in capsys.readouterr().out
