@@ -4,7 +4,7 @@ GPT-NeoX:
 
     python deepy.py eval.py configs/quickstart.yml --eval_tasks kerple_local
     python deepy.py eval.py CONFIG.yml --eval_tasks lambada_openai hellaswag --max-length 2048
-    python eval.py --resolved-config RUN/eval/resolved_config.yml --eval_tasks ...   # what deepy.py runs
+    python eval.py --resolved-config RUN/eval/resolved_config.yml --eval_tasks kerple_local   # what deepy.py runs
 
 The model is built from the checkpoint's own config (the weights must match it); CONFIG supplies
 `load` (else `save`, where its training wrote) and `iteration`. Results go to <load>/../eval/harness.json (beside evaluate.py's

@@ -2,13 +2,13 @@
 """Perplexity of checkpoints at many lengths, each checkpoint in one process pass (the paper's
 extrapolation evaluation).
 
-    python evaluate.py --checkpoint runs/quickstart/checkpoints --lengths 128,256,512
+    python evaluate.py --checkpoint runs/quickstart/checkpoints --lengths 128,256,512 --out runs/quickstart/eval_3lengths
     python evaluate.py --checkpoint CKPT                 # default: 1x, 2x, ... 32x the train length
     python evaluate.py --checkpoint A B C --out results  # several checkpoints: results/<name>/ (below)
-    python evaluate.py --checkpoint CKPT --window 128    # windowed attention (the paper's windowed@L)
-    python evaluate.py --checkpoint CKPT --stride 64     # sliding-window (strided) evaluation
-    python evaluate.py --checkpoint CKPT --blockwise-causal   # xPos's blockwise causal attention
-    python evaluate.py --checkpoint CKPT -o rotary-scaling=yarn -o rotary-scaling-factor=16  # RoPE scaling
+    python evaluate.py --checkpoint CKPT --window 128 --out eval_window128   # windowed attention (windowed@L)
+    python evaluate.py --checkpoint CKPT --stride 64 --out eval_stride64     # sliding-window (strided) evaluation
+    python evaluate.py --checkpoint CKPT --blockwise-causal --out eval_blockwise   # xPos's blockwise causal
+    python evaluate.py --checkpoint CKPT -o rotary-scaling=yarn -o rotary-scaling-factor=16 --out eval_yarn16
     python evaluate.py --checkpoint CKPT --tasks kerple_local --max-length 512   # downstream tasks
 
 --tasks runs lm-evaluation-harness tasks (the offline local ones: kerple_local; your own task YAML

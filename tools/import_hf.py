@@ -3,7 +3,7 @@
 save_pretrained writes them) as a checkpoint of this stack (megatron/interop/hf_import.py):
 
     python tools/import_hf.py --input pythia-160m/ --output ckpts/pythia-160m
-    python evaluate.py --checkpoint ckpts/pythia-160m --data-path ... --max-factor 4
+    python evaluate.py --checkpoint ckpts/pythia-160m -o data-path=data/mydata_text_document --max-factor 4
 
 The output is a TP=1 checkpoint (step 0) with the architecture written as NeoX keys in its
 resolved_config.yml and the tokenizer copied beside it; evaluate.py, generate.py,
