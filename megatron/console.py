@@ -127,7 +127,11 @@ def prefix_rank_output() -> None:
 @contextlib.contextmanager
 def quiet_op_load(what: str, is_rank0: bool = True):
     """Drop DeepSpeed's "op built successfully" line printed inside the block, and say once (on rank
-    0) when the block took long enough to have compiled the op rather than loaded it from the cache."""
+    0) when the block took long enough to have compiled the op: a first build, or a rebuild of a
+    cached one with ninja's reason (megatron/training/op_cache.py)."""
+    from megatron.training.op_cache import cache_state
+
+    cached, reason = cache_state() if is_rank0 else (False, None)
     saved = sys.stdout
     drop = not _keep_all
     sys.stdout = _LineFilter(saved, lambda line: None if drop and _DROPPED_OP_LINE.match(line.strip()) else line)
@@ -138,9 +142,16 @@ def quiet_op_load(what: str, is_rank0: bool = True):
         sys.stdout.flush()
         sys.stdout = saved
     took = time.time() - t0
-    if is_rank0 and took > COMPILED_OP_SECONDS:
-        print(f"[deepspeed] {what} took {took:.0f}s (a first build of DeepSpeed's op; cached in "
-              f"{os.environ.get('TORCH_EXTENSIONS_DIR', 'TORCH_EXTENSIONS_DIR')} for the next runs)", flush=True)
+    if not is_rank0 or took <= COMPILED_OP_SECONDS or (cached and not reason):
+        return  # fast, or slow for another reason than a build (the cached op was up to date)
+    cache = os.environ.get("TORCH_EXTENSIONS_DIR", "TORCH_EXTENSIONS_DIR")
+    if not cached:
+        print(f"[deepspeed] {what} took {took:.0f}s (a first build of DeepSpeed's op; cached in {cache} for the "
+              "next runs)", flush=True)
+    else:
+        print(f"[deepspeed] {what} took {took:.0f}s: DeepSpeed's op in {cache} was built again, because ninja "
+              f"says: {reason} (a cache that was copied or moved, or built by another ninja or compiler, is "
+              "rebuilt once; give each checkout its own TORCH_EXTENSIONS_DIR)", flush=True)
 
 
 def say(message: str, file=None) -> None:

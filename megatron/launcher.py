@@ -408,7 +408,7 @@ def launch_with_deepspeed(cfg, user_script: str, resolved: str, script_args: lis
     The workers read the resolved config file, so on several nodes `run-dir` must be on a shared
     filesystem (as NeoX's `use_shared_fs`)."""
     from megatron.device import resolve_device, worker_environment
-    from megatron.training.distributed import set_op_cache_dir
+    from megatron.training.op_cache import set_op_cache_dir
 
     set_op_cache_dir()  # workers inherit the op cache
     worker_environment(resolve_device(cfg.parallel.device, "device:"))  # and DeepSpeed's accelerator

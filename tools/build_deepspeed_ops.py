@@ -12,7 +12,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from megatron.errors import run_cli  # noqa: E402
-from megatron.training.distributed import set_op_cache_dir  # noqa: E402
+from megatron.training.op_cache import set_op_cache_dir  # noqa: E402
 
 
 def main() -> int:
@@ -29,9 +29,13 @@ def main() -> int:
     if builder is None:
         print("DeepSpeed accelerator has no shared-memory comm op to build; nothing to do")
     else:
+        from megatron.training.op_cache import cache_state
+
+        cached, reason = cache_state()
         builder.load(verbose=False)
-        print(f"DeepSpeed {builder.NAME} ready in {time.perf_counter() - start:.1f}s "
-              f"(cache: {os.environ['TORCH_EXTENSIONS_DIR']})")
+        how = "a first build" if not cached else f"built again: ninja says {reason}" if reason else "cached"
+        print(f"DeepSpeed {builder.NAME} ready in {time.perf_counter() - start:.1f}s ({how}; "
+              f"cache: {os.environ['TORCH_EXTENSIONS_DIR']})")
     return 0
 
 

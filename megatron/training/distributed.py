@@ -6,7 +6,6 @@ import atexit
 import datetime
 import os
 import socket
-import sys
 from dataclasses import dataclass
 
 import torch
@@ -57,21 +56,6 @@ def ranks_from_slurm(env=os.environ) -> None:
     env.setdefault("MASTER_PORT", "29500")  # the config's master-port default: deepy.py passes the config's
 
 
-def set_op_cache_dir() -> None:
-    """A persistent cache for the ops DeepSpeed JIT-builds on first use (~1 min), so later runs
-    start in seconds."""
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(repo, ".venv", "torch_extensions"))
-    # One ninja for the cache: ninja 1.11 (Debian's) and 1.13 (the venv's, from PyPI) hash a build
-    # command differently, so runs with the venv's bin/ on PATH (an activated venv, a Slurm job) and
-    # runs without it (make, a plain `.venv/bin/python`) each rebuilt the op for the other (22 s a
-    # start on 2 cores). The environment's own ninja comes first, whichever way Python was started.
-    bindir = os.path.dirname(sys.executable)
-    path = os.environ.get("PATH", "").split(os.pathsep)
-    if os.path.isfile(os.path.join(bindir, "ninja")) and path[:1] != [bindir]:
-        os.environ["PATH"] = os.pathsep.join([bindir, *[p for p in path if p != bindir]])
-
-
 def init_distributed(device: str | torch.device = "auto", backend: str = "nccl", timeout_minutes: float = 30.0,
                      lost_host_timeout: float | None = None, describe_stop=None) -> DistInfo:
     """The process group and this rank's device, chosen together (megatron/device.py): `device` is
@@ -83,6 +67,7 @@ def init_distributed(device: str | torch.device = "auto", backend: str = "nccl",
     One process joins an existing group if its backend fits the device; a test process that
     trained on the CPU and now trains on the GPU (or back) gets a new one."""
     from megatron.device import process_group_backend, resolve_device, select_deepspeed_accelerator
+    from megatron.training.op_cache import set_op_cache_dir
 
     set_op_cache_dir()
     ranks_from_slurm()

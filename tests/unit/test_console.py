@@ -80,7 +80,8 @@ def test_rank_0_and_single_processes_are_left_as_they_are(monkeypatch, world, ra
     assert out.getvalue() == ("[rank 3] x\n" if prefixed else "run line\nx\n")
 
 
-def test_op_load_line_dropped_and_a_real_build_said_once(monkeypatch, capsys):
+def test_op_load_line_dropped_and_a_real_build_said_once(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))  # nothing cached: a slow load is a first build
     with console.quiet_op_load("starting the process group"):
         print("DeepSpeed deepspeed.ops.comm.deepspeed_shm_comm_op built successfully")
         print("something else")
@@ -124,3 +125,41 @@ def test_torchs_deprecation_of_what_deepspeed_calls_is_dropped(monkeypatch):
         warnings.warn("`torch.distributed.all_gather_into_tensor` is deprecated. Please use ...", FutureWarning, stacklevel=1)
         warnings.warn("something else is deprecated", FutureWarning, stacklevel=1)
     assert [str(w.message) for w in caught] == ["something else is deprecated"]
+
+
+def _fake_op_cache(tmp_path, monkeypatch, up_to_date: bool):
+    """A TORCH_EXTENSIONS_DIR holding one 'op' that ninja builds by copying a file."""
+    import os
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("PATH", os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
+    op = tmp_path / "ext" / "fake_op"
+    op.mkdir(parents=True)
+    (op / "src.txt").write_text("source")
+    (op / "build.ninja").write_text("rule cp\n  command = cp $in $out\nbuild fake_op.so: cp src.txt\n")
+    subprocess.run(["ninja", "-C", str(op)], check=True, capture_output=True)
+    if not up_to_date:  # the cache's own record no longer matches: as after a copy
+        os.utime(op / "src.txt", (4e9, 4e9))
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+
+
+def test_a_rebuild_of_a_cached_op_says_why(tmp_path, monkeypatch, capsys):
+    """Issue 45: every switch between `make` and an activated venv rebuilt the op (87-211 s) and the
+    line called it "a first build". A rebuild of a cached op now names ninja's reason; an up-to-date
+    cache that was merely slow to load claims no build."""
+    monkeypatch.setattr(console, "COMPILED_OP_SECONDS", -1.0)  # as if the load had been slow
+    _fake_op_cache(tmp_path / "a", monkeypatch, up_to_date=False)
+    with console.quiet_op_load("starting the process group"):
+        pass
+    out = capsys.readouterr().out
+    assert "built again, because ninja says: output fake_op.so older than most recent input" in out, out
+    assert "first build" not in out
+    _fake_op_cache(tmp_path / "b", monkeypatch, up_to_date=True)
+    with console.quiet_op_load("starting the process group"):
+        pass
+    assert capsys.readouterr().out == ""
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "empty"))
+    with console.quiet_op_load("starting the process group"):
+        pass
+    assert "a first build" in capsys.readouterr().out
