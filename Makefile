@@ -60,6 +60,7 @@ quickstart: setup
 	$(PY) deepy.py train.py configs/quickstart.yml
 	$(PY) evaluate.py --checkpoint runs/quickstart/checkpoints --max-factor 16 --max-tokens 65536 --window-order contiguous \
 		--batch-size 4 --quiet --overwrite
+	$(PY) tools/check_figures.py quickstart
 
 # The same run with rotary positions (one extra YAML), for contrast.
 quickstart-rotary: setup
@@ -67,6 +68,7 @@ quickstart-rotary: setup
 	$(PY) deepy.py train.py configs/quickstart.yml configs/quickstart_rotary.yml
 	$(PY) evaluate.py --checkpoint runs/quickstart_rotary/checkpoints --max-factor 16 --max-tokens 65536 --window-order contiguous \
 		--batch-size 4 --quiet --overwrite
+	$(PY) tools/check_figures.py quickstart_rotary
 
 # Downstream tasks (lm-evaluation-harness), offline: the local tasks built from held-out stdlib
 # docstrings (megatron/evaluation/harness/local_tasks.py) on the checkpoint `make quickstart` left;

@@ -1,0 +1,120 @@
+#!/usr/bin/env python
+"""Compare a fresh run's perplexities with the figures the README shows (docs/readme_figures.json).
+
+    python tools/check_figures.py quickstart              # after make quickstart (it runs this itself)
+    python tools/check_figures.py                         # every figure set whose eval.json exists
+
+Floating point differs by CPU, and 400 training steps carry the difference into the weights, so
+the README gives each figure with the machine it came from. On a machine like one of those (CPU
+vendor, thread count, torch's CPU capability) a run repeats them to every digit recorded; on
+another, within the figure set's stated tolerance (twice the largest difference measured between
+the machines). Prints one table per figure set; exits 1 when a value is outside its tolerance.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from decimal import Decimal
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from megatron.cli_args import ArgumentParser  # noqa: E402
+from megatron.errors import UserError, run_cli  # noqa: E402
+
+FIGURES = os.path.join(ROOT, "docs", "readme_figures.json")
+
+
+def load_figures(path: str = FIGURES) -> dict:
+    """The figures file, each perplexity a Decimal (so its recorded digits are known)."""
+    with open(path, encoding="utf-8") as f:
+        return json.load(f, parse_float=Decimal)
+
+
+def this_machine() -> dict:
+    """What decides whether runs repeat to the digit: CPU vendor, torch's thread count and its CPU
+    capability (the kernels it dispatches)."""
+    import torch
+
+    vendor = None
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            vendor = next((line.split(":", 1)[1].strip() for line in f if line.startswith("vendor_id")), None)
+    except OSError:
+        pass
+    return {"vendor": vendor, "threads": torch.get_num_threads(), "capability": torch.backends.cpu.get_cpu_capability()}
+
+
+def same_machine(recorded: dict, here: dict) -> bool:
+    return all(recorded.get(k) in (None, here.get(k)) for k in ("vendor", "threads", "capability"))
+
+
+def judge(name: str, spec: dict, machines: dict, here: dict, measured: dict[int, float]) -> tuple[list[str], bool]:
+    """Table lines comparing `measured` {length: ppl} with each machine's figures, and whether every
+    value is within its tolerance: half a unit of the last recorded digit on the same machine, the
+    set's `other_machine_rel` on another."""
+    ok = True
+    lines = [f"{name}: {spec['what']}", "| machine | length | README | this run | difference | tolerance | |",
+             "|---|---:|---:|---:|---:|---:|---|"]
+    for key, values in spec["ppl"].items():
+        same = same_machine(machines[key], here)
+        rel = spec.get("other_machine_rel")
+        for length, figure in values.items():
+            got = measured.get(int(length))
+            if got is None:
+                continue
+            diff = got - float(figure)
+            if same:  # half a unit of the last digit recorded
+                half = Decimal(1).scaleb(figure.as_tuple().exponent) / 2
+                tol, within = f"±{half}", abs(diff) <= float(half) + 1e-9
+            elif rel is None:
+                tol, within = "none stated", True
+            else:
+                tol, within = f"±{float(rel):.1%}", abs(diff) <= float(rel) * float(figure)
+            ok &= within
+            lines.append(f"| {machines[key]['cpu']}{' (this kind)' if same else ''} | {length} | {figure} | "
+                         f"{got:.3f} | {diff / float(figure):+.2%} | {tol} | {'ok' if within else 'OUTSIDE'} |")
+    return lines, ok
+
+
+def measured_ppl(path: str) -> dict[int, float]:
+    from megatron.evaluation.results import parse_result
+
+    try:
+        return parse_result(path).ppl
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    figures = load_figures()
+    p = ArgumentParser(prog="check_figures.py", description=__doc__)
+    p.add_argument("sets", nargs="*", help=f"figure sets to check (default: every one whose eval.json exists): "
+                                           f"{', '.join(figures['figures'])}")
+    args = p.parse_args(argv)
+    unknown = [s for s in args.sets if s not in figures["figures"]]
+    if unknown:
+        raise UserError(f"no figure set {unknown[0]!r} in {FIGURES}; the sets are {', '.join(figures['figures'])}")
+    here = this_machine()
+    print(f"this machine: {here['vendor']}, {here['threads']} threads, CPU capability {here['capability']}")
+    all_ok, checked = True, 0
+    for name in args.sets or list(figures["figures"]):
+        spec = figures["figures"][name]
+        path = os.path.join(ROOT, spec["eval"])
+        if not os.path.isfile(path):
+            if args.sets:
+                raise UserError(f"{spec['eval']} does not exist: run what makes it first ({spec['what']})")
+            continue
+        lines, ok = judge(name, spec, figures["machines"], here, measured_ppl(path))
+        print("\n".join(lines) + "\n")
+        all_ok &= ok
+        checked += 1
+    if not checked:
+        print("no results to check yet: run `make quickstart` first")
+    print("every value within its tolerance" if all_ok else "some values are OUTSIDE their tolerance (above)")
+    return 0 if all_ok else 1
+
+
+if __name__ == "__main__":
+    run_cli(main, "check_figures.py")
