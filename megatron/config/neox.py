@@ -1,7 +1,8 @@
 """NeoXConfig: the validated, sectioned configuration the rest of the stack reads.
 
-Frozen on purpose: a config validated once must not be changed behind the validator's back
-(NeoX's mutated god object, pitfall 1). Derive a changed copy with `replace()`.
+Frozen on purpose: a config validated once must not be changed behind the validator's back (NeoX's
+NeoXArgs is one mutable object that code changes as it goes, so a value read late need not be the
+one validated). Derive a changed copy with `replace()`.
 """
 from __future__ import annotations
 

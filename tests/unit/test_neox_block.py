@@ -1,4 +1,4 @@
-"""NeoX's block shapes as options of the one block (DESIGN.md, contract 10): parallel residual
+"""NeoX's block shapes as options of the one block (docs/architecture.md): parallel residual
 (gpt-j-residual, gpt-j-tied), NeoX's activations (gated ones sized by NeoX's rule), tanh / erf
 GELU, grouped-query attention. Each against an independent computation of what NeoX does, and
 every option with every positional scheme on every attention backend (forward and backward
