@@ -36,7 +36,7 @@ from megatron.evaluation.stats import holm, min_sign_flip_p, paired_test, permut
 from megatron.study.aggregate import order_schemes, table3_cells
 from megatron.study.convergence import DRIFT_TARGET, drift_rows
 from megatron.study.flat_kernels import FLAT_AT_L, head_values
-from megatron.study.gap_vs_quality import count_once, gap_quality_points, leave_one_group_out, replicate_sets
+from megatron.study.gap_vs_quality import count_once, gap_quality_points, leave_one_group_out
 from megatron.study.gap_vs_quality import fit as quality_fit
 from megatron.study.growth import growth_rows
 from megatron.study.replicates import identities, trained_as
@@ -522,7 +522,6 @@ def _fit_text(f: dict) -> str:
 
 def quality_claims(c: Claims, study: Study) -> None:
     q = gap_quality_points(study.runs, study.identity)
-    twice = []
     for name, res in q.items():
         corpus = "latex" if "latex" in name else "code" if "code" in name else None
         if corpus is None:
@@ -534,7 +533,7 @@ def quality_claims(c: Claims, study: Study) -> None:
         c.add(f"{corpus}_fit_32x", f"b = {full['b'][0]:+.2f} ± {full['b'][1]:.2f} per doubling of q (p = "
               f"{_p(full['b'][2])}), c = {full['c'][0]:+.2f} ± {full['c'][1]:.2f} per doubling of L (p = "
               f"{_p(full['c'][2])}); r(q, L) = {full['r(q, L)']:+.2f}",
-              f"{full['n']} seed-paired gaps ({len(pts)} runs, a config trained twice counted once)",
+              f"{full['n']} seed-paired gaps ({len(pts)} measured; a config trained twice counted once)",
               "standard error", "least squares, t-test of each coefficient (no correction)", "[trend.md](trend.md)")
         logo = {d: f for d, f in leave_one_group_out(pts).items() if f is not None}
         c.add(f"{corpus}_fit_32x_logo", "; ".join(f"without {d}: {_fit_text(f)}" for d, f in logo.items()),
@@ -549,9 +548,15 @@ def quality_claims(c: Claims, study: Study) -> None:
             c.add(f"{corpus}_fit_{coef}_logo_count", f"{len(kept)} of {len(logo)} fits{note}",
                   "leave-one-group-out fits", "", f"{coef}'s p < 0.05 in the fit without that group",
                   "[trend.md](trend.md)")
-        for reps in replicate_sets(pts):
-            twice.append(f"{' and '.join(sorted({p.dataset for p in reps}))} at L = {reps[0].train_length}, "
-                         f"seed {reps[0].seed}")
+        q_of = defaultdict(list)
+        for p in pts:
+            q_of[(p.dataset, p.train_length)].append(p.quality)
+        arms = [(f"{corpus}_64seq", 64), (f"{corpus}_16seq", 64), (f"{corpus}_16seq", 256)]
+        if all(a in q_of for a in arms):
+            c.add(f"{corpus}_matched_quality", "q = " + ", ".join(
+                  f"{np.mean(q_of[a]):.1f} ({d.split('_')[1]}, L = {L})" for a in arms for d, L in [a]),
+                  "3 kerple_log runs each", "", "mean q: perplexity over positions 0-63 of the same windows "
+                  "(a description)", "[trend.md](trend.md)")
         merged = {(p.dataset, p.train_length) for p in count_once(pts) if p.runs > 1}
         c.add(f"{corpus}_fit_replicates", "; ".join(f"{d.replace(' = ', ' and ')} at L = {L}" for d, L in sorted(merged))
               or "none", f"{sum(p.runs > 1 for p in count_once(pts))} seeds", "",
