@@ -19,7 +19,8 @@ f(32L)); train_test.md (final training vs 1x test perplexity); trend.md and
 trend_<dataset>.png (the windowed-minus-full and power-minus-log gaps against the train length, and
 each train length's perplexity on the same windows: megatron/study/train_length_quality.py);
 gap_vs_quality_<corpus>.png and its trend.md section (every gap against model quality and the train
-length together: megatron/study/gap_vs_quality.py); growth.md (each scheme's gap to the
+length together, a config two designs share counted once: megatron/study/gap_vs_quality.py and
+replicates.py, which read the records' configs relative to this checkout); growth.md (each scheme's gap to the
 reference at 1x and how much it changes out to 8x and 32x: megatron/study/growth.py); and the report
 itself: README.md and claims.md rendered from --templates (README.template.md: every figure of the
 prose a {{name}} filled from megatron/study/claims.py) and, with --root-readme, the README's generated
@@ -145,14 +146,17 @@ def _write(path: str, text: str, log) -> None:
 def trend_report(runs, args, log=print) -> None:
     """trend.md and trend_<dataset>.png from the evaluations (megatron/study/trend.py)."""
     from megatron.study.aggregate import _safe, table3_cells
+    from megatron.study.convergence import load_records
     from megatron.study.gap_vs_quality import gap_quality_markdown, gap_quality_points
     from megatron.study.plots import plot_gap_vs_quality, plot_trend
+    from megatron.study.replicates import identities
     from megatron.study.train_length_quality import quality_markdown, quality_points
     from megatron.study.trend import gap_points, has_points, planned_runs, trend_markdown
 
     matrices = sorted({m for pat in args.planned for m in glob.glob(pat)})
     gaps = gap_points(runs, planned_runs(matrices))
-    quality_vs_gap = gap_quality_points(runs)
+    # a config two designs share (their records' configs, relative to this checkout) is one point of the fit
+    quality_vs_gap = gap_quality_points(runs, identities(load_records(args.records), REPO))
     _write(os.path.join(args.out, "trend.md"), "# The gaps against the train length (issue 24)\n\n"
            + trend_markdown(gaps, table3_cells(runs, args.reference, args.alpha))
            + "\n## Is the model as good at every train length? (perplexity on the same windows)\n\n"
@@ -182,7 +186,7 @@ def claims_report(runs, args, log=print) -> None:
     from megatron.study.claims import report_texts, with_block
     from megatron.study.convergence import load_records
 
-    texts = report_texts(runs, load_records(args.records), args.templates)
+    texts = report_texts(runs, load_records(args.records), args.templates, REPO)
     for name in ("claims.md", "README.md"):
         _write(os.path.join(args.out, name), texts[name], log)
     if args.root_readme:

@@ -11,6 +11,7 @@ train_test     final training vs test perplexity
 trend          the seed-paired gaps against the train length
 train_length_quality  each train length's perplexity on the same windows
 gap_vs_quality the gaps against model quality and the train length together
+replicates     which runs trained the same configuration (counted once where designs are pooled)
 growth         each scheme's gap at 1x and its growth to 8x and 32x
 plots          the study's own figures (trajectories, trends, gaps against quality)
 claims         every figure the report quotes, and the report rendered from its template

@@ -8,12 +8,18 @@ figure can go stale: regenerate, and the prose follows the records.
 Conventions of every claim:
 - a gap is 100 (ppl_A / ppl_B - 1) in %, per seed pair (negative: A better), mean ± sample std
   (ddof = 1) over the pairs;
-- a test is the paired two-sided t-test of Table 3 (stats.paired_test); where a claim reads a
+- a test is the paired two-sided t-test of Table 3 (stats.paired_test) on perplexity, the quantity
+  Table 3 prints (so it tests the difference of the means its cells show); where a claim reads a
   family (a scheme against kerple_log at every length of a group), the Holm-adjusted p is given
   beside the raw one (stats.holm), and the exact sign-flip p (stats.sign_flip_p), whose floor
-  with n pairs is 2 / 2^n, beside both;
+  with n pairs is 2 / 2^n, beside both. The same tests on log-perplexity (the scale of the ratio
+  gaps) are the check (log_scale_claims);
 - runs of different train lengths share no pairing (a seed draws other batches at another
-  length), so they are compared with the exact two-sample permutation test (stats.permutation_p).
+  length): they are compared by least-squares slopes over every (L, seed) and by the fit of
+  gap_vs_quality (± is then the standard error, and the p that of the coefficient's t-test), and
+  the quality-matched point by the exact two-sample permutation test (stats.permutation_p);
+- a configuration trained twice under two group names (replicates.py) counts once where groups
+  are counted or fitted.
 """
 from __future__ import annotations
 
@@ -21,17 +27,19 @@ import math
 import os
 import re
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
+from scipy import stats as sps
 
 from megatron.evaluation.stats import holm, min_sign_flip_p, paired_test, permutation_p
-from megatron.study.aggregate import table3_cells
+from megatron.study.aggregate import order_schemes, table3_cells
 from megatron.study.convergence import DRIFT_TARGET, drift_rows
 from megatron.study.flat_kernels import FLAT_AT_L, head_values
+from megatron.study.gap_vs_quality import count_once, gap_quality_points, leave_one_group_out
 from megatron.study.gap_vs_quality import fit as quality_fit
-from megatron.study.gap_vs_quality import gap_quality_points
 from megatron.study.growth import growth_rows
+from megatron.study.replicates import identities, trained_as
 from megatron.study.train_length_quality import changes, quality_points
 from megatron.study.train_test import _r, pairs
 from megatron.study.trend import gap_points, slope
@@ -40,7 +48,8 @@ PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z0-9_]+)\s*\}\}")
 LOG, POWER, ALIBI, T5, T5_128, ROTARY, SIN = ("kerple_log", "kerple_power_ap_", "alibi", "rpe (max distance L)", "rpe",
                                               "rotary", "sinusoidal")
 PAPER_SIX = (LOG, POWER, ALIBI, T5, ROTARY, SIN)  # the schemes of the paper's Table 3 (T5: every bucket trained)
-NAMES = {LOG: "KERPLE-log", POWER: "KERPLE-power", ALIBI: "ALiBi", T5: "T5", ROTARY: "rotary", SIN: "sinusoidal"}
+NAMES = {LOG: "KERPLE-log", POWER: "KERPLE-power", ALIBI: "ALiBi", T5: "T5", ROTARY: "rotary", SIN: "sinusoidal",
+         T5_128: "T5 (max distance 128)"}
 DOMAINS = ("code", "latex", "web")  # v2's groups, train length 64
 V2_L = 64
 
@@ -80,20 +89,34 @@ def _words(n: int) -> str:
     return ("none", "one", "two", "three", "four", "five", "six")[n] if 0 <= n <= 6 else str(n)
 
 
-class Study:
-    """The records as lookups: perplexities by (dataset, train length, scheme) -> {seed: {length: ppl}}."""
+def log_runs(runs) -> list:
+    """The runs with every perplexity replaced by its log (the mean loss in nats): Table 3's tests on this
+    scale test the ratio of two perplexities, the scale of the report's gaps."""
+    return [replace(r, ppl={L: math.log(v) for L, v in r.ppl.items()}) for r in runs]
 
-    def __init__(self, runs, records):
+
+class Study:
+    """The records as lookups: perplexities by (dataset, train length, scheme) -> {seed: {length: ppl}};
+    Table 3's cells on perplexity (cells) and on log-perplexity (log_cells); identity: what each run
+    trained (replicates.identities, from the configs under config_root; {} without one)."""
+
+    def __init__(self, runs, records, config_root: str | None = None):
         self.runs, self.records = runs, records
         self.ppl = defaultdict(dict)
         for r in runs:
             if r.train_length:
                 self.ppl[(r.dataset, r.train_length, r.scheme)][r.seed] = r.ppl
         self.cells = {(c["dataset"], c["train_length"], c["scheme"], c["length"]): c for c in table3_cells(runs)}
+        self.log_cells = {(c["dataset"], c["train_length"], c["scheme"], c["length"]): c
+                          for c in table3_cells(log_runs(runs))}
+        self.identity = identities(records, config_root) if config_root else {}
+        self.record = {(r["dataset"], r["train_length"], r["label"], r["seed"]): r for r in records}
 
-    def row(self, d: str, L: int, scheme: str) -> list[dict]:
-        """Table 3's tested cells of one scheme in one group, by length (the family of its Holm correction)."""
-        return sorted((c for (dd, LL, s, _), c in self.cells.items() if (dd, LL, s) == (d, L, scheme)
+    def row(self, d: str, L: int, scheme: str, log: bool = False) -> list[dict]:
+        """Table 3's tested cells of one scheme in one group, by length (the family of its Holm correction);
+        log: the same tests on log-perplexity."""
+        cells = self.log_cells if log else self.cells
+        return sorted((c for (dd, LL, s, _), c in cells.items() if (dd, LL, s) == (d, L, scheme)
                        and not math.isnan(c["p"])), key=lambda c: c["length"])
 
     def means(self, d: str, L: int, scheme: str, length: int, seeds=None) -> float:
@@ -105,9 +128,9 @@ class Study:
         return {s: _gap(A[s][length], B[s][length]) for s in sorted(set(A) & set(B), key=str)}
 
 
-def row_summary(study: Study, d: str, L: int, scheme: str) -> str:
+def row_summary(study: Study, d: str, L: int, scheme: str, log: bool = False) -> str:
     """The Table 3 row against kerple_log: how many lengths are below 0.05 raw and after Holm, the p ranges."""
-    row = study.row(d, L, scheme)
+    row = study.row(d, L, scheme, log)
     raw = sum(c["p"] < 0.05 for c in row)
     adj = sum(c["p_holm"] < 0.05 for c in row)
     ps = [c["p"] for c in row]
@@ -115,36 +138,47 @@ def row_summary(study: Study, d: str, L: int, scheme: str) -> str:
             f"{len(row)} after Holm's correction over the {len(row)}")
 
 
-def order_claim(study: Study, d: str, L: int, length: int) -> tuple[str, str, list]:
-    """(order by mean over each scheme's own seeds, order on the seeds all six share with each adjacent
-    step's paired p, the shared seeds)."""
+def holm_lengths(row: list[dict], L: int) -> str:
+    return ", ".join(f"{x['length'] // L}x" for x in row if x["p_holm"] < 0.05) or "no length"
+
+
+def order_claim(study: Study, d: str, L: int, length: int) -> dict:
+    """own: the order by mean over each scheme's own seeds; shared: the order on the seeds all six share
+    with each adjacent step's paired p; order: the schemes in that order; steps: the adjacent steps' p;
+    seeds: the shared seeds."""
     schemes = [s for s in PAPER_SIX if (d, L, s) in study.ppl]
     own = sorted(schemes, key=lambda s: study.means(d, L, s, length))
     shared = sorted(set.intersection(*(set(study.ppl[(d, L, s)]) for s in schemes)), key=str)
     on_shared = sorted(schemes, key=lambda s: study.means(d, L, s, length, shared))
     text_own = " < ".join(f"{NAMES[s]} {study.means(d, L, s, length):.1f}" for s in own)
-    steps = []
+    steps, ps = [], []
     for a, b in zip(on_shared, on_shared[1:]):
         t = paired_test({s: study.ppl[(d, L, b)][s][length] for s in shared},
                         {s: study.ppl[(d, L, a)][s][length] for s in shared})
+        ps.append(t.p)
         steps.append(f"{NAMES[a]} {study.means(d, L, a, length, shared):.1f} < (p = {_p(t.p)}) ")
     text_shared = "".join(steps) + f"{NAMES[on_shared[-1]]} {study.means(d, L, on_shared[-1], length, shared):.1f}"
-    return text_own, text_shared, shared
+    return {"own": text_own, "shared": text_shared, "order": on_shared, "steps": ps, "seeds": shared}
 
 
 def v2_claims(c: Claims, study: Study) -> None:
     src = "[table3.md](table3.md), [table3.csv](table3.csv)"
+    orders = {}
     for d in DOMAINS:
         L, top = V2_L, 32 * V2_L
-        own, shared, seeds = order_claim(study, d, L, top)
-        c.add(f"{d}_order_32x", own, "each scheme's own seeds (5 for kerple_log, ALiBi, KERPLE-power; 3 for T5, "
+        o = orders[d] = order_claim(study, d, L, top)
+        c.add(f"{d}_order_32x", o["own"], "each scheme's own seeds (5 for kerple_log, ALiBi, KERPLE-power; 3 for T5, "
               "rotary, sinusoidal)", "", "none (an order of means)", src)
-        c.add(f"{d}_order_32x_shared", shared, f"the {len(seeds)} seeds all six share ({', '.join(map(str, seeds))})",
-              "", "paired t-test of each adjacent pair, raw p, no correction", src)
+        c.add(f"{d}_order_32x_shared", o["shared"], f"the {len(o['seeds'])} seeds all six share "
+              f"({', '.join(map(str, o['seeds']))})", "", "paired t-test of each adjacent pair, raw p, no correction", src)
         alibi = study.row(d, L, ALIBI)
         gaps = [np.mean(list(study.gaps(d, L, ALIBI, LOG, x["length"]).values())) for x in alibi]
         c.add(f"{d}_alibi_gap", f"{min(gaps):+.1f} to {max(gaps):+.1f}%", f"{alibi[0]['n']} seed pairs, "
               f"{len(alibi)} lengths", "", "", src)
+        largest = alibi[int(np.argmax(gaps))]["length"] // L
+        c.add(f"{d}_alibi_lead_shape", f"{gaps[0]:+.1f}% at 1x -> {gaps[-1]:+.1f}% at 32x, largest at {largest}x",
+              f"{alibi[0]['n']} seed pairs per length", "", "mean gap of ALiBi against kerple_log per length "
+              "(a description; the growth gap is its test)", src)
         c.add(f"{d}_alibi_tests", row_summary(study, d, L, ALIBI), f"{alibi[0]['n']} seed pairs per length", "",
               "paired t-test, Holm within the row", src)
         c.add(f"{d}_alibi_exact", _p(min(x["p_exact"] for x in alibi)), f"{alibi[0]['n']} pairs", "",
@@ -154,8 +188,8 @@ def v2_claims(c: Claims, study: Study) -> None:
             row = study.row(d, L, scheme)
             c.add(f"{d}_{key}_tests", row_summary(study, d, L, scheme), f"{row[0]['n']} seed pairs per length",
                   "", "paired t-test, Holm within the row", src)
-            c.add(f"{d}_{key}_holm_lengths", ", ".join(f"{x['length'] // L}x" for x in row if x["p_holm"] < 0.05)
-                  or "no length", f"{row[0]['n']} seed pairs", "", "Holm-adjusted p < 0.05 within the row", src)
+            c.add(f"{d}_{key}_holm_lengths", holm_lengths(row, L), f"{row[0]['n']} seed pairs", "",
+                  "Holm-adjusted p < 0.05 within the row", src)
         p32 = study.cells[(d, L, POWER, top)]
         c.add(f"{d}_power_32x", f"{p32['mean']:.1f} ± {p32['std']:.1f} against kerple_log's "
               f"{study.cells[(d, L, LOG, top)]['mean']:.1f} ± {study.cells[(d, L, LOG, top)]['std']:.1f} "
@@ -170,11 +204,46 @@ def v2_claims(c: Claims, study: Study) -> None:
         c.add(f"{d}_t5_32x", f"{t5[0]['mean']:.1f} (max distance 128) -> {t5[1]['mean']:.1f} (max distance L), "
               f"kerple_log {study.means(d, L, LOG, top, t5[1]['seeds']):.1f} on the same seeds",
               f"{t5[1]['n']} seeds", "", "", src)
+    order_family(c, study, orders)
+    ahead = [(d, x["length"]) for d in DOMAINS for x in study.row(d, V2_L, ALIBI)
+             if np.mean(list(study.gaps(d, V2_L, ALIBI, LOG, x["length"]).values())) > 0]
+    c.add("alibi_behind_everywhere", f"{len(ahead)} of {sum(len(study.row(d, V2_L, ALIBI)) for d in DOMAINS)}",
+          "(domain, length) cells of v2 at L = 64, 5 seed pairs each", "", "count of cells where ALiBi's mean gap "
+          "to kerple_log is above 0 (a description)", src)
+
+
+def order_family(c: Claims, study: Study, orders: dict) -> None:
+    """What the three shared-seed orders have in common, against the paper's order (PAPER_SIX)."""
+    src = "[table3.md](table3.md)"
+    paper = [s for s in PAPER_SIX]
+    same = [d for d, o in orders.items() if o["order"] == paper]
+    firsts = sorted({NAMES[o["order"][0]] for o in orders.values()})
+    c.add("order_vs_paper", f"the paper's in {len(same)} of {len(orders)} domains"
+          + (f" ({', '.join(same)})" if same else "") + f"; first: {' / '.join(firsts)}"
+          + (" in all three" if len(firsts) == 1 else ""), "the seeds all six share, per domain", "",
+          "none (an order of means)", src)
+    steps = [p for o in orders.values() for p in o["steps"]]
+    c.add("order_steps_below_005", f"{sum(p < 0.05 for p in steps)} of {len(steps)}",
+          f"adjacent steps of the {len(orders)} shared-seed orders", "", "paired t-test, raw p < 0.05, no correction",
+          src)
+    tops = {d: frozenset(o["order"][-2:]) for d, o in orders.items()}
+    top = set.intersection(*map(set, tops.values()))
+    c.add("top_two_32x", (" and ".join(NAMES[s] for s in PAPER_SIX if s in top) + " in all three domains") if len(top) == 2
+          else "not the same two schemes in every domain", "the 32x means on the shared seeds", "",
+          "none (an order of means)", src)
+    parts = []
+    for d, o in orders.items():
+        seeds, top_len = o["seeds"], 32 * V2_L
+        t = paired_test({s: study.ppl[(d, V2_L, T5)][s][top_len] for s in seeds},
+                        {s: study.ppl[(d, V2_L, ALIBI)][s][top_len] for s in seeds})
+        parts.append(f"{d} p = {_p(t.p)}")
+    c.add("alibi_t5_p", ", ".join(parts), "the seeds all six share, per domain", "",
+          "paired t-test of ALiBi against T5 (every bucket trained) at 32x, raw p", src)
 
 
 def growth_claims(c: Claims, study: Study, d: str, L: int, key: str) -> None:
     rows = {r["scheme"]: r for r in growth_rows(study.runs).get((d, L), [])}
-    for scheme, name in ((POWER, "power"), (T5, "t5L")):
+    for scheme, name in ((POWER, "power"), (T5, "t5L"), (ALIBI, "alibi")):
         if scheme not in rows or 32 not in rows[scheme]["growth"]:
             continue
         g, test = rows[scheme]["growth"][32], rows[scheme]["test"][32]
@@ -187,17 +256,28 @@ def growth_claims(c: Claims, study: Study, d: str, L: int, key: str) -> None:
 
 def power_growth_family(c: Claims, study: Study) -> None:
     """Power's growth gap to 32x against kerple_log in every group that has both: how many groups have it
-    below 0 on the mean, and how many pass each test."""
+    below 0 on the mean, and how many pass each test; groups whose runs trained the same configs as another
+    group's are named (one configuration, measured twice)."""
     groups = [(k, rows) for k, rows in growth_rows(study.runs).items()
               for rows in [{r["scheme"]: r for r in rows}] if POWER in rows and 32 in rows[POWER]["growth"]]
     neg = sum(np.mean(list(r[POWER]["growth"][32].values())) < 0 for _, r in groups)
     raw = sum(r[POWER]["test"][32].p < 0.05 for _, r in groups)
+    exact = sum(r[POWER]["test"][32].exact_p < 0.05 for _, r in groups)
     adj = [f"{d} L = {L}" for (d, L), r in groups if r[POWER]["test"][32].p_adjusted < 0.05]
-    c.add("power_growth_groups", f"{neg} of {len(groups)}", "groups (dataset x train length) with both schemes",
-          "", "mean growth gap to 32x below 0", "[growth.md](growth.md)")
+    trained = defaultdict(list)  # what a group's compared runs trained -> the groups
+    for (d, L), r in groups:
+        trained[frozenset(trained_as(study.identity, d, L, s, seed) for s in (LOG, POWER)
+                          for seed in r[POWER]["growth"][32])].append(f"{d} L = {L}")
+    twice = [" and ".join(g) for g in trained.values() if len(g) > 1]
+    c.add("power_growth_groups", f"{neg} of {len(groups)} groups" + (f" ({len(trained)} distinct configurations: "
+          f"{'; '.join(twice)} trained the same ones)" if twice else ""),
+          "groups (dataset x train length) with both schemes", "", "mean growth gap to 32x below 0",
+          "[growth.md](growth.md)")
+    ns = sorted({len(r[POWER]["growth"][32]) for _, r in groups})
     c.add("power_growth_groups_tests", f"raw p < 0.05 in {raw} of {len(groups)}, Holm-adjusted in {len(adj)} "
-          f"({'; '.join(adj) or 'none'}), the exact sign-flip test in none (its floor with 3-5 pairs is "
-          f"{min_sign_flip_p(5):.4g}-{min_sign_flip_p(3):.2g})", f"{len(groups)} groups, 3-5 seed pairs each", "",
+          f"({'; '.join(adj) or 'none'}), the exact sign-flip test in {_words(exact)} (its floor: "
+          + ", ".join(f"{min_sign_flip_p(n):.4g} with {n} pairs" for n in ns) + ")",
+          f"{len(groups)} groups, {ns[0]}-{ns[-1]} seed pairs each", "",
           "paired t-test of the growth ratios per group, Holm over 8x and 32x", "[growth.md](growth.md)")
     rows = growth_rows(study.runs)
     pairs_v2 = [g for d in DOMAINS for row in rows[(d, V2_L)] if row["scheme"] == POWER
@@ -207,32 +287,114 @@ def power_growth_family(c: Claims, study: Study) -> None:
           "[growth.md](growth.md)")
 
 
+def extrapolation_claims(c: Claims, study: Study) -> None:
+    """The paper's core claim: beyond the train length, perplexity does not rise (it falls as the longer
+    windows give more context). Per domain and scheme, each seed's change from 1x to 32x, and the paired
+    t-test of ppl(32L) against ppl(L), Holm over the family of every scheme and domain listed."""
+    keys = [(d, s) for d in DOMAINS for s in (LOG, ALIBI, POWER)]
+    tests = {}
+    for d, s in keys:
+        runs = study.ppl[(d, V2_L, s)]
+        tests[(d, s)] = paired_test({seed: p[V2_L] for seed, p in runs.items()},
+                                    {seed: p[32 * V2_L] for seed, p in runs.items()})
+    adjusted = dict(zip(keys, holm(tests[k].p for k in keys)))
+    test = (f"paired t-test of ppl(32L) against ppl(L), Holm over the {len(keys)} (3 schemes x 3 domains); "
+            "exact sign-flip test")
+    for d in DOMAINS:
+        parts = []
+        for s, key in ((LOG, "log"), (ALIBI, "alibi"), (POWER, "power")):
+            runs = study.ppl[(d, V2_L, s)]
+            change = [_gap(p[32 * V2_L], p[V2_L]) for p in runs.values()]
+            t = tests[(d, s)]
+            text = (f"{_pm(change)}% ({sum(v < 0 for v in change)} of {len(change)} seeds lower; "
+                    f"p = {_p(t.p)}, Holm {_p(adjusted[(d, s)])}, exact {_p(t.exact_p)})")
+            c.add(f"{d}_{key}_32x_vs_1x", text, f"{len(change)} seeds", "std over seeds", test, "[table3.md](table3.md)")
+            parts.append(f"{NAMES[s]} {text}")
+        c.add(f"{d}_ppl_32x_vs_1x", "; ".join(parts), "each scheme's seeds", "std over seeds", test,
+              "[table3.md](table3.md)")
+    for d in DOMAINS:
+        lower = [(s, seed) for s in (LOG, ALIBI, POWER) for seed, p in study.ppl[(d, V2_L, s)].items()
+                 if p[32 * V2_L] < p[V2_L]]
+        n = sum(len(study.ppl[(d, V2_L, s)]) for s in (LOG, ALIBI, POWER))
+        c.add(f"{d}_ppl_32x_lower", f"{len(lower)} of {n}", "runs of KERPLE-log, ALiBi and KERPLE-power", "",
+              "count of runs whose perplexity at 32x is below their own at 1x", "[table3.md](table3.md)")
+
+
+def log_scale_claims(c: Claims, study: Study) -> None:
+    """Table 3's tests on log-perplexity beside the ones on perplexity: per row (a scheme against kerple_log
+    in one group), how many lengths are Holm-significant on each scale, and the rows where they differ."""
+    rows = sorted({k[:3] for k, cell in study.cells.items() if not math.isnan(cell["p"])}, key=str)
+    differ = []
+    for d, L, s in rows:
+        a = sum(x["p_holm"] < 0.05 for x in study.row(d, L, s))
+        b = sum(x["p_holm"] < 0.05 for x in study.row(d, L, s, log=True))
+        if a != b:
+            differ.append(f"{d} L = {L} {s} ({a} -> {b} of {len(study.row(d, L, s))})")
+    c.add("log_scale_check", f"the same count of Holm-significant lengths in {len(rows) - len(differ)} of {len(rows)} "
+          f"rows; it differs (perplexity -> log-perplexity) in {'; '.join(differ) or 'none'}",
+          "every tested row of Table 3", "", "paired t-test on log-perplexity, Holm within the row, against the "
+          "same on perplexity", "[table3.csv](table3.csv) (perplexity scale)")
+    for d in DOMAINS:
+        row = study.row(d, V2_L, SIN, log=True)
+        if not row:
+            continue
+        c.add(f"{d}_sin_log_holm_lengths", holm_lengths(row, V2_L), f"{row[0]['n']} seed pairs", "",
+              "paired t-test on log-perplexity, Holm within the row", "")
+
+
 def web_claims(c: Claims, study: Study) -> None:
     tt = pairs(study.records)
     rows = tt[("web", V2_L)]
-    c.add("web_train_test_r", f"r = {_r(rows):.3f} over {len(rows)} runs, {_r([x for x in rows if x[0] != SIN]):.3f} "
-          f"without the {sum(x[0] == SIN for x in rows)} sinusoidal runs", f"{len(rows)} web runs", "", "Pearson r",
-          "[train_test.md](train_test.md)")
+    r_all, r_sin = _r(rows), _r([x for x in rows if x[0] != SIN])
+    c.add("web_train_test_r", f"r = {r_all:.3f} (r² = {r_all ** 2:.2f}) over {len(rows)} runs, {r_sin:.3f} "
+          f"(r² = {r_sin ** 2:.2f}) without the {sum(x[0] == SIN for x in rows)} sinusoidal runs",
+          f"{len(rows)} web runs", "", "Pearson r (r²: the share of the variance of the test perplexity it accounts "
+          "for in a straight line)", "[train_test.md](train_test.md)")
     for d in ("code", "latex"):
         rows = tt[(d, V2_L)]
         c.add(f"{d}_train_test_r", f"{_r(rows):.3f} -> {_r([x for x in rows if x[0] != SIN]):.3f}",
               f"{len(rows)} runs", "", "Pearson r", "[train_test.md](train_test.md)")
-    rise = {s: _pm([_gap(p[32 * V2_L], p[V2_L]) for p in study.ppl[("web", V2_L, s)].values()])
-            for s in (LOG, ALIBI, T5, ROTARY, POWER, "xpos")}
-    c.add("web_rise", ", ".join(f"{NAMES.get(s, s)} {v}%" for s, v in rise.items()), "each scheme's seeds",
+    schemes = [s for s in order_schemes({s for d, L, s in study.ppl if (d, L) == ("web", V2_L)}, LOG)
+               if "(window" not in s]
+    rise = {s: [_gap(p[32 * V2_L], p[V2_L]) for p in study.ppl[("web", V2_L, s)].values()] for s in schemes}
+    c.add("web_rise", ", ".join(f"{NAMES.get(s, s)} {_pm(v)}%" for s, v in rise.items()), "each scheme's seeds",
           "std over seeds", "", "[table3.md](table3.md)")
+    c.add("web_rise_count", f"{sum(np.mean(v) > 0 for v in rise.values())} of {len(rise)}",
+          "full-attention schemes of web at L = 64", "", "count of schemes whose mean change from 1x to 32x is above 0 "
+          "(a description)", "[table3.md](table3.md)")
     long = "web_long"
     for s, key in ((LOG, "log"), (f"{LOG} (window {V2_L})", "window"), (POWER, "power")):
         c.add(f"web_long_{key}_rise", _pm(_gap(p[32 * V2_L], p[V2_L]) for p in study.ppl[(long, V2_L, s)].values())
               + "%", f"{len(study.ppl[(long, V2_L, s)])} seeds", "std over seeds", "", "[table3.md](table3.md)")
-    row = study.row(long, V2_L, f"{LOG} (window {V2_L})")
-    c.add("web_long_window_tests", row_summary(study, long, V2_L, f"{LOG} (window {V2_L})"),
+    window = f"{LOG} (window {V2_L})"
+    row = study.row(long, V2_L, window)
+    c.add("web_long_window_tests", row_summary(study, long, V2_L, window),
           f"{row[0]['n']} seed pairs per length", "", "paired t-test, Holm within the row", "[table3.md](table3.md)")
+    c.add("web_long_window_holm_lengths", holm_lengths(row, V2_L), f"{row[0]['n']} seed pairs", "",
+          "Holm-adjusted p < 0.05 within the row", "[table3.md](table3.md)")
+    docs = sorted({r.corpus[4] for r in study.runs if r.dataset == long and len(r.corpus) > 4 and r.corpus[4]})
+    c.add("web_long_docs", " / ".join(f"{x:,}" for x in docs) or "–", "the web_long evaluations", "", "",
+          "[table3.md](table3.md)")
+    top = study.cells[(long, V2_L, window, 32 * V2_L)]
+    c.add("web_long_window_32x", f"raw p {_p(top['p'])}, Holm {_p(top['p_holm'])}, exact {_p(top['p_exact'])} "
+          f"(its floor with {top['n']} pairs: {min_sign_flip_p(top['n']):.2g})", f"{top['n']} seed pairs",
+          "", "paired t-test, Holm within the row; exact sign-flip test", "[table3.csv](table3.csv)")
     for d, key in (("web", "all"), (long, "long")):
-        g = study.gaps(d, V2_L, f"{LOG} (window {V2_L})", LOG, 32 * V2_L)
+        g = study.gaps(d, V2_L, window, LOG, 32 * V2_L)
         g = {s: v for s, v in g.items() if s in study.ppl[(long, V2_L, LOG)]}
         c.add(f"web_window_gap_{key}", ", ".join(f"{v:+.1f}" for v in g.values()) + "%",
               f"seeds {', '.join(map(str, g))}", "", "", "[table3.md](table3.md)")
+    same, other = [], []
+    for seed in sorted(study.ppl[(long, V2_L, LOG)], key=str):
+        a, b = (study.record.get((d, V2_L, LOG, seed)) for d in ("web", long))
+        if a and b:
+            (same if a["trajectory"].get("lm_loss") == b["trajectory"].get("lm_loss") else other).append(str(seed))
+    c.add("web_long_retrained", (f"seed{'s' if len(other) > 1 else ''} {', '.join(other)} "
+          f"{'differ' if len(other) > 1 else 'differs'} from the all-document run of the same seed"
+          if other else "no seed differs") + (f"; seed{'s' if len(same) > 1 else ''} {', '.join(same)} "
+          "trained identically" if same else ""), f"the {len(same) + len(other)} web_long kerple_log runs",
+          "", "the training loss at every logged step, compared with web's kerple_log run of the same seed",
+          "[runs/](runs/)")
 
 
 def drift_claims(c: Claims, study: Study) -> None:
@@ -272,23 +434,69 @@ def flat_claims(c: Claims, study: Study) -> None:
           "every kerple_log head of every record", "", "", "[flat_kernels.md](flat_kernels.md)")
 
 
+def slope_ci(points: dict, s: tuple, level: float = 0.95) -> tuple[float, float]:
+    """The confidence interval of a trend slope (trend.slope's (slope, se, p)): slope ± t(n - 2) se."""
+    n = sum(len(v) for v in points.values())
+    half = float(sps.t.ppf(0.5 + level / 2, n - 2)) * s[1]
+    return s[0] - half, s[0] + half
+
+
+def tight(points: dict, s: tuple) -> bool:
+    """Whether the slope's 95% interval, carried over the design's span of doublings, excludes both the
+    first train length's gap vanishing and doubling: a trend that small or smaller is shown absent."""
+    Ls = sorted(points)
+    g0 = float(np.mean(list(points[Ls[0]].values())))
+    span = math.log2(Ls[-1] / Ls[0])
+    lo, hi = slope_ci(points, s)
+    return -abs(g0) < lo * span and hi * span < abs(g0)
+
+
 def trend_claims(c: Claims, study: Study) -> None:
     gaps = gap_points(study.runs)
+    everywhere = {k: slope(g["points"]) for k, g in gaps.items()}
+    everywhere = {k: v for k, v in everywhere.items() if v is not None}
+    all_holm = dict(zip(everywhere, holm(v[2] for v in everywhere.values())))
+    best = min(all_holm, key=all_holm.get)
+    c.add("trend_all_slopes", f"the smallest Holm-adjusted p over all {len(all_holm)} slopes of trend.md is "
+          f"{_p(all_holm[best])} ({best[0]}, {best[1]}, {best[2]}x)", f"{len(all_holm)} slopes", "",
+          "least-squares slope's t-test, Holm over every slope of trend.md at once", "[trend.md](trend.md)")
+    names = {"windowed - full": "window", "power - log": "power", "alibi - log": "alibi"}
+    verdicts, raw = {True: [], False: []}, []
     for d in ("latex_warmup10", "code_warmup10", "latex_16seq", "code_16seq"):
         keys = [k for k in gaps if k[0] == d]
         slopes = {k: slope(gaps[k]["points"]) for k in keys}
         adjusted = dict(zip(keys, holm(math.nan if s is None else s[2] for s in slopes.values())))
+        family = sum(s is not None for s in slopes.values())
         for (_, gap, k) in keys:
-            name = {"windowed - full": "window", "power - log": "power", "alibi - log": "alibi"}[gap]
             pts, s = gaps[(d, gap, k)]["points"], slopes[(d, gap, k)]
             if s is None:
                 continue
-            c.add(f"{d}_{name}_{k}x", " / ".join(_pm(pts[L].values()) for L in sorted(pts)) + "% at L = "
-                  + " / ".join(map(str, sorted(pts))) + f"; slope {s[0]:+.1f} ± {s[1]:.1f} per doubling "
-                  f"(p = {_p(s[2])}, Holm {_p(adjusted[(d, gap, k)])})",
-                  f"{min(len(v) for v in pts.values())}-{max(len(v) for v in pts.values())} seed pairs per L",
+            lo, hi = slope_ci(pts, s)
+            c.add(f"{d}_{names[gap]}_{k}x", " / ".join(_pm(pts[L].values()) for L in sorted(pts)) + "% at L = "
+                  + " / ".join(map(str, sorted(pts))) + f"; slope {s[0]:+.1f} ± {s[1]:.1f} (SE) per doubling, 95% CI "
+                  f"{lo:+.1f} to {hi:+.1f} (p = {_p(s[2])}, Holm {_p(adjusted[(d, gap, k)])} over the {family} slopes "
+                  "of its table)",
+                  f"{min(len(v) for v in pts.values())}-{max(len(v) for v in pts.values())} seed pairs per L, "
+                  f"{sum(len(v) for v in pts.values())} points",
                   "gaps: std over seed pairs; slope: its standard error",
-                  "least-squares slope over every (L, seed), Holm over the table's slopes", "[trend.md](trend.md)")
+                  "least-squares slope over every (L, seed), t-test; Holm over the table's slopes",
+                  "[trend.md](trend.md)")
+            c.add(f"{d}_{names[gap]}_{k}x_slope", f"slope {s[0]:+.1f} ± {s[1]:.1f} (SE) per doubling of L, 95% CI "
+                  f"{lo:+.1f} to {hi:+.1f} (p = {_p(s[2])}, Holm {_p(adjusted[(d, gap, k)])} over the {family} slopes of "
+                  "its table)", f"{sum(len(v) for v in pts.values())} (L, seed) points", "standard error",
+                  "least-squares slope, t-test; Holm over the table's slopes", "[trend.md](trend.md)")
+            if d.endswith("_warmup10") and k == 32 and gap in ("windowed - full", "power - log"):
+                verdicts[tight(pts, s)].append(f"{d.split('_')[0].replace('latex', 'LaTeX')} {gap}")
+                raw.append(s[2])
+    c.add("equal_tokens_tight", f"the 95% CI rules out the L = 64 gap vanishing or doubling by L = 256 for "
+          f"{', '.join(verdicts[True]) or 'none'}, not for {', '.join(verdicts[False]) or 'none'}",
+          "the equal-token slopes at 32x", "",
+          "tight: the 95% CI of the slope, times the two doublings from L = 64 to 256, excludes both the gap at "
+          "L = 64 vanishing and doubling", "[trend.md](trend.md)")
+    c.add("equal_tokens_below_005", _words(sum(p < 0.05 for p in raw)),
+          f"the {len(raw)} equal-token slopes at 32x (windowed and power - log, both corpora)", "",
+          "raw p < 0.05 of the slope's t-test",
+          "[trend.md](trend.md)")
     q = quality_points(study.runs)
     for d in ("latex_warmup10", "code_warmup10"):
         parts = []
@@ -307,8 +515,13 @@ def trend_claims(c: Claims, study: Study) -> None:
               "[trend.md](trend.md)")
 
 
+def _fit_text(f: dict) -> str:
+    return (f"b = {f['b'][0]:+.2f} ± {f['b'][1]:.2f} (p = {_p(f['b'][2])}), "
+            f"c = {f['c'][0]:+.2f} ± {f['c'][1]:.2f} (p = {_p(f['c'][2])})")
+
+
 def quality_claims(c: Claims, study: Study) -> None:
-    q = gap_quality_points(study.runs)
+    q = gap_quality_points(study.runs, study.identity)
     for name, res in q.items():
         corpus = "latex" if "latex" in name else "code" if "code" in name else None
         if corpus is None:
@@ -319,22 +532,59 @@ def quality_claims(c: Claims, study: Study) -> None:
             continue
         c.add(f"{corpus}_fit_32x", f"b = {full['b'][0]:+.2f} ± {full['b'][1]:.2f} per doubling of q (p = "
               f"{_p(full['b'][2])}), c = {full['c'][0]:+.2f} ± {full['c'][1]:.2f} per doubling of L (p = "
-              f"{_p(full['c'][2])}); r(q, L) = {full['r(q, L)']:+.2f}", f"{full['n']} seed-paired gaps",
+              f"{_p(full['c'][2])}); r(q, L) = {full['r(q, L)']:+.2f}",
+              f"{full['n']} seed-paired gaps ({len(pts)} measured; a config trained twice counted once)",
               "standard error", "least squares, t-test of each coefficient (no correction)", "[trend.md](trend.md)")
-        if corpus == "latex":
-            part = quality_fit([p for p in pts if p.dataset != "latex"])
-            c.add("latex_fit_32x_without_warmup2", f"c = {part['c'][0]:+.2f} ± {part['c'][1]:.2f} (p = "
-                  f"{_p(part['c'][2])}), b = {part['b'][0]:+.2f} ± {part['b'][1]:.2f} (p = {_p(part['b'][2])})",
-                  f"{part['n']} gaps", "standard error", "least squares; a group left out after the fact",
+        logo = {d: f for d, f in leave_one_group_out(pts).items() if f is not None}
+        c.add(f"{corpus}_fit_32x_logo", "; ".join(f"without {d}: {_fit_text(f)}" for d, f in logo.items()),
+              ", ".join(f"{f['n']}" for f in logo.values()) + " gaps", "standard error",
+              "the same fit leaving out one group at a time; t-test of each coefficient (no correction)",
+              "[trend.md](trend.md)")
+        for coef in ("b", "c"):
+            kept = [d for d, f in logo.items() if f[coef][2] < 0.05]
+            lost = [d for d in logo if d not in kept]
+            note = (f" (not without {', '.join(lost)})" if full[coef][2] < 0.05 and lost
+                    else f" (only without {', '.join(kept)})" if full[coef][2] >= 0.05 and kept else "")
+            c.add(f"{corpus}_fit_{coef}_logo_count", f"{len(kept)} of {len(logo)} fits{note}",
+                  "leave-one-group-out fits", "", f"{coef}'s p < 0.05 in the fit without that group",
                   "[trend.md](trend.md)")
+        q_of = defaultdict(list)
+        for p in pts:
+            q_of[(p.dataset, p.train_length)].append(p.quality)
+        arms = [(f"{corpus}_64seq", 64), (f"{corpus}_16seq", 64), (f"{corpus}_16seq", 256)]
+        if all(a in q_of for a in arms):
+            c.add(f"{corpus}_matched_quality", "q = " + ", ".join(
+                  f"{np.mean(q_of[a]):.1f} ({d.split('_')[1]}, L = {L})" for a in arms for d, L in [a]),
+                  "3 kerple_log runs each", "", "mean q: perplexity over positions 0-63 of the same windows "
+                  "(a description)", "[trend.md](trend.md)")
+        merged = {(p.dataset, p.train_length) for p in count_once(pts) if p.runs > 1}
+        c.add(f"{corpus}_fit_replicates", "; ".join(f"{d.replace(' = ', ' and ')} at L = {L}" for d, L in sorted(merged))
+              or "none", f"{sum(p.runs > 1 for p in count_once(pts))} seeds", "",
+              "runs whose experiment config, base configs and steps are equal but for their paths "
+              "(megatron/study/replicates.py)", "[trend.md](trend.md)")
+    pooled_short, pooled_long = {}, {}
     for corpus in ("latex", "code"):
         short = study.gaps(f"{corpus}_64seq", 64, f"{LOG} (window 64)", LOG, 32 * 64)
         long = study.gaps(f"{corpus}_16seq", 256, f"{LOG} (window 256)", LOG, 32 * 256)
+        floor = 2 / math.comb(len(short) + len(long), len(short))
         c.add(f"{corpus}_matched", f"L = 64: {', '.join(f'{v:+.2f}' for v in short.values())}%; L = 256: "
               f"{', '.join(f'{v:+.2f}' for v in long.values())}% (two-sample exact permutation p = "
-              f"{_p(permutation_p(list(short.values()), list(long.values())))}, its floor with 3 and 3 runs)",
+              f"{_p(permutation_p(list(short.values()), list(long.values())))}; its floor with {len(short)} and "
+              f"{len(long)} runs is {floor:.2g})",
               f"{len(short)} and {len(long)} runs", "", "exact two-sample permutation test (no seed pairing "
               "across train lengths)", "[table3.md](table3.md)")
+        pooled_short.update({(corpus, s): v for s, v in short.items()})
+        pooled_long.update({(corpus, s): v for s, v in long.items()})
+    below = [corpus for corpus in ("latex", "code")
+             if max(v for (cc, _), v in pooled_short.items() if cc == corpus)
+             < min(v for (cc, _), v in pooled_long.items() if cc == corpus)]
+    c.add("matched_separated", f"{len(below)} of 2 corpora" + (f" ({', '.join(below)})" if below else ""),
+          "corpora, 3 and 3 runs each", "", "count of corpora where every L = 64 gap is below every L = 256 gap",
+          "[table3.md](table3.md)")
+    t = paired_test(pooled_long, pooled_short)
+    c.add("withdrawn_pooled_p", f"p = {_p(t.p)}, t = {-t.t:.1f} over {t.n} pairs", f"{t.n} matched gaps at 32x, both "
+          "corpora", "", "paired t-test of L = 64 against L = 256, seed paired with seed across train lengths and "
+          "corpora pooled: the test withdrawn (recomputed here only to name it)", "[table3.md](table3.md)")
     ahead = {8: [], 32: []}
     n = 0
     for (d, L, s), runs in study.ppl.items():
@@ -347,8 +597,12 @@ def quality_claims(c: Claims, study: Study) -> None:
                 for k in ahead:
                     if runs[seed].get(k * L, math.inf) < win[seed].get(k * L, -math.inf):
                         ahead[k].append((d, L, seed))
-    c.add("full_ahead", f"{len(ahead[32])} of {n} runs at 32x and {len(ahead[8])} of {n} at 8x", "kerple_log runs with a "
-          "windowed evaluation (every group)", "", "count", "[table3.csv](table3.csv)")
+    configs = {trained_as(study.identity, d, L, LOG, seed) for d, L, s in study.ppl if s == LOG
+               and (d, L, f"{LOG} (window {L})") in study.ppl for seed in study.ppl[(d, L, f"{LOG} (window {L})")]
+               if seed in study.ppl[(d, L, s)]}
+    c.add("full_ahead", f"{len(ahead[32])} of {n} runs at 32x and {len(ahead[8])} of {n} at 8x ({len(configs)} distinct "
+          "configurations)", "kerple_log runs with a windowed evaluation (every group)", "", "count",
+          "[table3.csv](table3.csv)")
 
 
 def count_claims(c: Claims, study: Study) -> None:
@@ -358,14 +612,43 @@ def count_claims(c: Claims, study: Study) -> None:
     c.add("n_v2", len(v2), "records whose config is under configs/repro_cpu_v2/", "", "", "[runs/](runs/)")
     c.add("n_v3", len(recs) - len(v2), "the other records (configs/repro_cpu_v3/)", "", "", "[runs/](runs/)")
     c.add("n_results", len(study.runs), "evaluations (full attention and windowed)", "", "", "[runs/](runs/)")
+    v2_schemes = sorted({r["label"] for r in v2})
+    c.add("v2_schemes", _words(len(v2_schemes)).capitalize(), ", ".join(v2_schemes), "", "",
+          "[runs/](runs/)")
+    by_count = defaultdict(set)  # seeds per (domain) -> schemes, over v2's groups with v3's additions
+    for (d, L, s), runs in study.ppl.items():
+        if d in DOMAINS and L == V2_L and "(window" not in s:
+            by_count[len(runs)].add(NAMES.get(s, s))
+    c.add("v2_seeds", "; ".join(f"{n}: {', '.join(sorted(by_count[n]))}" for n in sorted(by_count, reverse=True)),
+          "full-attention schemes of code, LaTeX and web at L = 64 (v2 and v3's additions)", "", "", "[table3.md](table3.md)")
+    steps = sorted({r.get("steps") for r in recs if r.get("steps")})
+    c.add("steps", " / ".join(f"{x:,}" for x in steps), f"{len(recs)} records", "", "", "[runs/](runs/)")
+    counts = {k: len(v) for k, v in study.ppl.items() if "(window" not in k[2]}
+    few_groups = {(d, L) for (d, L, s), n in counts.items() if n < 3}
+    few = sorted(f"{d} L = {L}" for d, L in few_groups)
+    few_dirs = sorted({os.path.dirname(str(r.get("config"))) for r in recs
+                       if (r["dataset"], r["train_length"]) in few_groups})
+    c.add("seeds_range", f"{min(counts.values())}-{max(counts.values())}", "every (group, full-attention scheme)", "", "",
+          "[table3.md](table3.md)")
+    c.add("seeds_few", (", ".join(few) + f" in {', '.join(few_dirs)}") if few else "none",
+          "the groups with a scheme on fewer than 3 seeds", "", "",
+          "[table3.md](table3.md)")
+    tested = [cell for cell in study.cells.values() if not math.isnan(cell["p"])]
+    ns = sorted({cell["n"] for cell in tested})
+    two = sorted({f"{cell['dataset']} L = {cell['train_length']} {cell['scheme']}" for cell in tested if cell["n"] == 2})
+    c.add("table3_pairs", f"{ns[0]}-{ns[-1]} seed pairs" + (f" ({sum(cell['n'] == 2 for cell in tested)} tests on 2 "
+          f"pairs: {'; '.join(two)})" if two else ""), f"{len(tested)} tests of Table 3", "", "", "[table3.csv](table3.csv)")
 
 
-def study_claims(runs, records) -> Claims:
+def study_claims(runs, records, config_root: str | None = None) -> Claims:
+    """Every claim; config_root: the checkout the records' configs are relative to (replicates.py)."""
     c = Claims()
-    study = Study(runs, records)
+    study = Study(runs, records, config_root)
     count_claims(c, study)
     v2_claims(c, study)
     power_growth_family(c, study)
+    extrapolation_claims(c, study)
+    log_scale_claims(c, study)
     web_claims(c, study)
     drift_claims(c, study)
     flat_claims(c, study)
@@ -402,10 +685,11 @@ TEMPLATES = {"README.md": "README.template.md", "summary": "summary.template.md"
 BLOCK = ("<!-- study:summary:begin -->", "<!-- study:summary:end -->")  # the root README's generated paragraph
 
 
-def report_texts(runs, records, template_dir: str) -> dict[str, str]:
+def report_texts(runs, records, template_dir: str, config_root: str | None = None) -> dict[str, str]:
     """{"README.md": the report, "claims.md": the claims table, "summary": the root README's paragraph},
-    each rendered from the templates in template_dir."""
-    claims = study_claims(runs, records)
+    each rendered from the templates in template_dir; config_root: the checkout the records' configs are
+    relative to (without it no two runs are taken for the same configuration)."""
+    claims = study_claims(runs, records, config_root)
     out = {"claims.md": claims_markdown(claims)}
     for name, template in TEMPLATES.items():
         path = os.path.join(template_dir, template)

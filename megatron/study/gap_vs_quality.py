@@ -13,6 +13,11 @@ length), at the evaluation length that the most of these runs scored on the same
 (RunResult.same_text). Every model is inside its training length there, so q measures how well it
 learned the language, not how it extrapolates, which is what the gaps measure. Runs scored on other
 windows have no q and are named as left out.
+
+Two groups can hold the same training config (replicates.py: the equal-sequence design's L = 64 is
+the equal-token design's L = 64). Such a pair is one configuration, so every fit counts it once
+(count_once: one point with the mean gap and the geometric-mean q of its runs); leaving one group
+out keeps the configuration while another group still has it, as the runs that group trained.
 """
 from __future__ import annotations
 
@@ -24,7 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as sps
 
-from megatron.study.trend import REFERENCE, gap_points
+from megatron.study.replicates import trained_as
+from megatron.study.trend import GAPS, REFERENCE, gap_points
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,38 @@ class GapPoint:
     seed: int | str
     quality: float  # kerple_log's perplexity over positions 0..L0-1
     gap: float  # %
+    trained: tuple = ()  # what its runs trained (replicates.trained_as of each); equal: the same config twice
+    runs: int = 1  # how many measurements of that config it stands for (count_once's mean)
+
+    @property
+    def config(self) -> tuple:
+        return self.trained or (self.dataset, self.train_length, self.seed)
+
+
+def count_once(points: list[GapPoint]) -> list[GapPoint]:
+    """The points with every set of replicates (equal `trained`) replaced by one point: the mean gap, the
+    geometric-mean q (the fits are linear in log q), the groups joined by " = " (first-seen order kept)."""
+    by = defaultdict(list)
+    for p in points:
+        by[p.config].append(p)
+    out = []
+    for same in by.values():
+        if len(same) == 1:
+            out.append(same[0])
+            continue
+        first = same[0]
+        out.append(GapPoint(" = ".join(sorted({p.dataset for p in same})), first.train_length, first.seed,
+                            float(np.exp(np.mean([math.log(p.quality) for p in same]))),
+                            float(np.mean([p.gap for p in same])), first.trained, sum(p.runs for p in same)))
+    return out
+
+
+def replicate_sets(points: list[GapPoint]) -> list[list[GapPoint]]:
+    """Every set of two or more points that trained the same config."""
+    by = defaultdict(list)
+    for p in points:
+        by[p.config].append(p)
+    return [same for same in by.values() if len(same) > 1]
 
 
 def corpus_name(corpus: tuple) -> str:
@@ -53,9 +91,10 @@ def _head_ppl(run, length: int, positions: int) -> float | None:
     return None if loss is None else math.exp(loss)
 
 
-def gap_quality_points(runs) -> dict[str, dict]:
+def gap_quality_points(runs, identity: dict | None = None) -> dict[str, dict]:
     """{corpus name: {"length": E, "head": L0, "points": {(gap, factor): [GapPoint]}, "left_out": [(dataset, L, seed)]}}
-    for corpora whose points span two or more train lengths."""
+    for corpora whose points span two or more train lengths. identity: replicates.identities of the runs'
+    records (without it no two points are taken for the same config)."""
     refs = defaultdict(list)  # corpus -> kerple_log full-attention runs
     for r in runs:
         if r.scheme == REFERENCE and r.window is None and r.train_length:
@@ -82,7 +121,8 @@ def gap_quality_points(runs) -> dict[str, dict]:
                     if q is None:
                         left_out.add((d, L, seed))
                     else:
-                        points[(gap, k)].append(GapPoint(d, L, seed, q, value))
+                        trained = tuple(trained_as(identity, d, L, s, seed) for s in (GAPS[gap] or REFERENCE, REFERENCE))
+                        points[(gap, k)].append(GapPoint(d, L, seed, q, value, trained))
         if len({p.train_length for pts in points.values() for p in pts}) >= 2:
             name = corpus_name(corpus)
             if name in out:  # two corpora whose files share a name: the full path tells them apart
@@ -93,10 +133,12 @@ def gap_quality_points(runs) -> dict[str, dict]:
 
 
 def fit(points: list[GapPoint]) -> dict | None:
-    """gap = a + b log2(q) + c log2(L) by least squares: {"n", "c": (coef, se, p), "b": (coef, se, p), "r2"},
+    """gap = a + b log2(q) + c log2(L) by least squares over count_once(points) (a config trained twice is one
+    point): {"n", "c": (coef, se, p), "b": (coef, se, p), "r2"},
     and the one-variable fits "L only" and "q only" as (slope, se, p, r2); None below 5 points or when L
     and q are collinear (one train length, or one quality). "r(q, L)": the correlation of log2 q with log2 L;
     near +-1, b and c cannot be told apart (their standard errors say how far)."""
+    points = count_once(points)
     n = len(points)
     if n < 5:
         return None
@@ -125,7 +167,8 @@ def fit(points: list[GapPoint]) -> dict | None:
 
 def leave_one_group_out(points: list[GapPoint]) -> dict[str, dict | None]:
     """{group: the fit without that group's points}: whether one design (a group of one recipe, often a
-    handful of runs) carries the result alone. Empty for a single group."""
+    handful of runs) carries the result alone. Empty for a single group. A config two groups trained
+    stays in with the other group's runs of it (the fit counts it once either way)."""
     groups = sorted({p.dataset for p in points})
     if len(groups) < 2:
         return {}
@@ -177,6 +220,15 @@ def gap_quality_markdown(result: dict) -> str:
         for (d, L, seed), (q, by_col) in sorted(rows.items(), key=lambda kv: (kv[1][0], str(kv[0]))):
             lines.append(f"| {d} | {L} | {seed} | {q:.2f} | "
                          + " | ".join(f"{by_col[c]:+.2f}" if c in by_col else "–" for c in cols) + " |")
+        same = defaultdict(set)  # the groups (at one L) that trained one config -> its seeds
+        for pts in points.values():
+            for reps in replicate_sets(pts):
+                same[(tuple(sorted({p.dataset for p in reps})), reps[0].train_length)].add(reps[0].seed)
+        for (groups, L), seeds in sorted(same.items(), key=str):
+            lines += ["", f"Counted once in every fit: {' and '.join(f'{d} L = {L}' for d in groups)} trained the same "
+                      f"config (seeds {', '.join(map(str, sorted(seeds, key=str)))}; megatron/study/replicates.py), so "
+                      "each seed is one point there, its gap the mean and its q the geometric mean of the runs listed "
+                      "above."]
         if res["left_out"]:
             lines += ["", "Left out (kerple_log scored on other windows at this length, or not at it): "
                       + ", ".join(f"{d} L = {L} seed {s}" for d, L, s in res["left_out"]) + "."]

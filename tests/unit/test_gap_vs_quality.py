@@ -114,3 +114,45 @@ def test_two_corpora_whose_files_share_a_name_stay_apart():
     runs += [run("b", 1, L, 3.0, gap_at=(lambda k: -2.0) if w else None, window=w, corpus=other)
              for L in (64, 128) for w in (None, L)]
     assert sorted(gap_quality_points(runs)) == ["latex_full", "latex_full, other/latex_full_text_document"]
+
+
+def test_a_config_trained_twice_is_one_point_of_the_fit():
+    """Two designs share their L = 64 runs (the same config and seed): counted twice, those points would pull
+    the fit; counted once (mean gap, geometric-mean q) the fit is the one over the distinct configs."""
+    from megatron.study.gap_vs_quality import count_once, leave_one_group_out
+
+    def pt(d, L, s, q, gap):
+        trained = (("config", f"L{L}s{s}"),) if L == 64 else (("run", d, L, s),)
+        return GapPoint(d, L, s, q, gap, trained)
+
+    shared = {1: (40.0, -3.0), 2: (41.0, -2.0), 3: (42.0, -2.5)}
+    pts = []
+    for d, longer in (("tokens", {128: 50.0, 256: 60.0}), ("seqs", {128: 32.0, 256: 26.0})):
+        for s, (q, gap) in shared.items():
+            pts.append(pt(d, 64, s, q * (1.02 if d == "seqs" else 1.0), gap + (0.4 if d == "seqs" else 0.0)))
+            for L, qL in longer.items():
+                pts.append(pt(d, L, s, qL + s, -1.5 * math.log2(qL) / 6 + 0.1 * s - 0.2 * math.log2(L)))
+    once = count_once(pts)
+    assert len(pts) == 18 and len(once) == 15
+    merged = {p.seed: p for p in once if p.train_length == 64}
+    assert merged[1].gap == pytest.approx(-2.8) and merged[1].runs == 2 and merged[1].dataset == "seqs = tokens"
+    assert merged[1].quality == pytest.approx(math.sqrt(40.0 * 40.8))
+    f = fit(pts)
+    assert f["n"] == 15
+    distinct = [p for p in once]
+    for key in ("b", "c"):
+        assert f[key] == pytest.approx(fit(distinct)[key])
+    twice = fit([GapPoint(p.dataset, p.train_length, p.seed, p.quality, p.gap) for p in pts])  # no identities
+    assert twice["n"] == 18 and twice["b"][0] != pytest.approx(f["b"][0])
+    # leaving one design out keeps the shared config, as the runs the other design trained
+    without = leave_one_group_out(pts)["seqs"]
+    assert without["n"] == 9
+    assert without["b"] == pytest.approx(fit([p for p in pts if p.dataset == "tokens"])["b"])
+
+
+def test_the_markdown_names_what_it_counted_once():
+    pts = [GapPoint(d, 64, s, 40.0 + s, -1.0 - s, (("config", s),)) for d in ("x", "y") for s in (1, 2, 3)]
+    pts += [GapPoint("x", L, s, 40.0 + L / 16 + s * 1.5, -0.5 * s) for L in (128, 256) for s in (1, 2, 3)]
+    md = gap_quality_markdown({"c": {"length": 256, "head": 64, "points": {("windowed - full", 32): pts}, "left_out": []}})
+    assert "| windowed - full | 32x | 9 |" in md  # 12 points, 3 of them a second run of the same config
+    assert "Counted once in every fit: x L = 64 and y L = 64 trained the same config (seeds 1, 2, 3;" in md

@@ -20,7 +20,7 @@ def test_the_committed_report_is_what_the_records_give():
     records = os.path.join(RESULTS, "runs")
     files = sorted(f for f in glob.glob(os.path.join(records, "*", "eval*.json"))
                    if os.path.isfile(os.path.join(os.path.dirname(f), "record.json")))
-    texts = report_texts(load_results(files), load_records(records), RESULTS)
+    texts = report_texts(load_results(files), load_records(records), RESULTS, ROOT)
     fix = "regenerate: python tools/make_report.py --records docs/results/runs --out docs/results ... --root-readme README.md"
     for name in ("README.md", "claims.md"):
         with open(os.path.join(RESULTS, name)) as f:
