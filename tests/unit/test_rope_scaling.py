@@ -163,7 +163,9 @@ def test_finite_at_64k_positions_fp32_and_bf16():
 
 
 @pytest.mark.parametrize("over,key", [
-    ({"rotary_scaling": "dynamic"}, "rotary-scaling"),
+    ({"rotary_scaling": "longrope"}, "rotary-scaling"),
+    ({"rotary_scaling": "llama3", "rotary_llama3_low_freq_factor": 4.0, "rotary_llama3_high_freq_factor": 4.0},
+     "rotary-llama3-high-freq-factor"),
     ({"rotary_scaling": "yarn", "rotary_scaling_factor": 0.5}, "rotary-scaling-factor"),
     ({"rotary_scaling": "yarn", "rotary_yarn_beta_fast": 1.0, "rotary_yarn_beta_slow": 2.0}, "rotary-yarn-beta-fast"),
     ({"rotary_scaling": "linear", "rotary_scaling_original_length": 0}, "rotary-scaling-original-length"),
