@@ -114,9 +114,10 @@ def test_dynamic_ntk_through_a_kv_cache_is_transformers_generate(tmp_path):
         assert (ours(t)[:, -1] - out.logits[:, -1]).abs().max() > 1e-3
 
 
-def test_transformers4_spelling_and_an_unread_key(tmp_path, capsys):
+def test_transformers4_spelling_and_an_unread_key(tmp_path):
     """rope_scaling with `type` (transformers 4's config.json) reads as rope_parameters; a key no
-    transformers function reads for that type is ignored, as transformers ignores it, and said."""
+    transformers function reads for that type is ignored, as transformers ignores it, and said (the
+    command as a user runs it)."""
     src = save(tmp_path, "llama", TYPES["yarn"])
 
     def to_v4(cfg):
@@ -124,8 +125,10 @@ def test_transformers4_spelling_and_an_unread_key(tmp_path, capsys):
         cfg["rope_theta"] = rope.pop("rope_theta")
         cfg["rope_scaling"] = {"type": rope.pop("rope_type"), **rope, "finetuned": True}
     edit(src, to_v4)
-    import_here(src, str(tmp_path / "ck"))
-    assert "rope_scaling: finetuned: transformers' yarn RoPE does not read this key" in capsys.readouterr().out
+    proc = import_cli(src, str(tmp_path / "ck"))
+    assert proc.returncode == 0, proc.stderr
+    assert "rope_scaling: finetuned: transformers' yarn RoPE does not read this key" in proc.stdout
+    assert "rotary-scaling yarn (factor 4, original length 16)" in proc.stdout
     ours, cfg, _ = load_checkpoint_model(str(tmp_path / "ck"))
     m = cfg.model
     assert (m.rotary_scaling, m.rotary_scaling_factor, m.rotary_scaling_original_length) == ("yarn", 4.0, 16)
@@ -211,13 +214,14 @@ def test_yarn_on_partial_rotary_is_refused_and_values_the_stack_refuses_name_con
 
 
 def test_matching_attention_factor_and_defaults_are_imported(tmp_path):
-    """An attention_factor equal to YaRN's own, beta_fast null (transformers: the default 32) import."""
-    rope = {**TYPES["yarn"], "attention_factor": 0.1 * math.log(4.0) + 1, "beta_fast": None}
+    """An attention_factor equal to YaRN's own, beta_fast null (transformers: the default 32) and factor
+    null (transformers: max_position_embeddings / original_max_position_embeddings, 64 / 16) import."""
+    rope = {**TYPES["yarn"], "factor": None, "attention_factor": 0.1 * math.log(4.0) + 1, "beta_fast": None}
     src = save(tmp_path, "llama", TYPES["yarn"])
     edit(src, lambda c: c.update(rope_parameters={"rope_theta": 100.0, **rope}))
     import_here(src, str(tmp_path / "ck"))
     ours, cfg, _ = load_checkpoint_model(str(tmp_path / "ck"))
-    assert cfg.model.rotary_yarn_beta_fast == 32.0
+    assert cfg.model.rotary_yarn_beta_fast == 32.0 and cfg.model.rotary_scaling_factor == 4.0
     t = tokens(80)
     with torch.no_grad():
         logits_close(ours(t), fresh(src)(t).logits)
