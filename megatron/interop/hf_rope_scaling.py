@@ -85,13 +85,13 @@ def import_rope(r, rope: dict, rope_key: str, kind: str, rotary_dims: int, head_
                                                  "needs a number: is this config.json damaged?")
         return v
 
-    keys = {"rotary-scaling": kind}
-    src = {"rotary-scaling": f"{rope_key}.{'rope_type' if 'rope_type' in rope else 'type'}"}
+    type_key = f"{rope_key}.{'rope_type' if 'rope_type' in rope else 'type'}"
+    keys, src = {"rotary-scaling": kind}, {"rotary-scaling": type_key}
     factor = number("factor", nullable=kind == "yarn")
     if kind == "dynamic":
         if rotary_dims == 2:
-            raise r.refuse(f"{rope_key}.rope_type", "is 'dynamic' on 2 rotated channels: transformers' dynamic NTK "
-                                                    "divides by (channels - 2)")
+            raise r.refuse(type_key, "is 'dynamic' on 2 rotated channels: transformers' dynamic NTK divides by "
+                                     "(channels - 2)")
         # transformers' dynamic scales from max_position_embeddings, never original_max_position_embeddings
         keys["rotary-scaling-original-length"] = max_positions
         src["rotary-scaling-original-length"] = "max_position_embeddings"
@@ -106,15 +106,15 @@ def import_rope(r, rope: dict, rope_key: str, kind: str, rotary_dims: int, head_
         if implicit not in (1, factor):
             raise r.refuse(f"{rope_key}.factor", f"is {factor}, but max_position_embeddings / original_max_position_"
                                                  f"embeddings = {max_positions} / {original} = {implicit:g}: transformers "
-                                                 "5 scales YaRN by the factor, transformers 4.45-4.57 by that ratio, so "
-                                                 "the config is ambiguous; make them agree (the length the model was "
-                                                 "extended to)")
+                                                 "5 scales YaRN by the factor, some transformers 4 releases by that "
+                                                 "ratio, so the config is ambiguous; make them agree (the length the "
+                                                 "model was extended to)")
         _yarn_temperature(r, rope, rope_key, float(factor), number)
         if rotary_dims < head_dim and RopeScaling("yarn", float(factor)).attention_factor() != 1.0:
-            raise r.refuse(f"{rope_key}.rope_type", f"is 'yarn' on {rotary_dims} of {head_dim} channels (partial "
-                                                    "rotary): transformers multiplies the rotated channels only by "
-                                                    "YaRN's temperature, this stack's yarn the whole of q and k (the "
-                                                    "paper's); they agree only when every channel rotates")
+            raise r.refuse(type_key, f"is 'yarn' on {rotary_dims} of {head_dim} channels (partial rotary): "
+                                     "transformers multiplies the rotated channels only by YaRN's temperature, this "
+                                     "stack's yarn the whole of q and k (the paper's); they agree only when every "
+                                     "channel rotates")
         truncate = rope.get("truncate", True)
         if truncate is not True:
             raise r.refuse(f"{rope_key}.truncate", f"is {json_type(truncate)} ({truncate}): transformers then uses "
