@@ -23,6 +23,13 @@ def scheme_choices() -> tuple[str, ...]:
     return tuple(sorted(registry.scheme_names()))
 
 
+def rotary_scaling_choices() -> tuple[str, ...]:
+    """megatron/positional/rope_scaling.py's kinds (imported lazily: it pulls in torch)."""
+    from megatron.positional.rope_scaling import KINDS
+
+    return KINDS
+
+
 def backend_choices() -> tuple[str, ...]:
     """"auto" and the attention registry's names, in its preference order. Imported lazily (the
     backends pull in torch), and only when a config sets attention-backend."""
@@ -56,23 +63,32 @@ class ModelConfig:
     rotary_scaling: str = key(
         "none", "RoPE scaling for evaluation beyond the train length (pos-emb rotary): linear = position "
         "interpolation (Chen et al. 2023, frequencies / factor), ntk = NTK-aware base "
-        "base * factor^(d/(d-2)) (bloc97), yarn = YaRN's NTK-by-parts ramp and attention temperature "
-        "0.1 ln(factor) + 1 on q and k (Peng et al. 2023). Set it on an existing checkpoint with "
-        "evaluate.py -o rotary-scaling=yarn -o rotary-scaling-factor=16.",
-        choices=("none", "linear", "ntk", "yarn"))
+        "base * factor^(d/(d-2)) (bloc97), dynamic = ntk with factor * n / L - (factor - 1) in place of "
+        "factor for a call of n > L tokens (transformers' dynamic NTK; L = rotary-scaling-original-length), "
+        "yarn = YaRN's NTK-by-parts ramp and attention temperature 0.1 ln(factor) + 1 on q and k (Peng et "
+        "al. 2023), llama3 = Llama 3.1's by-wavelength scaling (rotary-llama3-low/high-freq-factor). Set it "
+        "on an existing checkpoint with evaluate.py -o rotary-scaling=yarn -o rotary-scaling-factor=16; "
+        "tools/import_hf.py sets it from a Hugging Face config's rope_scaling.",
+        choices=rotary_scaling_choices)
     rotary_scaling_factor: float = key(
-        1.0, "The RoPE scaling factor s (target length / rotary-scaling-original-length), used when "
-        "rotary-scaling is not none.", ge=1)
+        1.0, "The RoPE scaling factor s (target length / rotary-scaling-original-length; for dynamic, the "
+        "slope of the length-dependent factor), used when rotary-scaling is not none.", ge=1)
     rotary_scaling_original_length: int | None = key(
-        None, "The length the rotary model was trained at (YaRN's original_max_position_embeddings); "
-        "defaults to seq-length, so an evaluation that sets rotary-scaling keeps the checkpoint's train "
-        "length.", ge=1)
+        None, "The length the rotary model was trained at (YaRN's and Llama 3's "
+        "original_max_position_embeddings, dynamic's max_position_embeddings); defaults to seq-length, so "
+        "an evaluation that sets rotary-scaling keeps the checkpoint's train length.", ge=1)
     rotary_yarn_beta_fast: float = key(
         32.0, "YaRN: dimensions turning more than beta-fast times over the original length keep their "
         "frequency (extrapolation); must exceed rotary-yarn-beta-slow.", gt=0)
     rotary_yarn_beta_slow: float = key(
         1.0, "YaRN: dimensions turning fewer than beta-slow times over the original length are fully "
         "interpolated (frequency / factor).", gt=0)
+    rotary_llama3_low_freq_factor: float = key(
+        1.0, "llama3: frequencies whose wavelength exceeds original length / low-freq-factor are divided "
+        "by the factor (Llama 3.1: 1).", gt=0)
+    rotary_llama3_high_freq_factor: float = key(
+        4.0, "llama3: frequencies whose wavelength is below original length / high-freq-factor are kept, "
+        "those between the two bounds blended (Llama 3.1: 4); must exceed rotary-llama3-low-freq-factor.", gt=0)
     xpos_scale_base: float = key(
         512.0, "xPos (pos-emb xpos): the position scale base; q is scaled by zeta^(n/scale-base) and k by "
         "its inverse (Sun et al. 2022 use 512).", gt=0)
@@ -252,6 +268,9 @@ class ModelConfig:
                         "set rotary-scaling: none"))
         if self.rotary_yarn_beta_fast <= self.rotary_yarn_beta_slow:
             out.append(("rotary_yarn_beta_fast", f"must exceed rotary-yarn-beta-slow ({self.rotary_yarn_beta_slow})"))
+        if self.rotary_llama3_high_freq_factor <= self.rotary_llama3_low_freq_factor:
+            out.append(("rotary_llama3_high_freq_factor",
+                        f"must exceed rotary-llama3-low-freq-factor ({self.rotary_llama3_low_freq_factor})"))
         out += self._architecture_problems()
         if not out:  # the size needs a consistent shape (heads dividing the width, MLP widths that fit)
             from megatron.config.model_size import size_problem

@@ -10,7 +10,8 @@ still carry):
   Mistral's sliding_window 4096), so the import computes what transformers computes;
 - inert: keys no forward pass reads (ids of special tokens, dropout, initialisation, caching);
 - refused by name: keys that change the model in a way this stack cannot express (quantization,
-  remote code, another RoPE type), and spellings of one setting that disagree (transformers 4's
+  remote code, a RoPE type or parameter this stack does not compute as transformers does:
+  hf_rope_scaling.py), and spellings of one setting that disagree (transformers 4's
   rotary_emb_base and transformers 5's rope_parameters.rope_theta), since transformers 4 and 5 would
   then build different models;
 - anything else: a key neither transformers' class nor its model reads; transformers keeps it as an
@@ -25,6 +26,7 @@ import re
 
 from megatron.config.untrusted_json import json_type, read_json
 from megatron.errors import UserError
+from megatron.interop.hf_rope_scaling import import_rope, rope_type
 
 SUPPORTED = ("GPTNeoXForCausalLM", "LlamaForCausalLM", "MistralForCausalLM")
 CONFIG_CLASS = {"GPTNeoXForCausalLM": "GPTNeoXConfig", "LlamaForCausalLM": "LlamaConfig",
@@ -98,7 +100,7 @@ class _Reader:
     """Typed reads of config.json's keys, remembering which were read (the rest: INERT, or a note)."""
 
     def __init__(self, hf: dict, path: str, arch: str):
-        self.hf, self.path, self.arch, self.read = hf, path, arch, set()
+        self.hf, self.path, self.arch, self.read, self.notes = hf, path, arch, set(), []
         self.cls = CONFIG_CLASS[arch]
 
     def where(self, key: str) -> str:
@@ -145,8 +147,9 @@ def model_keys(hf: dict, hf_dir: str) -> tuple[dict, dict, list[str]]:
     if head_dim not in (None, h // heads):
         raise r.refuse("head_dim", f"{head_dim} is not hidden_size / num_attention_heads ({h} / {heads}); this "
                                    "stack's heads split the hidden size")
-    theta, partial = _rope(r, h // heads)
+    theta, partial, rope, rope_key, kind = _rope(r, h // heads)
     seq = r.get("max_position_embeddings", "count")
+    scaling, scaling_src, r.notes = import_rope(r, rope, rope_key, kind, int(h // heads * partial), h // heads, seq)
     src = {"num-layers": "num_hidden_layers", "hidden-size": "hidden_size", "num-attention-heads":
            "num_attention_heads", "seq-length": "max_position_embeddings", "max-position-embeddings":
            "max_position_embeddings", "rotary-pct": "partial_rotary_factor", "rotary-emb-base": "rope_theta",
@@ -154,7 +157,8 @@ def model_keys(hf: dict, hf_dir: str) -> tuple[dict, dict, list[str]]:
     out = {"num-layers": r.get("num_hidden_layers", "count"), "hidden-size": h, "num-attention-heads": heads,
            "seq-length": seq, "max-position-embeddings": seq, "pos-emb": "rotary", "rotary-pct": partial,
            "rotary-emb-base": theta, "padded-vocab-size": r.get("vocab_size", "count"),
-           "make-vocab-size-divisible-by": 1, "no-weight-tying": not r.get("tie_word_embeddings", "bool")}
+           "make-vocab-size-divisible-by": 1, "no-weight-tying": not r.get("tie_word_embeddings", "bool"), **scaling}
+    src.update(scaling_src)
     act = r.get("hidden_act", "str")
     if arch == "GPTNeoXForCausalLM":
         if act not in GELU_EXACT + GELU_TANH:
@@ -196,8 +200,9 @@ def model_keys(hf: dict, hf_dir: str) -> tuple[dict, dict, list[str]]:
     return out, src, _notes(r)
 
 
-def _rope(r: _Reader, head_dim: int) -> tuple[int, float]:
-    """(rotary-emb-base, rotary-pct) as transformers reads them: rope_scaling, else rope_parameters
+def _rope(r: _Reader, head_dim: int) -> tuple[int, float, dict, str, str]:
+    """(rotary-emb-base, rotary-pct, the RoPE dict, its key, its type) as transformers reads them
+    (the type's own parameters: hf_rope_scaling.py): rope_scaling, else rope_parameters
     (transformers 5), whose rope_theta / partial_rotary_factor come first; then GPTNeoX's
     rotary_emb_base / rotary_pct, or the other classes' top-level rope_theta; then the class's
     default. Every other spelling present must agree with the value used, or it is refused by name."""
@@ -206,10 +211,7 @@ def _rope(r: _Reader, head_dim: int) -> tuple[int, float]:
         raise r.refuse("rope_scaling", f"{scaling} and its rope_parameters {params} disagree (transformers 5 "
                                        "reads rope_scaling): keep one")
     rope, rope_key = (scaling, "rope_scaling") if scaling else (params or {}, "rope_parameters")
-    kind = rope.get("rope_type", rope.get("type", "default"))
-    if kind != "default":
-        raise r.refuse(f"{rope_key}.rope_type", f"is {kind!r}: only the default RoPE is imported (a scaled RoPE "
-                                                "would be imported as another model)")
+    kind = rope_type(r, rope, rope_key)
     neox = r.arch == "GPTNeoXForCausalLM"
     values = {}
     for name in ("rope_theta", "partial_rotary_factor"):
@@ -241,7 +243,7 @@ def _rope(r: _Reader, head_dim: int) -> tuple[int, float]:
         raise r.refuse(_spellings(r, "partial_rotary_factor").split(" / ")[0],
                        f"{partial} turns int({head_dim} * {partial}) = {int(head_dim * partial)} channels of each "
                        "head: not an even number from 2 to the head size, which rotary needs")
-    return int(theta), partial
+    return int(theta), partial, rope, rope_key, kind
 
 
 def _spellings(r: _Reader, name: str) -> str:
@@ -253,8 +255,8 @@ def _spellings(r: _Reader, name: str) -> str:
 def _notes(r: _Reader) -> list[str]:
     unknown = sorted(k for k in r.hf if k not in r.read and k not in INERT and k not in REFUSED)
     if not unknown:
-        return []
-    return [f"{r.path}: {', '.join(unknown[:8])}{' ...' if len(unknown) > 8 else ''}: neither transformers' "
+        return r.notes
+    return r.notes + [f"{r.path}: {', '.join(unknown[:8])}{' ...' if len(unknown) > 8 else ''}: neither transformers' "
             f"{r.cls} nor its model reads {'these keys' if len(unknown) > 1 else 'this key'}; ignored, as "
             "transformers ignores them"]
 

@@ -123,10 +123,10 @@ def write_positional_files(pos_emb: str, out_dir: str) -> list[str]:
     return sorted(files) + [SCHEME_FILE]
 
 
-def _check_supported(model_cfg) -> None:
+def _check_supported(model_cfg, stock_why: str = "") -> None:
     """The remote code (hf_modeling/) is NeoX's classic block: sequential pre-LN, multi-head, an
     exact-GELU MLP. A model of another block shape is refused by name, never exported as a
-    different model."""
+    different model; `stock_why`: why no stock class expresses it either (hf_stock.stock_class)."""
     unsupported = []
     if model_cfg.gpt_j_residual:
         unsupported.append("gpt-j-residual: true (parallel residual)")
@@ -139,8 +139,9 @@ def _check_supported(model_cfg) -> None:
     if model_cfg.mlp_widths != (model_cfg.intermediate_size, model_cfg.intermediate_size):
         unsupported.append(f"MLP widths {model_cfg.mlp_widths} rounded by mlp-multiple-of {model_cfg.mlp_multiple_of}")
     if unsupported:
-        raise UserError("this model cannot be exported to Hugging Face yet: the remote code is NeoX's classic "
-                        "block (sequential pre-LN, multi-head attention, exact-GELU MLP of width "
+        stock = f"no stock transformers class expresses it ({stock_why}), and " if stock_why else ""
+        raise UserError(f"this model cannot be exported to Hugging Face yet: {stock}the remote code is NeoX's "
+                        "classic block (sequential pre-LN, multi-head attention, exact-GELU MLP of width "
                         f"intermediate-size), and the model has {'; '.join(unsupported)}")
 
 
@@ -186,9 +187,9 @@ def export_hf(model, cfg, out_dir: str, dtype: str = "fp32", tokenizer: bool = T
     a scheme file the new model does not use) survive next to the new weights."""
     from megatron.interop.hf_stock import stock_class
 
-    arch, _ = stock_class(cfg.model)
+    arch, why = stock_class(cfg.model)
     if arch is None:
-        _check_supported(cfg.model)
+        _check_supported(cfg.model, why)
     refuse_existing_output(out_dir, overwrite, "--out")
     os.makedirs(os.path.dirname(os.path.abspath(out_dir)), exist_ok=True)
     with atomic_directory(out_dir) as tmp:

@@ -11,6 +11,10 @@ Supported classes and what each becomes (NeoX keys, written into the checkpoint'
                          gate/up/down (our first projection is [up | gate]), rotary on every channel
     MistralForCausalLM   Llama's block with sliding_window W: keys i-W < j <= i -> attention-window W
 
+RoPE scaling (config.json's rope_scaling / rope_parameters: linear, dynamic, yarn, llama3) becomes
+the rotary-scaling keys computing what transformers computes (hf_rope_scaling.py); any other type,
+or a parameter value this stack would compute differently, is refused by name.
+
 Weights are read whole from model.safetensors, its sharded index, or weights-only pytorch_model.bin
 (sharded too), in the dtype they were saved in: nothing is rounded. A tied model has no output
 matrix (tie_word_embeddings: our tied output layer). The tokenizer travels: tokenizer.json ->

@@ -1,6 +1,9 @@
 """Transformers' stock classes and this stack's model, both ways: which of our models a stock class
 expresses, its config.json, and the tensor names and layouts between the two.
 
+RoPE scaling (rotary-scaling linear, dynamic, yarn, llama3) travels as transformers' rope type of
+that name (hf_rope_scaling.py), in both directions; a model it cannot express has no stock class.
+
     GPTNeoXForCausalLM   our classic block: layernorm (with bias), per-head [q|k|v] QKV, rotary on
                          rotary-pct of each head, exact or tanh GELU MLP of width intermediate-size
                          (with bias), sequential or parallel residual (two norms), MHA
@@ -16,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from megatron.errors import UserError
+from megatron.interop.hf_rope_scaling import export_rope
 
 
 def from_hf(arch: str, weights: dict, model_cfg) -> dict:
@@ -95,10 +99,11 @@ def stock_class(m) -> tuple[str | None, str]:
     """(the stock transformers class expressing model config `m`, or None; why not, when None)."""
     if m.pos_emb != "rotary":
         return None, f"pos-emb {m.pos_emb} (stock classes have rotary only)"
-    extras = [name for name, on in (("rotary-scaling", m.rotary_scaling != "none"),
-                                    ("attention-logn-scaling", m.attention_logn_scaling)) if on]
-    if extras:
-        return None, f"{', '.join(extras)} (evaluation options stock classes lack)"
+    if m.attention_logn_scaling:
+        return None, "attention-logn-scaling (an evaluation option stock classes lack)"
+    rope, why = export_rope(m, _max_positions(m))
+    if rope is None:
+        return None, why
     width, inner = m.mlp_widths
     if m.norm == "layernorm":
         why = [w for w, bad in (
@@ -117,14 +122,19 @@ def stock_class(m) -> tuple[str | None, str]:
     return (None, "Llama lacks " + ", ".join(why)) if why else ("LlamaForCausalLM", "")
 
 
+def _max_positions(m) -> int:
+    """config.json's max_position_embeddings for model config `m` (transformers' dynamic RoPE scales from it)."""
+    return m.max_position_embeddings or m.seq_length
+
+
 def stock_config(arch: str, m, vocab_size: int, dtype: str) -> dict:
     """config.json for stock class `arch` expressing model config `m`."""
     common = {"architectures": [arch], "vocab_size": vocab_size, "hidden_size": m.hidden_size,
               "num_hidden_layers": m.num_layers, "num_attention_heads": m.num_attention_heads,
-              "max_position_embeddings": m.max_position_embeddings or m.seq_length,
+              "max_position_embeddings": _max_positions(m),
               "tie_word_embeddings": not m.no_weight_tying, "dtype": dtype,
               "attention_dropout": 0.0, "use_cache": True}
-    rope = {"rope_type": "default", "rope_theta": float(m.rotary_emb_base)}
+    rope = {**export_rope(m, _max_positions(m))[0], "rope_theta": float(m.rotary_emb_base)}  # stock_class: not None
     if arch == "GPTNeoXForCausalLM":
         return {**common, "model_type": "gpt_neox", "intermediate_size": m.intermediate_size,
                 "hidden_act": "gelu_new" if m.bias_gelu_fusion else "gelu", "layer_norm_eps": m.layernorm_epsilon,

@@ -6,9 +6,13 @@ base^(-2i/d) become:
 - linear: theta_i / s. Position interpolation, Chen et al., "Extending Context Window of Large
   Language Models via Positional Interpolation", arXiv 2306.15595 (positions m -> m / s).
 - ntk: base' = base * s^(d/(d-2)), NTK-aware scaling (bloc97, reddit r/LocalLLaMA, 2023): the
-  lowest frequency is interpolated by s, the highest is kept. HF transformers' `dynamic` rope type
-  is this with a length-dependent s; the static form is used here because a kv-cache's keys are
-  rotated once, so frequencies that change with the length would not reproduce full-sequence logits.
+  lowest frequency is interpolated by s, the highest is kept. Static: a kv-cache's keys are rotated
+  once, and with one s for every length, decoding reproduces full-sequence logits.
+- dynamic: ntk with s' = s * n / L - (s - 1) for a call whose longest position is n - 1 (s' = 1, no
+  scaling, while n <= L): dynamic NTK (emozilla, reddit r/LocalLLaMA, 2023), HF transformers'
+  `dynamic` rope type. A full-sequence forward of n tokens equals transformers' on those n tokens;
+  a kv-cache's keys keep the frequencies of the call that added them (transformers' generate()
+  does the same), so decoding past L does not reproduce full-sequence logits.
 - yarn: Peng et al., "YaRN: Efficient Context Window Extension of Large Language Models", arXiv
   2309.00071, "NTK-by-parts" plus attention temperature. A dimension turning r_i = L theta_i / 2pi
   times over L keeps theta_i when r_i > beta_fast, becomes theta_i / s when r_i < beta_slow, and is
@@ -17,6 +21,11 @@ base^(-2i/d) become:
   (jquesnelle/yarn) and HF transformers' `_compute_yarn_parameters` do. q and k are both multiplied by
   sqrt(1/t) = 0.1 ln(s) + 1 (so the logits by its square), the whole vectors as the paper says
   (HF scales cos/sin only, the same when rotary-pct is 1).
+- llama3: Llama 3.1's scaling (Meta, "The Llama 3 Herd of Models", arXiv 2407.21783; Meta's
+  reference `apply_scaling`, HF transformers' `llama3` rope type). With wavelength lambda_i =
+  2pi / theta_i: theta_i is kept when lambda_i < L / high_freq_factor, becomes theta_i / s when
+  lambda_i > L / low_freq_factor, and in between is blended (1 - g) theta_i / s + g theta_i with
+  g = (L / lambda_i - low_freq_factor) / (high_freq_factor - low_freq_factor).
 """
 from __future__ import annotations
 
@@ -25,7 +34,7 @@ from dataclasses import dataclass
 
 import torch
 
-KINDS = ("none", "linear", "ntk", "yarn")
+KINDS = ("none", "linear", "ntk", "dynamic", "yarn", "llama3")
 
 
 @dataclass(frozen=True)
@@ -35,6 +44,8 @@ class RopeScaling:
     original_length: int = 2048
     beta_fast: float = 32.0
     beta_slow: float = 1.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
 
     @classmethod
     def from_options(cls, options: dict, default_length: int) -> RopeScaling:
@@ -43,7 +54,9 @@ class RopeScaling:
         kind = options.get("rotary_scaling", "none") or "none"
         out = cls(kind, float(options.get("rotary_scaling_factor", 1.0)),
                   int(options.get("rotary_scaling_original_length") or default_length),
-                  float(options.get("rotary_yarn_beta_fast", 32.0)), float(options.get("rotary_yarn_beta_slow", 1.0)))
+                  float(options.get("rotary_yarn_beta_fast", 32.0)), float(options.get("rotary_yarn_beta_slow", 1.0)),
+                  float(options.get("rotary_llama3_low_freq_factor", 1.0)),
+                  float(options.get("rotary_llama3_high_freq_factor", 4.0)))
         if kind not in KINDS:
             raise ValueError(f"rotary-scaling {kind!r} is not one of {', '.join(KINDS)}")
         if not out.factor >= 1.0:
@@ -51,21 +64,54 @@ class RopeScaling:
         if not out.beta_fast > out.beta_slow > 0:
             raise ValueError(f"rotary-yarn-beta-fast ({out.beta_fast}) must exceed rotary-yarn-beta-slow "
                              f"({out.beta_slow}) > 0")
+        if not out.high_freq_factor > out.low_freq_factor > 0:
+            raise ValueError(f"rotary-llama3-high-freq-factor ({out.high_freq_factor}) must exceed "
+                             f"rotary-llama3-low-freq-factor ({out.low_freq_factor}) > 0")
         return out
 
-    def inv_freq(self, inv_freq: torch.Tensor, dim: int, base: float) -> torch.Tensor:
-        """The scaled frequencies (dim/2,) fp32 from the unscaled ones `inv_freq` = base^(-2i/dim)."""
+    @property
+    def length_dependent(self) -> bool:
+        """True when the frequencies depend on the call's length (`inv_freq`'s `length`)."""
+        return self.kind == "dynamic"
+
+    def inv_freq(self, inv_freq: torch.Tensor, dim: int, base: float,
+                 length: torch.Tensor | None = None) -> torch.Tensor:
+        """The scaled frequencies (dim/2,) fp32 from the unscaled ones `inv_freq` = base^(-2i/dim).
+        `length`: the call's length n (its largest position + 1, a 0-d tensor), which `dynamic` needs."""
         s = self.factor
-        if self.kind == "none" or s == 1.0:
+        if self.kind == "none" or (s == 1.0 and not self.length_dependent):
             return inv_freq
         if self.kind == "linear":
             return inv_freq / s
+        if self.kind == "llama3":
+            return self._llama3(inv_freq)
         exponent = torch.arange(0, dim, 2, dtype=torch.float32, device=inv_freq.device) / dim  # 2i/d
+        if self.kind == "dynamic":
+            return self._dynamic(inv_freq, exponent, dim, base, length)
         if self.kind == "ntk":
             # base'^(-2i/d) / base^(-2i/d) = s^(-(2i/d) * d/(d-2)); d = 2 has one frequency (kept)
             return inv_freq * s ** (-exponent * dim / max(dim - 2, 1))
         ramp = self.yarn_ramp(dim, base, inv_freq.device)  # 0: keep theta_i, 1: theta_i / s
         return inv_freq / s * ramp + inv_freq * (1 - ramp)
+
+    def _dynamic(self, inv_freq, exponent, dim: int, base: float, length) -> torch.Tensor:
+        """ntk at s' = s * n / L - (s - 1), as a 0-d tensor (no host sync), computed in transformers'
+        order (base' = base * s'^(d/(d-2)), then base'^(-2i/d)) so the two agree to the last bit;
+        the trained frequencies while n <= L."""
+        if length is None:
+            raise ValueError("rotary-scaling dynamic needs the call's length")
+        n = length.to(device=inv_freq.device, dtype=torch.float32)
+        s = self.factor * n / self.original_length - (self.factor - 1)
+        scaled = 1.0 / ((base * s ** (dim / max(dim - 2, 1))) ** exponent)
+        return torch.where(n > self.original_length, scaled, inv_freq)
+
+    def _llama3(self, inv_freq: torch.Tensor) -> torch.Tensor:
+        L, low, high = self.original_length, self.low_freq_factor, self.high_freq_factor
+        wavelength = 2 * math.pi / inv_freq
+        scaled = torch.where(wavelength > L / low, inv_freq / self.factor, inv_freq)
+        blend = (L / wavelength - low) / (high - low)  # 0 at lambda = L / low, 1 at lambda = L / high
+        between = (wavelength >= L / high) & (wavelength <= L / low)
+        return torch.where(between, (1 - blend) * inv_freq / self.factor + blend * inv_freq, scaled)
 
     def yarn_ramp(self, dim: int, base: float, device=None) -> torch.Tensor:
         def index_turning(rotations: float) -> float:  # the i whose dimension turns `rotations` times over L

@@ -4,9 +4,11 @@ Only the first rotary_ndims = int(head_dim * rotary_pct) channels of each head r
 c < rotary_ndims/2 pairs with c + rotary_ndims/2. cos/sin are computed in fp32 from the positions
 on every call (no cache), so any length works, including kv-cache rows (q_pos != k_pos).
 
-`rotary-scaling` (rope_scaling.py: linear, ntk, yarn) changes the frequencies, and for YaRN the
-scale of q and k, at compute time: the `inv_freq` buffer keeps the trained frequencies, so a
-checkpoint trained without scaling loads unchanged and is evaluated with any scaling."""
+`rotary-scaling` (rope_scaling.py: linear, ntk, dynamic, yarn, llama3) changes the frequencies, and
+for YaRN the scale of q and k, at compute time: the `inv_freq` buffer keeps the trained frequencies,
+so a checkpoint trained without scaling loads unchanged and is evaluated with any scaling. `dynamic`
+takes its length from the call's positions: the largest query or key position + 1 (a kv-cache call's
+new rows end the sequence so far)."""
 from __future__ import annotations
 
 import torch
@@ -39,15 +41,16 @@ class RotaryPositions(PositionalScheme):
                              persistent=True)
         self.scaling = RopeScaling.from_options(spec.options, spec.options.get("seq_length") or spec.max_position_embeddings)
 
-    def _inv_freq(self, device) -> torch.Tensor:
-        """The frequencies in use (nd/2,) fp32: the trained ones, scaled by rotary-scaling."""
+    def _inv_freq(self, device, length: torch.Tensor | None = None) -> torch.Tensor:
+        """The frequencies in use (nd/2,) fp32: the trained ones, scaled by rotary-scaling (at the
+        call's `length` for a length-dependent scaling)."""
         inv_freq = self.inv_freq
         if inv_freq.dtype != torch.float32:  # a bf16-cast model would round the frequencies
             inv_freq = rotary_inv_freq(self.rotary_ndims, self.spec.rotary_emb_base)
-        return self.scaling.inv_freq(inv_freq.to(device), self.rotary_ndims, self.spec.rotary_emb_base)
+        return self.scaling.inv_freq(inv_freq.to(device), self.rotary_ndims, self.spec.rotary_emb_base, length)
 
-    def _cos_sin(self, positions: torch.Tensor):
-        inv_freq = self._inv_freq(positions.device)
+    def _cos_sin(self, positions: torch.Tensor, length: torch.Tensor | None = None):
+        inv_freq = self._inv_freq(positions.device, length)
         freqs = positions.to(torch.float32)[:, None] * inv_freq[None, :]  # (L, nd/2)
         emb = torch.cat([freqs, freqs], dim=-1)  # (L, nd)
         return emb.cos(), emb.sin()
@@ -69,9 +72,10 @@ class RotaryPositions(PositionalScheme):
         # q: (B, H, Lq, D), k: (B, H, Lk, D)
         if self.rotary_ndims == 0:
             return q, k
-        cos_k, sin_k = self._cos_sin(k_pos)
+        length = torch.maximum(q_pos.max(), k_pos.max()) + 1 if self.scaling.length_dependent else None
+        cos_k, sin_k = self._cos_sin(k_pos, length)
         if q_pos is k_pos or torch.equal(q_pos, k_pos):
             cos_q, sin_q = cos_k, sin_k
         else:
-            cos_q, sin_q = self._cos_sin(q_pos)
+            cos_q, sin_q = self._cos_sin(q_pos, length)
         return self._rotate(q, cos_q, sin_q), self._rotate(k, cos_k, sin_k)

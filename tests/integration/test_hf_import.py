@@ -160,8 +160,8 @@ def test_a_sentencepiece_tokenizer_travels_as_spm(tmp_path):
     ({"architectures": ["GPT2LMHeadModel"]}, "architecture 'GPT2LMHeadModel' is not supported (config.json's architectures)"),
     ({"intermediate_size": 64}, "config.json: model.layers.0.mlp.up_proj.weight in model.safetensors has shape (40, 32), "
                                "config.json describes (64, 32)"),
-    ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 10000.0}}, "config.json's rope_parameters.rope_type is "
-                                                               "'llama3': only the default RoPE"),
+    ({"rope_parameters": {"rope_type": "longrope", "rope_theta": 10000.0}}, "config.json's rope_parameters.rope_type is "
+                                                                 "'longrope' (LongRoPE's"),
 ])
 def test_bad_hf_directories_get_one_line(tmp_path, edit, message):
     _, src = save_hf(tmp_path, "llama-mha-untied")

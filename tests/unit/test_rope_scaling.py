@@ -1,4 +1,4 @@
-"""RoPE scaling (rotary-scaling: linear | ntk | yarn) against the papers' formulas written here,
+"""RoPE scaling (rotary-scaling: linear | ntk | dynamic | yarn | llama3) against the papers' formulas written here,
 against HF transformers' own rope-init functions, on a model (kv-cache, checkpoint loading, 64k
 positions), and its bad values refused naming the key."""
 from __future__ import annotations
@@ -16,11 +16,11 @@ from megatron.positional.registry import build_scheme
 BASE, L = 10000, 64
 
 
-def _rotary(dim, kind, factor, beta_fast=32.0, beta_slow=1.0, pct=1.0):
+def _rotary(dim, kind, factor, beta_fast=32.0, beta_slow=1.0, pct=1.0, **options):
     spec = PositionalSpec(num_heads=1, head_dim=int(dim / pct), hidden_size=int(dim / pct), max_position_embeddings=L,
                           rotary_pct=pct, rotary_emb_base=BASE,
                           options={"seq_length": L, "rotary_scaling": kind, "rotary_scaling_factor": factor,
-                                   "rotary_yarn_beta_fast": beta_fast, "rotary_yarn_beta_slow": beta_slow})
+                                   "rotary_yarn_beta_fast": beta_fast, "rotary_yarn_beta_slow": beta_slow, **options})
     return build_scheme("rotary", spec)
 
 
@@ -74,6 +74,58 @@ def test_yarn_frequencies_and_temperature(dim, s, beta_fast, beta_slow):
     assert math.isclose(scheme.scaling.attention_factor(), mscale)
 
 
+def _llama3_reference(dim, s, low, high, length=L):
+    """Meta's Llama 3.1 `apply_scaling` (llama/model.py), frequency by frequency in float64."""
+    out = []
+    for t in _theta(dim).tolist():
+        wavelen = 2 * math.pi / t
+        if wavelen < length / high:
+            out.append(t)
+        elif wavelen > length / low:
+            out.append(t / s)
+        else:
+            smooth = (length / wavelen - low) / (high - low)
+            out.append((1 - smooth) * t / s + smooth * t)
+    return torch.tensor(out, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("dim", [16, 64, 128])
+@pytest.mark.parametrize("s,low,high", [(8.0, 1.0, 4.0), (32.0, 2.0, 16.0)])
+def test_llama3_keeps_short_wavelengths_divides_long_ones_and_blends_between(dim, s, low, high):
+    got = _rotary(dim, "llama3", s, rotary_llama3_low_freq_factor=low, rotary_llama3_high_freq_factor=high)
+    want = _llama3_reference(dim, s, low, high)
+    torch.testing.assert_close(got._inv_freq("cpu").double(), want, rtol=1e-6, atol=0)
+    wavelen = 2 * math.pi / _theta(dim)
+    assert bool(((wavelen < L / high) | (wavelen > L / low)).any())  # both plain bands are exercised
+    assert got.scaling.attention_factor() == 1.0
+
+
+@pytest.mark.parametrize("dim", [8, 64])
+def test_dynamic_is_ntk_at_the_call_length_and_nothing_up_to_the_original(dim):
+    """Dynamic NTK (emozilla): s' = s * n / L - (s - 1) for n > L, the trained frequencies up to L."""
+    s, scheme = 3.0, _rotary(dim, "dynamic", 3.0)
+    for n in (1, L // 2, L):
+        assert torch.equal(scheme._inv_freq("cpu", torch.tensor(n)), scheme.inv_freq)  # the trained ones
+    for n in (L + 1, 2 * L, 10 * L):
+        s_n = s * n / L - (s - 1)
+        torch.testing.assert_close(scheme._inv_freq("cpu", torch.tensor(n)).double(),
+                                   _theta(dim, BASE * s_n ** (dim / (dim - 2))), rtol=1e-5, atol=0)
+
+
+def test_dynamic_takes_the_length_from_the_call_positions():
+    """The full-sequence call of n tokens uses n; a kv-cache call (its new rows only) the sequence so far."""
+    dim, scheme = 16, _rotary(16, "dynamic", 4.0)
+    q = torch.randn(1, 1, 3 * L, dim)
+    full, _ = scheme.rotate_qk(q, q, torch.arange(3 * L), torch.arange(3 * L))
+    last, _ = scheme.rotate_qk(q[:, :, -1:], q[:, :, -1:], torch.tensor([3 * L - 1]), torch.tensor([3 * L - 1]))
+    torch.testing.assert_close(last, full[:, :, -1:], rtol=0, atol=0)
+    theta = scheme._inv_freq("cpu", torch.tensor(3 * L)).double()
+    torch.testing.assert_close(full[0, 0].double(), _rotate_half_reference(q[0, 0], torch.arange(3 * L), theta),
+                               rtol=0, atol=2e-4)
+    shorter, _ = scheme.rotate_qk(q[:, :, :2 * L], q[:, :, :2 * L], torch.arange(2 * L), torch.arange(2 * L))
+    assert (shorter[:, :, -1] - full[:, :, 2 * L - 1]).abs().max() > 1e-3  # another length, other frequencies
+
+
 def _rotate_half_reference(x, pos, theta):
     """x (L, d) rotated in the rotate-half layout at positions pos with frequencies theta."""
     ang = pos.double()[:, None] * theta[None, :]
@@ -122,6 +174,13 @@ def test_equal_to_transformers_rope_init(dim, pct, s):
     ours = _rotary(dim, "yarn", s, pct=pct)
     torch.testing.assert_close(ours._inv_freq("cpu"), yarn, rtol=1e-6, atol=0)
     assert math.isclose(ours.scaling.attention_factor(), factor)
+    for n in (L, 2 * L, 7 * L + 3):  # dynamic: transformers' own length-dependent frequencies, bit for bit
+        dynamic, _ = _hf("dynamic", dim, pct, seq_len=torch.tensor(n), factor=s)
+        torch.testing.assert_close(_rotary(dim, "dynamic", s, pct=pct)._inv_freq("cpu", torch.tensor(n)), dynamic,
+                                   rtol=0, atol=0)
+    llama3, _ = _hf("llama3", dim, pct, factor=s, low_freq_factor=1.0, high_freq_factor=4.0,
+                    original_max_position_embeddings=L)
+    torch.testing.assert_close(_rotary(dim, "llama3", s, pct=pct)._inv_freq("cpu"), llama3, rtol=0, atol=0)
 
 
 # ---- on a model -------------------------------------------------------------------------------
@@ -133,7 +192,7 @@ def _decode(model, tokens, chunks):
     return torch.cat(out, dim=1)
 
 
-@pytest.mark.parametrize("kind", ["linear", "ntk", "yarn"])
+@pytest.mark.parametrize("kind", ["linear", "ntk", "yarn", "llama3"])
 def test_kv_cache_equals_full_sequence_and_checkpoints_load(tiny_config, kind):
     torch.manual_seed(0)
     plain = GPTModel(tiny_config(pos_emb="rotary").model, 128).eval()
@@ -163,7 +222,9 @@ def test_finite_at_64k_positions_fp32_and_bf16():
 
 
 @pytest.mark.parametrize("over,key", [
-    ({"rotary_scaling": "dynamic"}, "rotary-scaling"),
+    ({"rotary_scaling": "longrope"}, "rotary-scaling"),
+    ({"rotary_scaling": "llama3", "rotary_llama3_low_freq_factor": 4.0, "rotary_llama3_high_freq_factor": 4.0},
+     "rotary-llama3-high-freq-factor"),
     ({"rotary_scaling": "yarn", "rotary_scaling_factor": 0.5}, "rotary-scaling-factor"),
     ({"rotary_scaling": "yarn", "rotary_yarn_beta_fast": 1.0, "rotary_yarn_beta_slow": 2.0}, "rotary-yarn-beta-fast"),
     ({"rotary_scaling": "linear", "rotary_scaling_original_length": 0}, "rotary-scaling-original-length"),
