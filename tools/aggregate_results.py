@@ -34,8 +34,8 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_report(results, args, log=print) -> dict:
-    from megatron.study.aggregate import apply_speed, load_speed_file, write_report
-    from megatron.study.results import load_results
+    from study.aggregate import apply_speed, load_speed_file, write_report
+    from study.results import load_results
 
     runs = load_results(results, args.meta_from_path)
     if args.speed:

@@ -43,18 +43,18 @@ if ROOT not in sys.path:
 
 import torch  # noqa: E402
 
-from megatron.attention import backend_names, resolve_backend  # noqa: E402
-from megatron.attention.registry import backend_classes  # noqa: E402
-from megatron.benchmarks.budget import TimeBudget  # noqa: E402
-from megatron.benchmarks.cli import check_names, check_positive, pick_device, set_threads  # noqa: E402
-from megatron.benchmarks.report import SECTION_NAME, environment_lines, mark_partial, markdown_table, replace_section  # noqa: E402
-from megatron.benchmarks.timing import (  # noqa: E402
+from benchmarks.budget import TimeBudget  # noqa: E402
+from benchmarks.cli import check_names, check_positive, pick_device, set_threads  # noqa: E402
+from benchmarks.report import SECTION_NAME, environment_lines, mark_partial, markdown_table, replace_section  # noqa: E402
+from benchmarks.timing import (  # noqa: E402
     error_cell,
     median_seconds,
     peak_memory_gib,
     release_memory,
     reset_peak_memory,
 )
+from megatron.attention import backend_names, resolve_backend  # noqa: E402
+from megatron.attention.registry import backend_classes  # noqa: E402
 from megatron.cli_args import ArgumentParser  # noqa: E402
 from megatron.config.precision import DTYPE_NAMES, torch_dtype  # noqa: E402
 from megatron.errors import run_cli  # noqa: E402

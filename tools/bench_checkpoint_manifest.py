@@ -31,8 +31,8 @@ if ROOT not in sys.path:
 
 import torch  # noqa: E402
 
-from megatron.benchmarks.cli import check_positive, parse_overrides, set_threads  # noqa: E402
-from megatron.benchmarks.report import SECTION_NAME, environment_lines, markdown_table, replace_section  # noqa: E402
+from benchmarks.cli import check_positive, parse_overrides, set_threads  # noqa: E402
+from benchmarks.report import SECTION_NAME, environment_lines, markdown_table, replace_section  # noqa: E402
 from megatron.cli_args import ArgumentParser  # noqa: E402
 from megatron.errors import run_cli  # noqa: E402
 

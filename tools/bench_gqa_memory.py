@@ -7,7 +7,7 @@ their H_kv heads (what it does now), as one markdown table.
     python tools/bench_gqa_memory.py --out docs/benchmarks.md --section gqa-memory
     python tools/bench_gqa_memory.py --device cuda --backends sdpa triton flex --lengths 4096 16384
 
-Each cell is one call measured by megatron.benchmarks.timing.call_peak_bytes (CPU: every
+Each cell is one call measured by benchmarks.timing.call_peak_bytes (CPU: every
 allocation through PyTorch's CPU allocator during the call, from the profiler; CUDA: the
 allocator's peak), above what was allocated before it: the inputs q, k, v are not counted, the
 repeated k, v, the output, the backend's scratch and (fwd+bwd) the saved tensors and every
@@ -28,11 +28,11 @@ if ROOT not in sys.path:
 
 import torch  # noqa: E402
 
+from benchmarks.cli import check_names, check_positive, pick_device, set_threads  # noqa: E402
+from benchmarks.report import SECTION_NAME, environment_lines, markdown_table, replace_section  # noqa: E402
+from benchmarks.timing import call_peak_bytes, error_cell, release_memory  # noqa: E402
 from megatron.attention import backend_names, resolve_backend  # noqa: E402
 from megatron.attention.base import repeat_kv  # noqa: E402
-from megatron.benchmarks.cli import check_names, check_positive, pick_device, set_threads  # noqa: E402
-from megatron.benchmarks.report import SECTION_NAME, environment_lines, markdown_table, replace_section  # noqa: E402
-from megatron.benchmarks.timing import call_peak_bytes, error_cell, release_memory  # noqa: E402
 from megatron.cli_args import ArgumentParser  # noqa: E402
 from megatron.config.precision import DTYPE_NAMES, torch_dtype  # noqa: E402
 from megatron.errors import run_cli  # noqa: E402
@@ -163,7 +163,7 @@ def report(args, rows: list[Row], argv: list[str]) -> str:
     if args.note:
         lines.append(f"- {args.note}")
     lines += ["", table(args, rows), "",
-              "- peak: megatron.benchmarks.timing.call_peak_bytes over the call (inputs excluded; the "
+              "- peak: benchmarks.timing.call_peak_bytes over the call (inputs excluded; the "
               "repeated k, v, output, scratch, saved tensors and gradients included); "
               "fwd under no_grad, fwd+bwd into q, k, v and the scheme's parameters",
               "- repeat's k+v: 2 x B x (H - H_kv) x L x D elements, the copy the old model made per layer"]

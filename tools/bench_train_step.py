@@ -32,10 +32,10 @@ if ROOT not in sys.path:
 
 import torch  # noqa: E402
 
-from megatron.benchmarks.budget import TimeBudget  # noqa: E402
-from megatron.benchmarks.cli import check_names, check_positive, parse_overrides, pick_device, set_threads  # noqa: E402
-from megatron.benchmarks.report import SECTION_NAME, environment_lines, mark_partial, markdown_table, replace_section  # noqa: E402
-from megatron.benchmarks.timing import (  # noqa: E402
+from benchmarks.budget import TimeBudget  # noqa: E402
+from benchmarks.cli import check_names, check_positive, parse_overrides, pick_device, set_threads  # noqa: E402
+from benchmarks.report import SECTION_NAME, environment_lines, mark_partial, markdown_table, replace_section  # noqa: E402
+from benchmarks.timing import (  # noqa: E402
     error_cell,
     median_seconds,
     peak_memory_gib,
@@ -250,7 +250,7 @@ def measure(args, scheme: str) -> Result:
     except Exception as e:  # still try the evaluation below
         res.cell = failed(res, e, "train:" if args.eval_length else "")
     if scheme in args.profile and res.sec_per_step is not None:
-        from megatron.benchmarks.profile import kernel_times
+        from benchmarks.profile import kernel_times
 
         try:
             res.profile = kernel_times(step, dev)
@@ -385,7 +385,7 @@ def report(args, results: list[Result]) -> str:
         lines += ["", "The paper's Table 4 as ratios (same run; the paper's from its sec/step column):", "", ratios]
     profiles = {r.scheme: r.profile for r in results if r.profile}
     if profiles:
-        from megatron.benchmarks.profile import profile_tables
+        from benchmarks.profile import profile_tables
 
         what = "each kernel's device time" if dev.type == "cuda" else "each operator's own CPU time"
         lines += ["", f"Where a step's time goes (`--profile`: torch.profiler over 3 steps, {what}, ms per step; "

@@ -23,7 +23,7 @@ import xml.etree.ElementTree as ET
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from megatron.benchmarks.report import markdown_table, markers, replace_section  # noqa: E402
+from benchmarks.report import markdown_table, markers, replace_section  # noqa: E402
 from megatron.cli_args import ArgumentParser  # noqa: E402
 from megatron.errors import UserError  # noqa: E402
 

@@ -26,7 +26,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from megatron.cli_args import ArgumentParser, int_at_least  # noqa: E402
 from megatron.errors import UserError, run_cli  # noqa: E402
-from megatron.experiments import ORDERS, parse_data, write_matrix  # noqa: E402
+from study.experiments import ORDERS, parse_data, write_matrix  # noqa: E402
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -73,7 +73,7 @@ def main() -> int:
     p.add_argument("--runs-root", default="runs/matrix", help="where each run's directory goes")
     p.add_argument("--train-lengths", default=None,
                    help="comma-separated train lengths: each run sets seq-length and the length-scaled scheme "
-                        "settings (megatron/experiments.py length_settings); needs --tokens-per-step or "
+                        "settings (study/experiments.py length_settings); needs --tokens-per-step or "
                         "--sequences-per-step")
     steps = p.add_mutually_exclusive_group()
     steps.add_argument("--tokens-per-step", type=int_at_least(1), default=None,

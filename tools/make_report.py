@@ -17,13 +17,13 @@ training) and trajectories_<group>.png (the lowest seed of each scheme and every
 over the drift target, that head drawn thick); flat_kernels.md (every KERPLE head's f(L), f(8L),
 f(32L)); train_test.md (final training vs 1x test perplexity); trend.md and
 trend_<dataset>.png (the windowed-minus-full and power-minus-log gaps against the train length, and
-each train length's perplexity on the same windows: megatron/study/train_length_quality.py);
+each train length's perplexity on the same windows: study/train_length_quality.py);
 gap_vs_quality_<corpus>.png and its trend.md section (every gap against model quality and the train
-length together, a config two designs share counted once: megatron/study/gap_vs_quality.py and
+length together, a config two designs share counted once: study/gap_vs_quality.py and
 replicates.py, which read the records' configs relative to this checkout); growth.md (each scheme's gap to the
-reference at 1x and how much it changes out to 8x and 32x: megatron/study/growth.py); and the report
+reference at 1x and how much it changes out to 8x and 32x: study/growth.py); and the report
 itself: README.md and claims.md rendered from --templates (README.template.md: every figure of the
-prose a {{name}} filled from megatron/study/claims.py) and, with --root-readme, the README's generated
+prose a {{name}} filled from study/claims.py) and, with --root-readme, the README's generated
 study paragraph (summary.template.md, between its study:summary markers).
 """
 from __future__ import annotations
@@ -79,8 +79,8 @@ def records_report(records_dir: str, out_dir: str, log=print) -> None:
     import json
 
     from megatron.evaluation.plots import plot_kernels
-    from megatron.study.aggregate import group_slug, group_title
-    from megatron.study.convergence import (
+    from study.aggregate import group_slug, group_title
+    from study.convergence import (
         drift_markdown,
         drift_rows,
         head_series,
@@ -88,7 +88,7 @@ def records_report(records_dir: str, out_dir: str, log=print) -> None:
         over_target,
         records_to_draw,
     )
-    from megatron.study.plots import plot_trajectories
+    from study.plots import plot_trajectories
 
     records = load_records(records_dir)
     if not records:
@@ -128,8 +128,8 @@ def records_report(records_dir: str, out_dir: str, log=print) -> None:
         f.write("# Do the learned positional parameters still move? (last 20% of training)\n\n")
         f.write(drift_markdown(rows) if rows else "No record has per-head positional parameters.\n")
     log(f"wrote {path}")
-    from megatron.study.flat_kernels import flat_markdown, head_values
-    from megatron.study.train_test import pairs, train_test_markdown
+    from study.flat_kernels import flat_markdown, head_values
+    from study.train_test import pairs, train_test_markdown
 
     _write(os.path.join(out_dir, "flat_kernels.md"), "# Do KERPLE heads learn flat kernels? (the paper's §5.4)\n\n"
            + flat_markdown(head_values(records)), log)
@@ -144,14 +144,14 @@ def _write(path: str, text: str, log) -> None:
 
 
 def trend_report(runs, args, log=print) -> None:
-    """trend.md and trend_<dataset>.png from the evaluations (megatron/study/trend.py)."""
-    from megatron.study.aggregate import _safe, table3_cells
-    from megatron.study.convergence import load_records
-    from megatron.study.gap_vs_quality import gap_quality_markdown, gap_quality_points
-    from megatron.study.plots import plot_gap_vs_quality, plot_trend
-    from megatron.study.replicates import identities
-    from megatron.study.train_length_quality import quality_markdown, quality_points
-    from megatron.study.trend import gap_points, has_points, planned_runs, trend_markdown
+    """trend.md and trend_<dataset>.png from the evaluations (study/trend.py)."""
+    from study.aggregate import _safe, table3_cells
+    from study.convergence import load_records
+    from study.gap_vs_quality import gap_quality_markdown, gap_quality_points
+    from study.plots import plot_gap_vs_quality, plot_trend
+    from study.replicates import identities
+    from study.train_length_quality import quality_markdown, quality_points
+    from study.trend import gap_points, has_points, planned_runs, trend_markdown
 
     matrices = sorted({m for pat in args.planned for m in glob.glob(pat)})
     gaps = gap_points(runs, planned_runs(matrices))
@@ -174,8 +174,8 @@ def trend_report(runs, args, log=print) -> None:
 
 def growth_report(runs, args, log=print) -> None:
     """growth.md: each scheme's gap to the reference at 1x and kx and the growth gap between them
-    (megatron/study/growth.py)."""
-    from megatron.study.growth import growth_markdown, growth_rows
+    (study/growth.py)."""
+    from study.growth import growth_markdown, growth_rows
 
     _write(os.path.join(args.out, "growth.md"), "# How much of each lead is extrapolation? The gap at 1x and its growth\n\n"
            + growth_markdown(growth_rows(runs, args.reference, args.alpha), args.reference, args.alpha), log)
@@ -183,8 +183,8 @@ def growth_report(runs, args, log=print) -> None:
 
 def claims_report(runs, args, log=print) -> None:
     """README.md and claims.md from the templates; the root README's study paragraph with --root-readme."""
-    from megatron.study.claims import report_texts, with_block
-    from megatron.study.convergence import load_records
+    from study.claims import report_texts, with_block
+    from study.convergence import load_records
 
     texts = report_texts(runs, load_records(args.records), args.templates, REPO)
     for name in ("claims.md", "README.md"):
@@ -208,7 +208,7 @@ def main(argv=None) -> int:
                    help="largest d of the kernel plot (default: the longest evaluated length)")
     p.add_argument("--templates", default=None, metavar="DIR",
                    help="with --records: render README.md and claims.md from DIR's README.template.md (and "
-                        "summary.template.md for --root-readme); the claims are this study's (megatron/study/"
+                        "summary.template.md for --root-readme); the claims are this study's (study/"
                         "claims.py). Default: docs/results when --records is this repository's docs/results/runs, "
                         "else none")
     p.add_argument("--root-readme", default=None, metavar="README",
@@ -228,7 +228,7 @@ def main(argv=None) -> int:
     if not args.results:
         raise ValueError("give --results (eval.json globs or directories) or --records (run records)")
     build_report(args.results, args)
-    from megatron.study.results import load_results
+    from study.results import load_results
 
     runs = load_results(args.results, args.meta_from_path) if args.records or args.checkpoints else []  # read once
     if args.records:

@@ -11,7 +11,7 @@ from its checkpoint (each experiment sets load = save). Run it in parts or in th
     python tools/run_matrix.py MATRIX --shard 1/2 & python tools/run_matrix.py MATRIX --shard 2/2  # two cores
 
 With --records DIR, each finished run is also reduced to DIR/<run name>/ (evaluations, training
-trajectory with each head's positional parameters, learned kernel: megatron/study/run_record.py)
+trajectory with each head's positional parameters, learned kernel: study/run_record.py)
 and a run whose record is complete is skipped: commit DIR and the matrix continues on a fresh
 clone or another machine, without the checkpoints.
 """
@@ -28,9 +28,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from megatron.cli_args import ArgumentParser  # noqa: E402
 from megatron.errors import UserError, run_cli  # noqa: E402
-from megatron.experiments import read_matrix  # noqa: E402
 from megatron.training.launch_signals import run_child  # noqa: E402
 from megatron.training.metrics_file import metrics_path  # noqa: E402
+from study.experiments import read_matrix  # noqa: E402
 
 
 def run(cmd: list[str], log_path: str) -> None:
@@ -64,7 +64,7 @@ def window_size(windowed: str | None, full_eval: str) -> int | None:
 def run_one(base: list[str], r, eval_args: list[str], windowed: str | None, records: str | None = None) -> str:
     """Train (resuming), evaluate, optionally evaluate windowed and write the run's record; each
     step skipped when done."""
-    from megatron.study.run_record import record_complete, write_record  # torch: after the CLI is parsed
+    from study.run_record import record_complete, write_record  # torch: after the CLI is parsed
 
     record = os.path.join(records, r.name) if records else None
     if record and record_complete(record):

@@ -73,7 +73,7 @@ def mufu_cell(counts) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    from megatron.benchmarks.report import markdown_table
+    from benchmarks.report import markdown_table
 
     plain = {r["kernel"]: r["counts"]["total"] for r in rows if r["scheme"] == "plain"}
     headers = ["kernel", "scheme", "bias path", "regs", "stack B", "loop instr", "skipped", "per score", "vs plain",
@@ -94,7 +94,7 @@ def section(rows: list[dict], dtype: str, head_dim: int, argv: list[str]) -> str
     import torch
     import triton
 
-    from megatron.benchmarks.report import command_line
+    from benchmarks.report import command_line
 
     configs = sorted({(r["kernel"], r["config"]) for r in rows}, key=lambda kc: KERNELS.index(kc[0]))
     return "\n".join([
@@ -154,7 +154,7 @@ def main(argv=None) -> int:
     text = section(rows, args.dtype, args.head_dim, argv)
     print(text)
     if args.out:
-        from megatron.benchmarks.report import replace_section
+        from benchmarks.report import replace_section
 
         replace_section(args.out, args.section, text)
     return 0

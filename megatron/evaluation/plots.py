@@ -9,7 +9,7 @@
   (sinusoidal) does not flatten the others; the schemes above it are named in the panel.
 - plot_kernels: Figs. 2-4, the learned bias f_h(d) of every head against distance d (log axis).
 The study's figures over many runs (trajectories, trends, gaps against quality) are
-megatron/study/plots.py, built on this module's helpers.
+study/plots.py, built on this module's helpers.
 Each scheme keeps one colour across a report's figures (scheme_colors) and the windowed baseline is
 black and dashed in both perplexity figures. Figures are small (dpi 100) so result folders stay
 light in git. Log-scale perplexity axes carry a plain number on every tick for any range

@@ -1,9 +1,9 @@
 """One eval.json (schema kerple-eval/1) as a RunResult, keyed by (scheme, dataset, seed, train length):
 what evaluate.py plots from the file it just wrote, and what the study reads many of
-(megatron/study/results.py).
+(study/results.py).
 
 Where the keys come from, first match wins:
-- scheme: the JSON's `label` (a matrix run's report name, megatron/experiments.py), else
+- scheme: the JSON's `label` (a matrix run's report name, study/experiments.py), else
   `pos_emb`, with " (window W)" appended when the run used a window (the
   windowed baseline of Fig. 5 is a different model of the same weights, so it is its own row);
 - dataset: the JSON's `dataset`, else the `--meta-from-path` regex group `dataset`, else the

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from megatron.study.aggregate import table3_cells, write_report
-from megatron.study.results import load_results
+from study.aggregate import table3_cells, write_report
+from study.results import load_results
 from tests.conftest import ROOT
 
 SCHEMES = ("kerple_log", "alibi", "rotary")

@@ -10,9 +10,9 @@ import sys
 import pytest
 import torch
 
+from benchmarks.report import markers, replace_section
 from megatron.attention import registry
 from megatron.attention.base import AttentionBackend
-from megatron.benchmarks.report import markers, replace_section
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -367,7 +367,7 @@ def test_train_step_profile_only_measured_schemes(capsys):
 
 
 def test_profile_categories():
-    from megatron.benchmarks.profile import OTHER, category
+    from benchmarks.profile import OTHER, category
 
     assert category("attention_fwd_kernel") == "attention fwd (ours)"
     assert category("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64") == "matmul"

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from megatron.config import load_config
-from megatron.experiments import RPE_LABEL, parse_data, read_matrix, write_matrix
+from study.experiments import RPE_LABEL, parse_data, read_matrix, write_matrix
 from tests.conftest import ROOT
 
 PAPER = [os.path.join(ROOT, "configs", "paper", f) for f in ("local_setup.yml", "train.yml")]
@@ -49,8 +49,8 @@ def test_per_dataset_tokenizers(tmp_path):
 
 
 def test_length_settings_scale_with_the_train_length():
-    from megatron.experiments import length_settings
     from megatron.positional.rpe import rpe_bucket
+    from study.experiments import length_settings
 
     s = length_settings(128, 1024)
     assert s["seq-length"] == s["max-position-embeddings"] == 128 and s["train_micro_batch_size_per_gpu"] == 8

@@ -1,10 +1,10 @@
-"""The gaps against model quality and the train length together (megatron/study/gap_vs_quality.py)."""
+"""The gaps against model quality and the train length together (study/gap_vs_quality.py)."""
 import math
 
 import pytest
 
 from megatron.evaluation.results import RunResult
-from megatron.study.gap_vs_quality import GapPoint, corpus_name, fit, gap_quality_markdown, gap_quality_points
+from study.gap_vs_quality import GapPoint, corpus_name, fit, gap_quality_markdown, gap_quality_points
 
 CORPUS = ("data/latex_full_text_document", "test", "non-overlapping", None, None, None)
 
@@ -84,7 +84,7 @@ def test_a_gap_that_follows_the_train_length_alone_has_no_quality_slope():
 
 
 def test_the_figure_has_one_panel_per_gap(tmp_path):
-    from megatron.study.plots import plot_gap_vs_quality
+    from study.plots import plot_gap_vs_quality
 
     pts = [GapPoint(d, L, s, 40.0 + L / 8 + s, -0.5 * s) for d in ("a", "b") for L in (64, 256) for s in (1, 2)]
     path = plot_gap_vs_quality({("windowed - full", 8): pts, ("power - log", 32): pts[:3]}, str(tmp_path / "g.png"), "x")
@@ -95,7 +95,7 @@ def test_the_figure_has_one_panel_per_gap(tmp_path):
 
 def test_leaving_one_group_out_shows_what_a_group_carries():
     """Group `outlier` alone makes the gap follow q: without it the slope on q is gone."""
-    from megatron.study.gap_vs_quality import leave_one_group_out
+    from study.gap_vs_quality import leave_one_group_out
 
     pts = [GapPoint(d, L, s, 40.0 + 5 * s + L / 64, -1.0 + 0.01 * s) for d in ("a", "b") for L in (64, 256) for s in (1, 2, 3)]
     pts += [GapPoint("outlier", L, s, 200.0 + s + L / 64, -6.0) for L in (64, 256) for s in (1, 2, 3)]
@@ -119,7 +119,7 @@ def test_two_corpora_whose_files_share_a_name_stay_apart():
 def test_a_config_trained_twice_is_one_point_of_the_fit():
     """Two designs share their L = 64 runs (the same config and seed): counted twice, those points would pull
     the fit; counted once (mean gap, geometric-mean q) the fit is the one over the distinct configs."""
-    from megatron.study.gap_vs_quality import count_once, leave_one_group_out
+    from study.gap_vs_quality import count_once, leave_one_group_out
 
     def pt(d, L, s, q, gap):
         trained = (("config", f"L{L}s{s}"),) if L == 64 else (("run", d, L, s),)

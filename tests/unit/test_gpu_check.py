@@ -10,8 +10,8 @@ import textwrap
 
 import pytest
 
-from megatron.benchmarks.budget import TimeBudget
-from megatron.benchmarks.report import markers
+from benchmarks.budget import TimeBudget
+from benchmarks.report import markers
 from tests.unit.test_bench_tools import ATTN_TINY, TRAIN_TINY, attn, load_tool, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

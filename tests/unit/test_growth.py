@@ -1,8 +1,8 @@
-"""The gap at 1x and its growth to kx (megatron/study/growth.py)."""
+"""The gap at 1x and its growth to kx (study/growth.py)."""
 import pytest
 
 from megatron.evaluation.results import RunResult
-from megatron.study.growth import growth_markdown, growth_rows
+from study.growth import growth_markdown, growth_rows
 
 
 def run(scheme, seed, ppl, L=64, dataset="code", window=None):

@@ -22,7 +22,7 @@ def test_generate_on_an_empty_prompt_file_says_so(tmp_path, content):
 
 
 def _matrix(tmp_path) -> str:
-    from megatron.experiments import write_matrix
+    from study.experiments import write_matrix
 
     write_matrix(["kerple_log", "alibi"], {"code": "data/code/code_text_document"}, [1235], str(tmp_path / "m"),
                  str(tmp_path / "runs"), [])

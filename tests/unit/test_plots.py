@@ -5,7 +5,7 @@ import pytest
 
 from megatron.evaluation import plots
 from megatron.evaluation.results import RunResult
-from megatron.study import plots as study_plots
+from study import plots as study_plots
 
 LENGTHS = (32, 64, 128, 256, 512, 1024)
 

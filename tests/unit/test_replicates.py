@@ -1,8 +1,8 @@
-"""Which runs trained the same configuration (megatron/study/replicates.py)."""
+"""Which runs trained the same configuration (study/replicates.py)."""
 import json
 import os
 
-from megatron.study.replicates import identities, trained_as, training_identity
+from study.replicates import identities, trained_as, training_identity
 
 
 def write_run(root, folder, name, seed=1235, warmup=0.1, base=("configs/base.yml",), steps=2000):

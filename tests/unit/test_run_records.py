@@ -11,10 +11,10 @@ import torch
 
 from megatron.config import load_config
 from megatron.evaluation.kernels import learned_kernels
-from megatron.experiments import Run
-from megatron.study.convergence import drift_rows, head_series, over_target, records_to_draw, relative_tail_change
-from megatron.study.run_record import record_complete, trajectory_from_metrics, write_record
 from megatron.training.metrics_file import metrics_path, read_metrics
+from study.convergence import drift_rows, head_series, over_target, records_to_draw, relative_tail_change
+from study.experiments import Run
+from study.run_record import record_complete, trajectory_from_metrics, write_record
 from tests.conftest import ROOT, train_config_dict, write_yaml
 
 
@@ -145,7 +145,7 @@ def test_report_from_records_refuses_a_bad_directory(tmp_path):
 
 
 def test_run_matrix_skips_a_run_whose_record_is_complete(tmp_path):
-    from megatron.experiments import write_matrix
+    from study.experiments import write_matrix
 
     runs = write_matrix(["kerple_log"], {"tiny": str(tmp_path / "no_such_data")}, [1], str(tmp_path / "exp"),
                         str(tmp_path / "runs"), [])
@@ -170,7 +170,7 @@ def test_a_labelled_run_is_its_own_report_row_beside_the_unlabelled_one(tmp_path
     rows; the label is in record.json and both evaluation copies."""
     from dataclasses import replace
 
-    from megatron.study.results import load_results
+    from study.results import load_results
 
     run = train_run(tmp_path, token_dataset, "rpe", seed=1)
     full = fake_eval(os.path.join(run.run_dir, "eval"), "rpe", 1)
@@ -202,7 +202,7 @@ def test_run_matrix_window_of_L_is_each_runs_train_length(tmp_path):
 
 def test_run_matrix_shards_split_the_matrix_without_overlap(tmp_path):
     """--shard K/N: N processes (one per core) take disjoint runs that together cover the matrix."""
-    from megatron.experiments import write_matrix
+    from study.experiments import write_matrix
 
     runs = write_matrix(["kerple_log", "alibi", "rotary"], {"tiny": str(tmp_path / "no_such_data")}, [1, 2],
                         str(tmp_path / "exp"), str(tmp_path / "runs"), [])
@@ -229,8 +229,8 @@ def test_run_matrix_shards_split_the_matrix_without_overlap(tmp_path):
 def test_a_record_names_each_device_its_run_trained_on(tmp_path):
     """A resume on the same device adds nothing; one on another thread count is named with its first step.
     The trainer's start rows survive the trim of a resumed run (they sit at the step it resumes from)."""
-    from megatron.study.run_record import training_devices
     from megatron.training.metrics_file import trim_metrics
+    from study.run_record import training_devices
 
     rows = [{"iteration": 0, "kind": "start", "device": "cpu (1 threads)", "processes": 1, "torch": "2.13.0"},
             *({"iteration": i, "kind": "train", "lm_loss": 5.0} for i in range(1, 6)),

@@ -1,4 +1,4 @@
-"""The claims behind the study's report (megatron/study/claims.py): the computations the prose rests on,
+"""The claims behind the study's report (study/claims.py): the computations the prose rests on,
 each checked against a case whose answer is known."""
 import math
 
@@ -6,7 +6,7 @@ import pytest
 from scipy import stats as sps
 
 from megatron.evaluation.results import RunResult
-from megatron.study.claims import Claims, Study, extrapolation_claims, log_runs, log_scale_claims, slope_ci, tight
+from study.claims import Claims, Study, extrapolation_claims, log_runs, log_scale_claims, slope_ci, tight
 
 LENGTHS = (64, 128, 256, 512, 1024, 2048)
 
@@ -38,7 +38,7 @@ def test_the_log_scale_check_names_a_row_one_outlying_seed_hides_on_perplexity()
 
 
 def test_a_slope_is_tight_only_when_its_interval_rules_out_the_gap_vanishing_or_doubling():
-    from megatron.study.trend import slope
+    from study.trend import slope
 
     flat = {64: {1: -1.0, 2: -1.1, 3: -0.9}, 128: {1: -1.05, 2: -0.95, 3: -1.0}, 256: {1: -1.0, 2: -1.02, 3: -0.98}}
     noisy = {64: {1: -1.0, 2: -3.0, 3: 0.5}, 128: {1: -4.0, 2: 0.0, 3: -1.0}, 256: {1: -5.0, 2: 0.5, 3: -1.0}}

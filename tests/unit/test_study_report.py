@@ -7,15 +7,15 @@ import os
 
 import pytest
 
-from megatron.study.claims import BLOCK, Claims, render, report_texts, with_block
+from study.claims import BLOCK, Claims, render, report_texts, with_block
 from tests.conftest import ROOT
 
 RESULTS = os.path.join(ROOT, "docs", "results")
 
 
 def test_the_committed_report_is_what_the_records_give():
-    from megatron.study.convergence import load_records
-    from megatron.study.results import load_results
+    from study.convergence import load_records
+    from study.results import load_results
 
     records = os.path.join(RESULTS, "runs")
     files = sorted(f for f in glob.glob(os.path.join(records, "*", "eval*.json"))
@@ -53,5 +53,5 @@ def test_evaluation_imports_nothing_from_the_study():
         for node in ast.walk(ast.parse(open(path).read())):
             mods = ([a.name for a in node.names] if isinstance(node, ast.Import)
                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            found += [f"{os.path.relpath(path, ROOT)}: {m}" for m in mods if m.startswith("megatron.study")]
+            found += [f"{os.path.relpath(path, ROOT)}: {m}" for m in mods if m.startswith("study")]
     assert found == []

@@ -1,10 +1,10 @@
-"""Model quality against the train length on the same windows (megatron/study/train_length_quality.py)."""
+"""Model quality against the train length on the same windows (study/train_length_quality.py)."""
 import math
 
 import pytest
 
 from megatron.evaluation.results import RunResult
-from megatron.study.train_length_quality import changes, quality_markdown, quality_points
+from study.train_length_quality import changes, quality_markdown, quality_points
 
 
 def run(seed, L, loss_at, windows=320, scheme="kerple_log", window=None, dataset="latex"):
@@ -54,7 +54,7 @@ def test_table3_says_how_long_each_group_trained_and_where_it_was_scored(tmp_pat
     """Issue 24: GPU records on a short schedule are marked as such in the report."""
     from dataclasses import replace
 
-    from megatron.study.aggregate import provenance, write_report
+    from study.aggregate import provenance, write_report
 
     gpu = [replace(run(s, 512, lambda p: 3.0, scheme=k, dataset="code_162M"), iteration=500,
                    device_name="cuda:0 (NVIDIA H100 80GB HBM3)") for s in (1, 2) for k in ("kerple_log", "alibi")]

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from megatron.evaluation.results import RunResult
-from megatron.study.aggregate import table3_cells
-from megatron.study.flat_kernels import FLAT_AT_L, flat_markdown, head_values
-from megatron.study.train_test import final_train_ppl, pairs, train_test_markdown
-from megatron.study.trend import gap_points, slope, trend_markdown
+from study.aggregate import table3_cells
+from study.flat_kernels import FLAT_AT_L, flat_markdown, head_values
+from study.train_test import final_train_ppl, pairs, train_test_markdown
+from study.trend import gap_points, slope, trend_markdown
 
 
 def run(scheme, seed, L, ppl_at, window=None):
@@ -50,8 +50,8 @@ def test_gaps_against_the_train_length_with_missing_pairs_named():
 
 
 def test_planned_runs_without_a_record_are_named_missing(tmp_path):
-    from megatron.experiments import write_matrix
-    from megatron.study.trend import planned_runs
+    from study.experiments import write_matrix
+    from study.trend import planned_runs
 
     runs = write_matrix(["kerple_log", "kerple_power_ap_"], {"latex": "d/latex"}, [1, 4], str(tmp_path / "m"), "r",
                         [], train_lengths=[128], tokens_per_step=1024)
@@ -68,8 +68,8 @@ def test_planned_runs_without_a_record_are_named_missing(tmp_path):
 
 
 def test_a_planned_only_dataset_gets_one_line_not_a_table_of_dashes(tmp_path):
-    from megatron.experiments import write_matrix
-    from megatron.study.trend import has_points, planned_runs
+    from study.experiments import write_matrix
+    from study.trend import has_points, planned_runs
 
     write_matrix(["kerple_log", "alibi"], {"code_warmup10": "d/code"}, [1], str(tmp_path / "m"), "r", [],
                  train_lengths=[64, 128], tokens_per_step=1024)

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as sps
 
-from megatron.study.replicates import trained_as
-from megatron.study.trend import GAPS, REFERENCE, gap_points
+from study.replicates import trained_as
+from study.trend import GAPS, REFERENCE, gap_points
 
 
 @dataclass(frozen=True)
@@ -226,7 +226,7 @@ def gap_quality_markdown(result: dict) -> str:
                 same[(tuple(sorted({p.dataset for p in reps})), reps[0].train_length)].add(reps[0].seed)
         for (groups, L), seeds in sorted(same.items(), key=str):
             lines += ["", f"Counted once in every fit: {' and '.join(f'{d} L = {L}' for d in groups)} trained the same "
-                      f"config (seeds {', '.join(map(str, sorted(seeds, key=str)))}; megatron/study/replicates.py), so "
+                      f"config (seeds {', '.join(map(str, sorted(seeds, key=str)))}; study/replicates.py), so "
                       "each seed is one point there, its gap the mean and its q the geometric mean of the runs listed "
                       "above."]
         if res["left_out"]:

@@ -33,16 +33,16 @@ import numpy as np
 from scipy import stats as sps
 
 from megatron.evaluation.stats import holm, min_sign_flip_p, paired_test, permutation_p
-from megatron.study.aggregate import order_schemes, table3_cells
-from megatron.study.convergence import DRIFT_TARGET, drift_rows
-from megatron.study.flat_kernels import FLAT_AT_L, head_values
-from megatron.study.gap_vs_quality import count_once, gap_quality_points, leave_one_group_out
-from megatron.study.gap_vs_quality import fit as quality_fit
-from megatron.study.growth import growth_rows
-from megatron.study.replicates import identities, trained_as
-from megatron.study.train_length_quality import changes, quality_points
-from megatron.study.train_test import _r, pairs
-from megatron.study.trend import gap_points, slope
+from study.aggregate import order_schemes, table3_cells
+from study.convergence import DRIFT_TARGET, drift_rows
+from study.flat_kernels import FLAT_AT_L, head_values
+from study.gap_vs_quality import count_once, gap_quality_points, leave_one_group_out
+from study.gap_vs_quality import fit as quality_fit
+from study.growth import growth_rows
+from study.replicates import identities, trained_as
+from study.train_length_quality import changes, quality_points
+from study.train_test import _r, pairs
+from study.trend import gap_points, slope
 
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z0-9_]+)\s*\}\}")
 LOG, POWER, ALIBI, T5, T5_128, ROTARY, SIN = ("kerple_log", "kerple_power_ap_", "alibi", "rpe (max distance L)", "rpe",
@@ -561,7 +561,7 @@ def quality_claims(c: Claims, study: Study) -> None:
         c.add(f"{corpus}_fit_replicates", "; ".join(f"{d.replace(' = ', ' and ')} at L = {L}" for d, L in sorted(merged))
               or "none", f"{sum(p.runs > 1 for p in count_once(pts))} seeds", "",
               "runs whose experiment config, base configs and steps are equal but for their paths "
-              "(megatron/study/replicates.py)", "[trend.md](trend.md)")
+              "(study/replicates.py)", "[trend.md](trend.md)")
     pooled_short, pooled_long = {}, {}
     for corpus in ("latex", "code"):
         short = study.gaps(f"{corpus}_64seq", 64, f"{LOG} (window 64)", LOG, 32 * 64)
@@ -661,7 +661,7 @@ def study_claims(runs, records, config_root: str | None = None) -> Claims:
 
 def claims_markdown(claims: Claims) -> str:
     lines = ["# The report's figures, each from the records", "",
-             "Every `{{name}}` of README.template.md, as README.md quotes it (megatron/study/claims.py). "
+             "Every `{{name}}` of README.template.md, as README.md quotes it (study/claims.py). "
              "Gaps: 100 (ppl_A / ppl_B - 1) in %, per seed pair, negative: A better. Holm: the p adjusted "
              "within its family (the row of Table 3: one scheme against kerple_log at every length of a group). "
              "Exact: the sign-flip test, which with n pairs cannot go below 2 / 2^n.", "",
@@ -676,7 +676,7 @@ def render(template: str, claims: Claims, where: str = "the template") -> str:
     """The template with every {{name}} replaced by its claim's value; ValueError naming every unknown one."""
     unknown = sorted({m.group(1) for m in PLACEHOLDER.finditer(template)} - set(claims))
     if unknown:
-        raise ValueError(f"{where}: no claim named {', '.join(unknown)}; add it to megatron/study/claims.py "
+        raise ValueError(f"{where}: no claim named {', '.join(unknown)}; add it to study/claims.py "
                          "or fix the placeholder")
     return PLACEHOLDER.sub(lambda m: claims[m.group(1)].value, template)
 

@@ -72,7 +72,7 @@ def gap_points(runs, planned: set | None = None, min_lengths: int = 2) -> dict[t
 
 def planned_runs(matrices) -> set:
     """{(dataset, train length, report name, seed)} of the matrix.json files' runs that name a train length."""
-    from megatron.experiments import read_matrix
+    from study.experiments import read_matrix
 
     out = set()
     for path in matrices:

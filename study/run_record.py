@@ -12,7 +12,7 @@ committed and a matrix finished over several sessions or machines (checkpoints s
                          seconds and where it trained ("trained_on": each device and the step from which it
                          ran, from the trainer's start rows: a seed retrained on another thread count or
                          GPU differs, so a rerun that does not match can be told apart); a matrix run
-                         with a report label (megatron/experiments.py) has it here and in its two
+                         with a report label (study/experiments.py) has it here and in its two
                          evaluation files ("label"), which the report reads as the scheme
 
 A record is complete when record.json exists: it is written last, after the other files.

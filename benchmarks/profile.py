@@ -70,7 +70,7 @@ def profile_tables(profiles: dict[str, dict[str, float]], wall: dict[str, float]
     timed seconds per step and what the profiled work leaves of it: on a GPU, time the device sat
     idle waiting for the host), then the first scheme's `top` kernels with the same kernels'
     time in the others."""
-    from megatron.benchmarks.report import markdown_table
+    from benchmarks.report import markdown_table
 
     schemes = list(profiles)
     cats = {s: by_category(t) for s, t in profiles.items()}

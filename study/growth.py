@@ -24,7 +24,7 @@ from collections import defaultdict
 import numpy as np
 
 from megatron.evaluation.stats import correct_family, paired_test
-from megatron.study.aggregate import group_title, groups_of, order_schemes
+from study.aggregate import group_title, groups_of, order_schemes
 
 FACTORS = (8, 32)
 

@@ -71,7 +71,7 @@ def plot_trend(gaps: dict, path: str, title: str, train_lengths=None) -> str:
 
 
 def plot_gap_vs_quality(panels: dict, path: str, title: str) -> str:
-    """panels: {(gap name, factor): [GapPoint]} (megatron/study/gap_vs_quality.py): one panel each,
+    """panels: {(gap name, factor): [GapPoint]} (study/gap_vs_quality.py): one panel each,
     the gap against the kerple_log model's quality q (log x axis), one colour per train length and one
     marker per group, so a gap that follows q and not L lines up across the colours."""
     if not panels:

@@ -1,0 +1,23 @@
+"""The runtime package (megatron/) never imports what sits beside it for the reproduction and the
+benchmarks (study/, benchmarks/): a training or evaluation run must not depend on the analysis of
+many runs, and the study can change without touching what users run (issue 46)."""
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+OUTSIDE = ("study", "benchmarks", "tools", "tests")
+
+
+def test_megatron_imports_nothing_from_outside_the_runtime_package():
+    bad = []
+    for path in sorted((REPO / "megatron").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
+            bad += [f"{path.relative_to(REPO)}:{node.lineno} {n}" for n in names if n.split(".")[0] in OUTSIDE]
+    assert not bad, bad
+
+
+def test_the_study_and_benchmarks_are_not_in_the_runtime_package():
+    assert not (REPO / "megatron" / "study").exists() and not (REPO / "megatron" / "benchmarks").exists()
+    assert (REPO / "study" / "__init__.py").is_file() and (REPO / "benchmarks" / "__init__.py").is_file()
