@@ -10,7 +10,16 @@ export WANDB_MODE ?= offline
 
 .PHONY: setup test test-cluster test-gpu quickstart quickstart-rotary eval-tasks docs lint clean
 
-setup: $(STAMP)
+PACKAGE := $(VENV)/.package
+setup: $(STAMP) $(PACKAGE)
+
+# This checkout as an editable package (pyproject.toml): megatron/, study/ and benchmarks/ import from
+# anywhere with the venv's python, so tools/*.py need no sys.path lines. One venv per checkout.
+# "compat" mode puts the checkout on sys.path: megatron-core's namespace `megatron.core` in
+# site-packages would otherwise hide our regular `megatron` from setuptools' strict finder.
+$(PACKAGE): pyproject.toml $(STAMP)
+	$(PY) -m pip install --quiet --no-deps -e . --config-settings editable_mode=compat
+	touch $(PACKAGE)
 
 $(STAMP): requirements.txt constraints.txt
 	@echo "setup 1/4: creating $(VENV)"
@@ -21,7 +30,7 @@ $(STAMP): requirements.txt constraints.txt
 	DS_BUILD_OPS=0 PIP_CONSTRAINT=$(CURDIR)/constraints.txt $(PY) -m pip install --quiet -c constraints.txt -r requirements.txt
 	@echo "setup 4/4: building DeepSpeed's shared-memory comm op once (1-2 min), so no run builds it again"
 	# DeepSpeed JIT-builds its shared-memory comm op at every process-group start; build it once now.
-	$(PY) tools/build_deepspeed_ops.py
+	PYTHONPATH=$(CURDIR) $(PY) tools/build_deepspeed_ops.py
 	touch $(STAMP)
 	@echo "setup done: $(VENV)"
 

@@ -284,3 +284,27 @@ def write_report(runs: list[RunResult], out_dir: str, reference: str = "kerple_l
     for p in paths.values():
         log(f"wrote {p}")
     return paths
+
+
+def add_common_args(p) -> None:
+    """The flags tools/aggregate_results.py and tools/make_report.py share."""
+    p.add_argument("--out", required=True, help="output directory for tables and plots")
+    p.add_argument("--reference", default="kerple_log", help="scheme the t-test compares every other scheme with")
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level of the paired t-test")
+    p.add_argument("--meta-from-path", default=None, metavar="REGEX",
+                   help="regex with named groups scheme/dataset/seed, applied to each file's path for keys its JSON lacks")
+    p.add_argument("--speed", default=None, metavar="JSON",
+                   help='JSON mapping run -> sec/step; run is "scheme/dataset/seed" or a directory holding eval.json')
+    p.add_argument("--digits", type=int, default=2, help="decimals in the table cells")
+
+
+def build_report(results, args, log=print) -> dict:
+    """Table 3/4 and the plots of `results` (eval.json files, directories, globs) into args.out."""
+    from study.results import load_results
+
+    runs = load_results(results, args.meta_from_path)
+    if args.speed:
+        apply_speed(runs, load_speed_file(args.speed))
+    log(f"{len(runs)} result files: {len({r.scheme for r in runs})} schemes, "
+        f"{len({r.dataset for r in runs})} datasets, {len({r.seed for r in runs})} seeds")
+    return write_report(runs, args.out, args.reference, args.alpha, args.digits, log)

@@ -37,29 +37,25 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+import torch
 
-import torch  # noqa: E402
-
-from benchmarks.budget import TimeBudget  # noqa: E402
-from benchmarks.cli import check_names, check_positive, pick_device, set_threads  # noqa: E402
-from benchmarks.report import SECTION_NAME, environment_lines, mark_partial, markdown_table, replace_section  # noqa: E402
-from benchmarks.timing import (  # noqa: E402
+from benchmarks.budget import TimeBudget
+from benchmarks.cli import check_names, check_positive, pick_device, set_threads
+from benchmarks.report import SECTION_NAME, environment_lines, mark_partial, markdown_table, replace_section
+from benchmarks.timing import (
     error_cell,
     median_seconds,
     peak_memory_gib,
     release_memory,
     reset_peak_memory,
 )
-from megatron.attention import backend_names, resolve_backend  # noqa: E402
-from megatron.attention.registry import backend_classes  # noqa: E402
-from megatron.cli_args import ArgumentParser  # noqa: E402
-from megatron.config.precision import DTYPE_NAMES, torch_dtype  # noqa: E402
-from megatron.errors import run_cli  # noqa: E402
-from megatron.positional.base import PositionalSpec  # noqa: E402
-from megatron.positional.registry import build_scheme, scheme_names  # noqa: E402
+from megatron.attention import backend_names, resolve_backend
+from megatron.attention.registry import backend_classes
+from megatron.cli_args import ArgumentParser
+from megatron.config.precision import DTYPE_NAMES, torch_dtype
+from megatron.errors import run_cli
+from megatron.positional.base import PositionalSpec
+from megatron.positional.registry import build_scheme, scheme_names
 
 # One scheme per kind of work the fused kernel does (log / power / linear / lookup bias, weight,
 # both), the paper's first; kerple_power_original is ALiBi's kind with other slopes.

@@ -25,16 +25,12 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+import torch
 
-import torch  # noqa: E402
-
-from benchmarks.cli import check_positive, parse_overrides, set_threads  # noqa: E402
-from benchmarks.report import SECTION_NAME, environment_lines, markdown_table, replace_section  # noqa: E402
-from megatron.cli_args import ArgumentParser  # noqa: E402
-from megatron.errors import run_cli  # noqa: E402
+from benchmarks.cli import check_positive, parse_overrides, set_threads
+from benchmarks.report import SECTION_NAME, environment_lines, markdown_table, replace_section
+from megatron.cli_args import ArgumentParser
+from megatron.errors import run_cli
 
 DEFAULT_CONFIGS = ["configs/paper/local_setup.yml", "configs/paper/train.yml"]
 # the paper's GPT-2 tokenizer, padded (local_setup.yml); the files need not exist to build the model

@@ -25,13 +25,11 @@ import statistics
 import sys
 import time
 
+import torch
+
 from megatron.cli_args import ArgumentParser
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
-
-import torch  # noqa: E402
 
 DEFAULT_VARIANTS = ["none", "alibi", "kerple_log", "hf_neox"]
 

@@ -18,26 +18,21 @@ elements; the table says how much of it each route saves and what the rest of th
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from dataclasses import dataclass
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+import torch
 
-import torch  # noqa: E402
-
-from benchmarks.cli import check_names, check_positive, pick_device, set_threads  # noqa: E402
-from benchmarks.report import SECTION_NAME, environment_lines, markdown_table, replace_section  # noqa: E402
-from benchmarks.timing import call_peak_bytes, error_cell, release_memory  # noqa: E402
-from megatron.attention import backend_names, resolve_backend  # noqa: E402
-from megatron.attention.base import repeat_kv  # noqa: E402
-from megatron.cli_args import ArgumentParser  # noqa: E402
-from megatron.config.precision import DTYPE_NAMES, torch_dtype  # noqa: E402
-from megatron.errors import run_cli  # noqa: E402
-from megatron.positional.base import PositionalSpec  # noqa: E402
-from megatron.positional.registry import build_scheme, scheme_names  # noqa: E402
+from benchmarks.cli import check_names, check_positive, pick_device, set_threads
+from benchmarks.report import SECTION_NAME, environment_lines, markdown_table, replace_section
+from benchmarks.timing import call_peak_bytes, error_cell, release_memory
+from megatron.attention import backend_names, resolve_backend
+from megatron.attention.base import repeat_kv
+from megatron.cli_args import ArgumentParser
+from megatron.config.precision import DTYPE_NAMES, torch_dtype
+from megatron.errors import run_cli
+from megatron.positional.base import PositionalSpec
+from megatron.positional.registry import build_scheme, scheme_names
 
 # (H, H_kv): Llama-2-70B's and Mistral-7B's 8:1 grouping at 8 and 32 heads, a 4:1 one, and MQA.
 HEADS = ["8:2", "8:1", "32:8"]

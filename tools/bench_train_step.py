@@ -26,25 +26,23 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+import torch
 
-import torch  # noqa: E402
-
-from benchmarks.budget import TimeBudget  # noqa: E402
-from benchmarks.cli import check_names, check_positive, parse_overrides, pick_device, set_threads  # noqa: E402
-from benchmarks.report import SECTION_NAME, environment_lines, mark_partial, markdown_table, replace_section  # noqa: E402
-from benchmarks.timing import (  # noqa: E402
+from benchmarks.budget import TimeBudget
+from benchmarks.cli import check_names, check_positive, parse_overrides, pick_device, set_threads
+from benchmarks.report import SECTION_NAME, environment_lines, mark_partial, markdown_table, replace_section
+from benchmarks.timing import (
     error_cell,
     median_seconds,
     peak_memory_gib,
     release_memory,
     reset_peak_memory,
 )
-from megatron.cli_args import ArgumentParser  # noqa: E402
-from megatron.errors import run_cli  # noqa: E402
-from megatron.positional.registry import scheme_names  # noqa: E402
+from megatron.cli_args import ArgumentParser
+from megatron.errors import run_cli
+from megatron.positional.registry import scheme_names
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 DEFAULT_CONFIGS = ["configs/paper/local_setup.yml", "configs/paper/train.yml"]
 DEFAULT_SCHEMES = ["kerple_log", "kerple_power_ap_", "alibi", "rpe", "rotary", "sinusoidal", "none"]

@@ -7,12 +7,10 @@ the first time on 2 cores). Building it once during `make setup` into TORCH_EXTE
 any machine: the CPU runs of a GPU machine (its test suite's included) load it too.
 """
 import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from megatron.errors import run_cli  # noqa: E402
-from megatron.training.op_cache import set_op_cache_dir  # noqa: E402
+from megatron.errors import run_cli
+from megatron.training.op_cache import set_op_cache_dir
 
 
 def main() -> int:

@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from decimal import Decimal
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from megatron.cli_args import ArgumentParser
+from megatron.errors import UserError, run_cli
 
-from megatron.cli_args import ArgumentParser  # noqa: E402
-from megatron.errors import UserError, run_cli  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 FIGURES = os.path.join(ROOT, "docs", "readme_figures.json")
 

@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from megatron.cli_args import ArgumentParser  # noqa: E402
-from megatron.config.precision import DTYPE_NAMES  # noqa: E402
-from megatron.errors import run_cli  # noqa: E402
+from megatron.cli_args import ArgumentParser
+from megatron.config.precision import DTYPE_NAMES
+from megatron.errors import run_cli
 
 KERNELS = ("fwd", "bwd_dkdv", "bwd_dq")
 SCHEMES = ("plain", "kerple_log", "kerple_log_3para", "kerple_power_ap_", "kerple_power_ap_ap", "alibi", "rpe")

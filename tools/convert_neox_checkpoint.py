@@ -8,13 +8,9 @@ layout, any tensor-parallel degree, bf16/fp16/fp32) into this stack's TP=1 layou
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from megatron.cli_args import ArgumentParser, int_at_least  # noqa: E402
-from megatron.errors import run_cli  # noqa: E402
+from megatron.cli_args import ArgumentParser, int_at_least
+from megatron.errors import run_cli
 
 
 def main(argv=None) -> int:

@@ -31,11 +31,11 @@ import subprocess
 import sys
 import tarfile
 
+from megatron.cli_args import ArgumentParser
+from megatron.errors import UserError
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, ".device")
-sys.path.insert(0, ROOT)
-from megatron.cli_args import ArgumentParser  # noqa: E402
-from megatron.errors import UserError  # noqa: E402
 
 # Distributions our code and tests import that the device image lacks (KINDS.md's package list,
 # 2026-11-17), with no compiled code: their installed files work on any Python 3.

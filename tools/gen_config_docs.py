@@ -4,12 +4,11 @@ from __future__ import annotations
 import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from megatron.cli_args import ArgumentParser
+from megatron.config.docs import render
+from megatron.errors import run_cli
 
-from megatron.cli_args import ArgumentParser  # noqa: E402
-from megatron.config.docs import render  # noqa: E402
-from megatron.errors import run_cli  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 DOC_PATH = os.path.join(ROOT, "docs", "config.md")
 

@@ -38,11 +38,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from megatron.cli_args import ArgumentParser
+from megatron.errors import UserError
 
-from megatron.cli_args import ArgumentParser  # noqa: E402
-from megatron.errors import UserError  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SUMMARY = "summary.json"
 INTERRUPT_GRACE = 20.0  # seconds between SIGINT and SIGKILL: pytest writes its report in this time

@@ -17,15 +17,13 @@ import argparse
 import json
 import os
 import re
-import sys
 import xml.etree.ElementTree as ET
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from benchmarks.report import markdown_table, markers, replace_section
+from megatron.cli_args import ArgumentParser
+from megatron.errors import UserError
 
-from benchmarks.report import markdown_table, markers, replace_section  # noqa: E402
-from megatron.cli_args import ArgumentParser  # noqa: E402
-from megatron.errors import UserError  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 BENCH_FILES = ["attention", "attention-hd128", "train"]  # file stem = section name
 EXTRA_ATTENTION = re.compile(r"attention-[a-z0-9-]+\.md$")  # a re-run's own section (e.g. attention-inline)

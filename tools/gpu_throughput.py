@@ -22,9 +22,9 @@ import tempfile
 
 import numpy as np
 
+from megatron.cli_args import ArgumentParser
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-from megatron.cli_args import ArgumentParser  # noqa: E402
 
 PAPER = ["configs/paper/local_setup.yml", "configs/paper/train.yml"]
 VOCAB = 50304  # GPT-2's 50,257 padded to a multiple of 128, as NeoX pads it

@@ -13,12 +13,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from megatron.cli_args import ArgumentParser  # noqa: E402
-from megatron.errors import run_cli  # noqa: E402
+from megatron.cli_args import ArgumentParser
+from megatron.errors import run_cli
 
 
 def main(argv=None) -> int:

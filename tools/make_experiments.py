@@ -21,12 +21,10 @@ Then run it locally with tools/run_matrix.py, or on slurm with tools/slurm/matri
 import argparse
 import json
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from megatron.cli_args import ArgumentParser, int_at_least  # noqa: E402
-from megatron.errors import UserError, run_cli  # noqa: E402
-from study.experiments import ORDERS, parse_data, write_matrix  # noqa: E402
+from megatron.cli_args import ArgumentParser, int_at_least
+from megatron.errors import UserError, run_cli
+from study.experiments import ORDERS, parse_data, write_matrix
 
 
 def parse_seeds(text: str) -> list[int]:

@@ -31,18 +31,14 @@ from __future__ import annotations
 import argparse
 import glob
 import os
-import sys
+
+from megatron.atomic_io import atomic_output
+from megatron.cli_args import ArgumentParser
+from megatron.errors import run_cli
+from study.aggregate import add_common_args, build_report
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STUDY_RECORDS = os.path.join(REPO, "docs", "results", "runs")
-sys.path.insert(0, REPO)  # run from anywhere
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from aggregate_results import add_common_args, build_report  # noqa: E402
-
-from megatron.atomic_io import atomic_output  # noqa: E402
-from megatron.cli_args import ArgumentParser  # noqa: E402
-from megatron.errors import run_cli  # noqa: E402
 
 
 def kernel_plot(patterns, max_distance: int, out_dir: str, log=print) -> str | None:

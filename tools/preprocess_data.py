@@ -8,11 +8,7 @@
 from __future__ import annotations
 
 import argparse
-import os
 import signal
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from anywhere
 
 from megatron.cli_args import ArgumentParser, int_at_least
 from megatron.data.preprocess import preprocess

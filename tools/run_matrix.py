@@ -24,13 +24,13 @@ import subprocess
 import sys
 import time
 
+from megatron.cli_args import ArgumentParser
+from megatron.errors import UserError, run_cli
+from megatron.training.launch_signals import run_child
+from megatron.training.metrics_file import metrics_path
+from study.experiments import read_matrix
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-from megatron.cli_args import ArgumentParser  # noqa: E402
-from megatron.errors import UserError, run_cli  # noqa: E402
-from megatron.training.launch_signals import run_child  # noqa: E402
-from megatron.training.metrics_file import metrics_path  # noqa: E402
-from study.experiments import read_matrix  # noqa: E402
 
 
 def run(cmd: list[str], log_path: str) -> None:

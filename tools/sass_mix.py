@@ -18,10 +18,8 @@ import datetime
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from megatron.cli_args import ArgumentParser  # noqa: E402
-from megatron.errors import run_cli  # noqa: E402
+from megatron.cli_args import ArgumentParser
+from megatron.errors import run_cli
 
 KERNELS = ("fwd", "bwd_dkdv", "bwd_dq")
 # compile_check scheme names; a "_table" suffix is the per-distance table path (bias_table.py).

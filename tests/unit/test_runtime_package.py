@@ -21,3 +21,10 @@ def test_megatron_imports_nothing_from_outside_the_runtime_package():
 def test_the_study_and_benchmarks_are_not_in_the_runtime_package():
     assert not (REPO / "megatron" / "study").exists() and not (REPO / "megatron" / "benchmarks").exists()
     assert (REPO / "study" / "__init__.py").is_file() and (REPO / "benchmarks" / "__init__.py").is_file()
+
+
+def test_no_tool_edits_sys_path():
+    """`make setup` installs the checkout as a package (pyproject.toml), so a tool imports `megatron`,
+    `study` and `benchmarks` as any user script would; no preamble puts the repository on sys.path."""
+    found = [f"{p.relative_to(REPO)}" for p in sorted((REPO / "tools").rglob("*.py")) if "sys.path" in p.read_text()]
+    assert not found, found
