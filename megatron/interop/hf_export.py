@@ -203,7 +203,8 @@ def _write_stock(model, cfg, out_dir: str, dtype: str, tokenizer: bool, arch: st
     AutoModelForCausalLM.from_pretrained(out) loads it without trust_remote_code."""
     from safetensors.torch import save_file
 
-    from megatron.interop.hf_stock import stock_config, to_hf
+    from megatron.interop.hf_adapters import adapter
+    from megatron.interop.hf_stock import stock_config
 
     tok_obj = _tokenizer_of(cfg)
     hf_cfg = stock_config(arch, cfg.model, model.vocab_size, str(torch_dtype(dtype)).replace("torch.", ""))
@@ -214,7 +215,7 @@ def _write_stock(model, cfg, out_dir: str, dtype: str, tokenizer: bool, arch: st
     state = {k: v.detach().to("cpu", torch_dtype(dtype)).clone() for k, v in model.state_dict().items()
              if not k.endswith("_extra_state") and not k.startswith("position.")}
     weights = os.path.join(out_dir, "model.safetensors")
-    save_file(to_hf(arch, state, cfg.model), weights, metadata={"format": "pt"})
+    save_file(adapter(arch, cfg.model).to_hf(state), weights, metadata={"format": "pt"})
     os.chmod(weights, 0o666 & ~_umask())
     tok_type = save_tokenizer(cfg, out_dir) if tokenizer else None
     return {"out": out_dir, "tensors": len(state), "tokenizer": tok_type, "pos_emb": cfg.model.pos_emb,

@@ -32,8 +32,8 @@ import torch
 
 from megatron.checkpoint.finite import nonfinite_tensors
 from megatron.errors import UserError
+from megatron.interop.hf_adapters import adapter
 from megatron.interop.hf_config import SUPPORTED, model_keys, name_hf_keys, read_hf_config
-from megatron.interop.hf_stock import from_hf, to_hf
 from megatron.interop.hf_tokenizer import check_vocab, find_tokenizer, token_count, tokenizer_keys
 from megatron.interop.hf_weights import WeightFiles, check_against, check_config_dtype
 
@@ -84,7 +84,7 @@ def import_hf(hf_dir: str, output_dir: str, overwrite: bool = False) -> tuple[st
     vocab = keys["padded-vocab-size"]
     with torch.device("meta"):
         described = GPTModel(cfg.model, vocab)
-    expected = to_hf(arch, described.state_dict(), cfg.model)
+    expected = adapter(arch, cfg.model).to_hf(described.state_dict())
     notes += check_against(weights, expected, arch, not cfg.model.no_weight_tying, config_path, config_dtype)
     if found is not None:
         emb = next(iter(expected))  # to_hf names the embedding first
@@ -95,7 +95,7 @@ def import_hf(hf_dir: str, output_dir: str, overwrite: bool = False) -> tuple[st
     if bad:  # a flipped exponent bit reads as inf/NaN; evaluate.py would refuse the checkpoint later
         raise UserError(f"the weights hold NaN or inf in {', '.join(bad)} (in {os.path.basename(weights.where[bad[0]])}): "
                         "a damaged download or copy, or a model saved after it diverged: download it again")
-    state = from_hf(arch, tensors, cfg.model)
+    state = adapter(arch, cfg.model).from_hf(tensors)
     state.update(_position_buffers(cfg.model))
     client = {"iteration": 0, "args": model_args(cfg, vocab), "config": cfg.to_flat_dict(),
               "imported_from": os.path.abspath(hf_dir), "source_layout": "huggingface:" + arch,

@@ -1,5 +1,5 @@
-"""Transformers' stock classes and this stack's model, both ways: which of our models a stock class
-expresses, its config.json, and the tensor names and layouts between the two.
+"""Transformers' stock classes and this stack's model: which of our models a stock class expresses,
+and its config.json (the tensors, both ways: megatron/interop/hf_adapters.py).
 
 RoPE scaling (rotary-scaling linear, dynamic, yarn, llama3) travels as transformers' rope type of
 that name (hf_rope_scaling.py), in both directions; a model it cannot express has no stock class.
@@ -12,87 +12,12 @@ that name (hf_rope_scaling.py), in both directions; a model it cannot express ha
     MistralForCausalLM   Llama's block with attention-window W = sliding_window (keys i-W < j <= i),
                          no biases
 
-tools/import_hf.py reads them (megatron/interop/hf_import.py); tools/export_hf.py writes them
+The tensors, both ways: megatron/interop/hf_adapters.py. tools/import_hf.py reads them
+(megatron/interop/hf_import.py); tools/export_hf.py writes them
 (megatron/interop/hf_export.py) whenever `stock_class` finds one, else the remote-code model."""
 from __future__ import annotations
 
-import torch
-
-from megatron.errors import UserError
 from megatron.interop.hf_rope_scaling import export_rope
-
-
-def from_hf(arch: str, weights: dict, model_cfg) -> dict:
-    """HF tensors of class `arch` -> our GPTModel's names and layouts (model_cfg: the model)."""
-    take = _Taker(weights)
-    L, out = model_cfg.num_layers, {}
-    if arch == "GPTNeoXForCausalLM":
-        out["word_embeddings.weight"] = take("gpt_neox.embed_in.weight")
-        for i in range(L):
-            src = f"gpt_neox.layers.{i}."
-            for ours, theirs in (("input_layernorm", "input_layernorm"), ("post_attention_layernorm",
-                                 "post_attention_layernorm"), ("attention.query_key_value", "attention.query_key_value"),
-                                 ("attention.dense", "attention.dense"), ("mlp.dense_h_to_4h", "mlp.dense_h_to_4h"),
-                                 ("mlp.dense_4h_to_h", "mlp.dense_4h_to_h")):
-                for part in ("weight", "bias"):
-                    if src + f"{theirs}.{part}" in weights:
-                        out[f"layers.{i}.{ours}.{part}"] = take(src + f"{theirs}.{part}")
-        out["final_norm.weight"] = take("gpt_neox.final_layer_norm.weight")
-        out["final_norm.bias"] = take("gpt_neox.final_layer_norm.bias")
-        head = "embed_out.weight"
-    else:
-        out["word_embeddings.weight"] = take("model.embed_tokens.weight")
-        for i in range(L):
-            src = f"model.layers.{i}."
-            out[f"layers.{i}.input_layernorm.weight"] = take(src + "input_layernorm.weight")
-            out[f"layers.{i}.post_attention_layernorm.weight"] = take(src + "post_attention_layernorm.weight")
-            for part in ("weight", "bias"):
-                qkv = [src + f"self_attn.{p}_proj.{part}" for p in "qkv"]
-                if all(n in weights for n in qkv):
-                    out[f"layers.{i}.attention.query_key_value.{part}"] = _qkv(*map(take, qkv), model_cfg)
-                if src + f"self_attn.o_proj.{part}" in weights:
-                    out[f"layers.{i}.attention.dense.{part}"] = take(src + f"self_attn.o_proj.{part}")
-                up, gate = src + f"mlp.up_proj.{part}", src + f"mlp.gate_proj.{part}"
-                if up in weights:
-                    out[f"layers.{i}.mlp.dense_h_to_4h.{part}"] = torch.cat([take(up), take(gate)])  # [x | gate]
-                if src + f"mlp.down_proj.{part}" in weights:
-                    out[f"layers.{i}.mlp.dense_4h_to_h.{part}"] = take(src + f"mlp.down_proj.{part}")
-        out["final_norm.weight"] = take("model.norm.weight")
-        head = "lm_head.weight"
-    if model_cfg.no_weight_tying:
-        out["output_layer.weight"] = take(head)
-    elif head in weights:
-        take(head)  # a tied model may still save the (same) matrix
-    left = [k for k in weights if k not in take.used and not k.endswith("rotary_emb.inv_freq")]
-    if left:
-        raise UserError(f"the weights hold tensors this architecture does not use: {left[:6]}"
-                        f"{' ...' if len(left) > 6 else ''}; is config.json the one these weights were saved with?")
-    return out
-
-
-def _qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, m) -> torch.Tensor:
-    """Llama's q/k/v projections as our QKV: [Q | K | V] with fewer kv heads (NeoX's GQA layout),
-    per head [q_h | k_h | v_h] for multi-head attention (NeoX's layout, which HF's GPTNeoX shares)."""
-    if m.grouped_query:
-        return torch.cat([q, k, v])
-    H = m.num_attention_heads
-    return torch.cat([t.unflatten(0, (H, -1)) for t in (q, k, v)], dim=1).flatten(0, 1)
-
-
-class _Taker:
-    """Reads tensors by name, remembering which were used (the rest is an error: another model)."""
-
-    def __init__(self, weights: dict):
-        self.weights, self.used = weights, set()
-
-    def __call__(self, name: str) -> torch.Tensor:
-        if name not in self.weights:
-            raise UserError(f"the weights have no tensor {name!r}, which this architecture needs; is config.json "
-                            "the one these weights were saved with?")
-        self.used.add(name)
-        return self.weights[name]
-
-
 
 
 def stock_class(m) -> tuple[str | None, str]:
@@ -146,49 +71,3 @@ def stock_config(arch: str, m, vocab_size: int, dtype: str) -> dict:
     if arch == "MistralForCausalLM":
         return {**out, "sliding_window": m.attention_window}
     return {**out, "attention_bias": m.use_bias_in_attn_linear, "mlp_bias": m.use_bias_in_mlp}
-
-
-def to_hf(arch: str, state: dict, m) -> dict:
-    """Our GPTModel state -> the stock class's tensor names and layouts (inverse of from_hf)."""
-    out = {}
-    if arch == "GPTNeoXForCausalLM":
-        out["gpt_neox.embed_in.weight"] = state["word_embeddings.weight"]
-        for k, v in state.items():
-            if k.startswith("layers."):
-                i, rest = k.split(".", 2)[1:]
-                out[f"gpt_neox.layers.{i}.{rest}"] = v
-        out["gpt_neox.final_layer_norm.weight"] = state["final_norm.weight"]
-        out["gpt_neox.final_layer_norm.bias"] = state["final_norm.bias"]
-        head = "embed_out.weight"
-    else:
-        out["model.embed_tokens.weight"] = state["word_embeddings.weight"]
-        for i in range(m.num_layers):
-            src, dst = f"layers.{i}.", f"model.layers.{i}."
-            out[dst + "input_layernorm.weight"] = state[src + "input_layernorm.weight"]
-            out[dst + "post_attention_layernorm.weight"] = state[src + "post_attention_layernorm.weight"]
-            for part in ("weight", "bias"):
-                if src + f"attention.query_key_value.{part}" in state:
-                    q, k, v = _split_qkv(state[src + f"attention.query_key_value.{part}"], m)
-                    out.update({dst + f"self_attn.q_proj.{part}": q, dst + f"self_attn.k_proj.{part}": k,
-                                dst + f"self_attn.v_proj.{part}": v})
-                if src + f"attention.dense.{part}" in state:
-                    out[dst + f"self_attn.o_proj.{part}"] = state[src + f"attention.dense.{part}"]
-                if src + f"mlp.dense_h_to_4h.{part}" in state:
-                    up, gate = state[src + f"mlp.dense_h_to_4h.{part}"].chunk(2)
-                    out[dst + f"mlp.up_proj.{part}"], out[dst + f"mlp.gate_proj.{part}"] = up, gate
-                if src + f"mlp.dense_4h_to_h.{part}" in state:
-                    out[dst + f"mlp.down_proj.{part}"] = state[src + f"mlp.dense_4h_to_h.{part}"]
-        out["model.norm.weight"] = state["final_norm.weight"]
-        head = "lm_head.weight"
-    if m.no_weight_tying:
-        out[head] = state["output_layer.weight"]
-    return {k: v.contiguous() for k, v in out.items()}
-
-
-def _split_qkv(t: torch.Tensor, m) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Our QKV rows -> (q, k, v) rows: inverse of _qkv."""
-    D, H, G = m.head_dim, m.num_attention_heads, m.kv_heads
-    if m.grouped_query:
-        return tuple(t.split([H * D, G * D, G * D]))
-    q, k, v = t.unflatten(0, (H, 3 * D)).chunk(3, dim=1)
-    return q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1)
