@@ -120,8 +120,9 @@ def _tp_worker(rank: int, world: int, port: int, out: dict) -> None:
 def build_tp_model(cfg, par, recompute: bool):
     """This rank's TP=2 shard of the model the seed draws."""
     from megatron.model import GPTModel
+    from megatron.parallel import parallelize
 
-    return GPTModel(cfg, VOCAB, checkpoint_activations=recompute, parallel=par)
+    return parallelize(GPTModel(cfg, VOCAB, checkpoint_activations=recompute), par)
 
 
 def logits_digest(model) -> str:
