@@ -193,7 +193,6 @@ def mutual_folders(graph: dict[str, set[str]], package: str) -> dict[tuple[str, 
 # fails on a new pair, and on a listed pair that no longer exists.
 STILL_MUTUAL = {
     ("attention", "kernels"),  # attention/triton.py -> kernels/attention.py -> attention/base.py, mask.py
-    ("checkpoint", "config"),  # checkpoint/* -> config; config/inputs.py -> checkpoint/tags.py (tag_for)
 }
 
 
