@@ -4,8 +4,8 @@ megatron/checkpoint/reader.read_tp1_state calls it for the neox-* layouts (layou
 Steps: read every file with weights_only=True and check it for NaN/inf (safe_load.py), rename the keys
 (neox_keys.py), check the positional scheme's per-layer copies agree, check every tensor's
 shape against the model the config describes (naming the file, key, expected and found shape),
-merge the TP shards (megatron/parallel/merge.py, by the tags of the model the config describes: the
-renamed keys are ours, so no NeoX-specific split table is needed) and upcast bf16/fp16 to the model dtype.
+merge the TP shards (megatron/parallel/merge.py, by the tensor-parallel plan of the model the config
+describes: the renamed keys are ours, so no NeoX-specific split table is needed) and upcast bf16/fp16 to the model dtype.
 The config is NeoX's own YAML, copied by NeoX into global_stepN/configs/; our loader reads the
 paper's 2022 files unchanged.
 """
@@ -184,8 +184,8 @@ def read_neox_state(tag_dir: str, layout: str, config=None, overrides: dict | No
     if saved_vocab is not None and saved_vocab != vocab:
         raise CheckpointError(f"{tag_dir}: embedding has {vocab} rows over {len(shards)} shards but args."
                               f"padded_vocab_size is {saved_vocab}")
-    # One meta-device model (no memory) says both: every tensor's full shape, and (its tags,
-    # read by the same names after neox_keys.py renamed NeoX's) which dim the TP shards split.
+    # One meta-device model (no memory) says both: every tensor's full shape, and (the plan of its
+    # layers, read by the same names after neox_keys.py renamed NeoX's) which dim the TP shards split.
     with torch.device("meta"):
         described = GPTModel(cfg.model, vocab)
     expected = {k: tuple(v.shape) for k, v in described.state_dict().items()}

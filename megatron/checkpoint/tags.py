@@ -12,30 +12,15 @@ that wrote it is still running.
 from __future__ import annotations
 
 import os
-import re
 
 from megatron.atomic_io import atomic_output, clean_stale_temporaries, fsync_path
 from megatron.checkpoint.errors import CheckpointError
-
-LATEST = "latest"
-TAG_PREFIX = "global_step"
-_STEP_TAG = re.compile(re.escape(TAG_PREFIX) + r"(\d+)")
-
-
-def tag_for(iteration: int) -> str:
-    """The tag (step directory name) of `iteration`: the only place `global_step<N>` is spelled."""
-    return f"{TAG_PREFIX}{iteration}"
+from megatron.config.paths import LATEST, step_of, tag_for
 
 
 def tag_or_latest(iteration: int | None) -> str | None:
     """tag_for(iteration), or None (= the step `latest` names) for the CLIs' unset --iteration."""
     return None if iteration is None else tag_for(iteration)
-
-
-def step_of(tag: str) -> int | None:
-    """N for a `global_step<N>` tag; None for any other name."""
-    m = _STEP_TAG.fullmatch(tag)
-    return int(m.group(1)) if m else None
 
 
 def tag_dir_of(ckpt_dir: str, tag: str | None = None) -> str:

@@ -1,5 +1,5 @@
 """This stack's tensor-parallel checkpoint -> TP=1: the module state dicts of every mp_rank_XX file
-of one step merged (megatron/parallel/merge.py, by the tags of the model the saved config describes),
+of one step merged (megatron/parallel/merge.py, by the plan of the model the saved config describes),
 and the client state made to say TP=1.
 
 The optimizer state is not merged (it is sharded the same way, and evaluation does not need it):

@@ -18,8 +18,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from megatron.checkpoint.tags import tag_for
 from megatron.config.errors import INPUT, VALUE, ConfigError, MissingInputs, Problem
+from megatron.config.paths import LATEST, tag_for
 from megatron.config.schema import KEYS, canonical, hyphen
 from megatron.config.validate import value_problem
 from megatron.tokenizer.types import TOKENIZER_FILES
@@ -112,7 +112,7 @@ def _load_problems(cfg) -> list[tuple[str, str, str]]:
     if c.iteration is not None:
         step = os.path.join(c.load, tag_for(c.iteration))
         return [] if os.path.isdir(step) else [("iteration", INPUT, f"{step} does not exist")]
-    if not fresh_ok and not os.path.isfile(os.path.join(c.load, "latest")):
+    if not fresh_ok and not os.path.isfile(os.path.join(c.load, LATEST)):
         return [("load", INPUT, "holds no checkpoint (no `latest` file); point it at the directory holding "
                  "`latest` and global_step<N>/, or set iteration")]
     return []

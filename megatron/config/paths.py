@@ -15,8 +15,28 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 
 from megatron.config.schema import canonical
+
+# A checkpoint directory's names (megatron/checkpoint/tags.py reads and writes them): `latest`
+# holds the tag of the newest step, and a step's directory is its tag. Spelled here, below both the
+# config's input checks and the checkpoint code, which use them.
+LATEST = "latest"
+TAG_PREFIX = "global_step"
+_STEP_TAG = re.compile(re.escape(TAG_PREFIX) + r"(\d+)")
+
+
+def tag_for(iteration: int) -> str:
+    """The tag (step directory name) of `iteration`: the only place `global_step<N>` is spelled."""
+    return f"{TAG_PREFIX}{iteration}"
+
+
+def step_of(tag: str) -> int | None:
+    """N for a `global_step<N>` tag; None for any other name."""
+    m = _STEP_TAG.fullmatch(tag)
+    return int(m.group(1)) if m else None
+
 
 # What each derived path is, relative to run-dir (the rule above).
 DERIVED_UNDER_RUN_DIR = {"tensorboard_dir": "tensorboard", "log_dir": "logs", "save": "checkpoints",

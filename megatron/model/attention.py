@@ -14,7 +14,6 @@ from torch import nn
 
 from megatron.attention.mask import consecutive_starts, query_blocks, row_positions
 from megatron.attention.resolve import long_cpu_inference, resolve_backend
-from megatron.model.linear import column_parallel, row_parallel
 from megatron.positional.logn import scale_queries
 
 
@@ -45,8 +44,8 @@ class AttentionContext:
     window: int | None = None  # attend to keys i-W < j <= i
     softmax_in_fp32: bool = False
     dropout_p: float = 0.0
-    # Attention-probability dropout acts on this TP rank's heads only, so under TP it draws from
-    # the per-rank stream (ParallelContext.rng.fork); without TP it is a no-op context.
+    # Attention-probability dropout acts on this rank's heads only, so under TP it draws from the
+    # per-rank stream (GPTModel.sharding.dropout_rng); without TP it is a no-op context.
     dropout_rng: Callable = contextlib.nullcontext
     # Incremental decoding: this layer's megatron.model.kv_cache.LayerCache, or None. With a
     # cache, q_pos are the new tokens' positions and k_pos = past positions + q_pos.
@@ -109,28 +108,25 @@ def shares_prepared(scheme: nn.Module, backend) -> bool:
 
 
 class SelfAttention(nn.Module):
-    def __init__(self, model_cfg, init_method, output_init_method, parallel=None):
+    def __init__(self, model_cfg, init_method, output_init_method):
         super().__init__()
         h, heads = model_cfg.hidden_size, model_cfg.num_attention_heads
-        tp_size = parallel.tp_size if parallel is not None else 1
-        self.num_heads = heads // tp_size  # this rank's heads
-        self.num_kv_heads = model_cfg.kv_heads // tp_size  # this rank's key/value heads
+        self.num_heads = heads  # the heads this module computes (a tensor-parallel shard: its own)
+        self.num_kv_heads = model_cfg.kv_heads  # key/value heads, likewise
         self.head_dim = h // heads
         self.grouped = model_cfg.grouped_query
         kv = model_cfg.kv_heads * self.head_dim
         # Multi-head: rows laid out per head as [q_h | k_h | v_h] (NeoX), so a contiguous split
         # across tensor-parallel ranks gives each rank whole heads. Grouped-query (NeoX's gqa):
-        # [Q | K | V], each group split over the ranks on its own (every rank: [Q_r | K_r | V_r]).
-        qkv = nn.Linear(h, h + 2 * kv, bias=model_cfg.use_bias_in_attn_linear)
-        dense = nn.Linear(h, h, bias=model_cfg.use_bias_in_attn_linear)
-        init_method(qkv.weight)
-        output_init_method(dense.weight)
-        for lin in (qkv, dense):
+        # rows [Q | K | V] (`qkv_groups`), each group split over the ranks on its own.
+        self.qkv_groups = (h, kv, kv) if self.grouped else None
+        self.query_key_value = nn.Linear(h, h + 2 * kv, bias=model_cfg.use_bias_in_attn_linear)
+        self.dense = nn.Linear(h, h, bias=model_cfg.use_bias_in_attn_linear)
+        init_method(self.query_key_value.weight)
+        output_init_method(self.dense.weight)
+        for lin in (self.query_key_value, self.dense):
             if lin.bias is not None:
                 nn.init.zeros_(lin.bias)
-        # The full layers above are built on every rank (same draws as TP=1), then sharded.
-        self.query_key_value = column_parallel(qkv, parallel, (h, kv, kv) if self.grouped else None)
-        self.dense = row_parallel(dense, parallel)
 
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x (B, L, h) -> q (B, H, L, D), k and v (B, H_kv, L, D) on this rank."""

@@ -3,10 +3,10 @@
 One positional scheme instance (`self.position`) is shared by every layer, as in the KERPLE
 paper: its parameters exist once in the optimizer, and their gradient is the sum over layers.
 
-Tensor parallelism (`parallel` with tp_size > 1): heads, MLP features and the vocabulary are
-split contiguously over TP ranks (megatron/model/linear.py); the positional scheme holds only
-this rank's heads; the loss is megatron-core's vocab-parallel cross entropy. Every TP layout built
-from the same seed starts from the same full weights, and tp_size 1 is the plain model.
+The model is always built whole (one rank). Tensor parallelism is applied from outside:
+megatron/parallel/plan.py shards a built model (heads, MLP features and the vocabulary split over
+the TP ranks, the scheme keeping this rank's heads) and swaps `self.sharding`, the few operations
+of the forward that differ on a shard (logits, loss, dropout stream; megatron/model/sharding.py).
 """
 from __future__ import annotations
 
@@ -19,22 +19,16 @@ from torch.utils.checkpoint import checkpoint
 from megatron.attention.mask import check_row_starts, row_positions
 from megatron.model.attention import AttentionContext, cached_backend
 from megatron.model.init import build_init
-from megatron.model.linear import (
-    column_parallel,
-    gather_logits,
-    parallel_logits,
-    token_cross_entropy,
-    vocab_parallel_embedding,
-)
 from megatron.model.loss import masked_mean
 from megatron.model.norms import build_norm
+from megatron.model.sharding import UNSHARDED
 from megatron.model.transformer import TransformerLayer
-from megatron.parallel.positional_shards import tag_scheme
 from megatron.positional.base import PositionalSpec, config_options
 from megatron.positional.registry import build_scheme
 
 
-def positional_spec(model_cfg, tp_rank: int = 0, tp_size: int = 1) -> PositionalSpec:
+def positional_spec(model_cfg) -> PositionalSpec:
+    """The whole model's scheme spec (every head: megatron/parallel/plan.py makes a rank's)."""
     return PositionalSpec(
         num_heads=model_cfg.num_attention_heads,
         head_dim=model_cfg.hidden_size // model_cfg.num_attention_heads,
@@ -44,43 +38,33 @@ def positional_spec(model_cfg, tp_rank: int = 0, tp_size: int = 1) -> Positional
         rotary_emb_base=model_cfg.rotary_emb_base,
         rpe_num_buckets=model_cfg.rpe_num_buckets,
         rpe_max_distance=model_cfg.rpe_max_distance,
-        tp_rank=tp_rank,
-        tp_size=tp_size,
         init_method_std=model_cfg.init_method_std,
         options=config_options(model_cfg),
     )
 
 
 class GPTModel(nn.Module):
-    def __init__(self, model_cfg, vocab_size: int, checkpoint_activations: bool = False, parallel=None):
+    def __init__(self, model_cfg, vocab_size: int, checkpoint_activations: bool = False):
         super().__init__()
         self.model_cfg = model_cfg
         self.vocab_size = vocab_size
         self.checkpoint_activations = checkpoint_activations
-        self.parallel = parallel  # a megatron.parallel.ParallelContext, or None (one rank)
-        tp_rank, tp_size = (parallel.tp_rank, parallel.tp_size) if parallel is not None else (0, 1)
+        self.sharding = UNSHARDED  # megatron/parallel/plan.py's parallelize swaps it on a TP shard
         L, h = model_cfg.num_layers, model_cfg.hidden_size
         init = build_init(model_cfg.init_method, model_cfg.init_method_std, L, h)
         out_init = build_init(model_cfg.output_layer_init_method, model_cfg.init_method_std, L, h)
 
-        emb = nn.Embedding(vocab_size, h)
-        init(emb.weight)
-        self.word_embeddings = vocab_parallel_embedding(emb, parallel)
-        spec = positional_spec(model_cfg, tp_rank, tp_size)
-        self.position = build_scheme(model_cfg.pos_emb, spec)
-        tag_scheme(self.position, model_cfg.pos_emb, spec.options)  # its split dims, for the checkpoint merge
+        self.word_embeddings = nn.Embedding(vocab_size, h)
+        init(self.word_embeddings.weight)
+        self.position = build_scheme(model_cfg.pos_emb, positional_spec(model_cfg))
         self.embedding_dropout = nn.Dropout(model_cfg.hidden_dropout)
-        self.layers = nn.ModuleList(TransformerLayer(model_cfg, init, out_init, parallel) for _ in range(L))
+        self.layers = nn.ModuleList(TransformerLayer(model_cfg, init, out_init) for _ in range(L))
         self.final_norm = build_norm(model_cfg, h)
         if model_cfg.no_weight_tying:
-            out = nn.Linear(h, vocab_size, bias=False)
-            init(out.weight)
-            self.output_layer = column_parallel(out, parallel)  # vocab split, like the embedding
+            self.output_layer = nn.Linear(h, vocab_size, bias=False)
+            init(self.output_layer.weight)
         else:
             self.output_layer = None  # logits use word_embeddings.weight
-        if tp_size > 1:
-            mark_positional_parallel(self.position)
-            share_replicated_grads(self.position, parallel)
         self._backends: dict = {}
 
     # ---- pieces ------------------------------------------------------------------------------
@@ -95,11 +79,7 @@ class GPTModel(nn.Module):
     def full_position(self):
         """The positional scheme with ALL heads: under TP a rank holds only its own heads, so they
         are gathered first (a collective, call it on every rank)."""
-        if self.parallel is None or not self.parallel.is_tensor_parallel:
-            return self.position
-        from megatron.parallel.positional_shards import gather_full_scheme
-
-        return gather_full_scheme(self.position, positional_spec(self.model_cfg), self.model_cfg.pos_emb, self.parallel)
+        return self.sharding.full_scheme(self.position)
 
     def output_weight(self) -> torch.Tensor:
         return self.word_embeddings.weight if self.output_layer is None else self.output_layer.weight
@@ -139,10 +119,8 @@ class GPTModel(nn.Module):
                                      row_starts)
         if cache is not None:
             return self._cached_layers(x, ctx, cache)
-        extra = {}
-        if self.parallel is not None and self.parallel.is_tensor_parallel:
-            ctx.dropout_rng = self.parallel.rng.fork
-            extra["context_fn"] = self.parallel.rng.checkpoint_context_fn  # replay TP dropout
+        ctx.dropout_rng = self.sharding.dropout_rng
+        extra = self.sharding.checkpoint_kwargs()
         for layer in self.layers:
             if self.checkpoint_activations and self.training and torch.is_grad_enabled():
                 x = checkpoint(layer, x, ctx, use_reentrant=False, **extra)
@@ -151,7 +129,7 @@ class GPTModel(nn.Module):
         return self.final_norm(x)
 
     def _cached_layers(self, x, ctx: AttentionContext, cache):
-        if self.parallel is not None and self.parallel.is_tensor_parallel:
+        if self.sharding.is_tensor_parallel:
             raise ValueError("kv-cache decoding needs a single-rank model; merge the tensor-parallel "
                              "checkpoint first (tools/merge_tp_checkpoint.py)")
         for i, layer in enumerate(self.layers):
@@ -171,8 +149,12 @@ class GPTModel(nn.Module):
         sum(CE(logits.float()) * loss_mask) / sum(loss_mask). `cache`, `row_starts`: see hidden_states."""
         x = self.hidden_states(tokens, positions, cache, row_starts)
         if labels is None:
-            return gather_logits(parallel_logits(x, self.output_weight(), self.parallel), self.parallel)
+            return self.logits(x)
         return masked_mean(self._token_losses_from_hidden(x, labels), loss_mask)
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Final hidden states (B, L, h) -> logits (B, L, V), every vocabulary entry on every rank."""
+        return self.sharding.gather_logits(self.sharding.logits(x, self.output_weight()))
 
     @torch.no_grad()
     def token_losses(self, tokens, labels, positions=None, chunk: int = 2048, cache=None, row_starts=None):
@@ -187,33 +169,10 @@ class GPTModel(nn.Module):
         w = self.output_weight()
         out = []
         for s in range(0, L, step):
-            logits = parallel_logits(x[:, s : s + step], w, self.parallel).float()  # (B, l, V/tp)
-            ce = token_cross_entropy(logits.flatten(0, 1), labels[:, s : s + step].flatten(), self.parallel)
+            logits = self.sharding.logits(x[:, s : s + step], w).float()  # (B, l, V/tp)
+            ce = self.sharding.token_cross_entropy(logits.flatten(0, 1), labels[:, s : s + step].flatten())
             out.append(ce.view(B, -1))
         return torch.cat(out, dim=1)
-
-
-def mark_positional_parallel(scheme: nn.Module) -> None:
-    """Mark the scheme's per-head parameters (by their tags) as split over TP ranks in
-    megatron-core's attributes, which DeepSpeed's grad norm reads."""
-    from megatron.parallel.layers import mark_tensor_parallel
-    from megatron.parallel.shard_tags import shard_dim
-
-    for p in scheme.parameters():
-        if shard_dim(p) is not None:
-            mark_tensor_parallel(p, shard_dim(p))
-
-
-def share_replicated_grads(scheme: nn.Module, parallel) -> None:
-    """A scheme whose replicated parameters feed only this rank's heads (FIRE's shared MLP layer)
-    declares `replicated_grad_sync`; it gets copy_to_tp (identity forward, gradient all-reduced
-    over the TP group backward), so each rank's gradient is the TP=1 one."""
-    if "replicated_grad_sync" in scheme.__dict__:
-        import functools
-
-        from megatron.parallel.layers import copy_to_tp
-
-        scheme.__dict__["replicated_grad_sync"] = functools.partial(copy_to_tp, group=parallel.tp_group)
 
 
 def count_parameters(model: nn.Module) -> int:

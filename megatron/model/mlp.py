@@ -5,11 +5,10 @@ holds [x | gate] halves and the activation returns act(gate) * x (megatron/model
 from torch import nn
 
 from megatron.model.activations import Activation
-from megatron.model.linear import column_parallel, row_parallel
 
 
 class MLP(nn.Module):
-    def __init__(self, model_cfg, init_method, output_init_method, parallel=None):
+    def __init__(self, model_cfg, init_method, output_init_method):
         super().__init__()
         h = model_cfg.hidden_size
         width, inner = model_cfg.mlp_widths
@@ -20,13 +19,12 @@ class MLP(nn.Module):
         for lin in (up, down):
             if lin.bias is not None:
                 nn.init.zeros_(lin.bias)
-        # Built full on every rank (same draws as TP=1), then sharded: h->4h by output features,
-        # 4h->h by input features, so the activation runs on this rank's slice with no comms. A
-        # gated MLP's halves are split each on its own, so every rank holds [x | gate] slices.
-        groups = (inner, inner) if model_cfg.gated_mlp else None
-        self.dense_h_to_4h = column_parallel(up, parallel, groups)
+        self.dense_h_to_4h = up
         self.activation = Activation(model_cfg)
-        self.dense_4h_to_h = row_parallel(down, parallel)
+        self.dense_4h_to_h = down
+        # A gated MLP's first projection holds [x | gate] row groups: a tensor-parallel split keeps
+        # each group's share on every rank, so the activation runs on a rank's slice with no comms.
+        self.up_groups = (inner, inner) if model_cfg.gated_mlp else None
 
     def forward(self, x):  # (B, L, h)
         return self.dense_4h_to_h(self.activation(self.dense_h_to_4h(x)))

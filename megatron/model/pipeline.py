@@ -31,8 +31,8 @@ from torch.utils.checkpoint import checkpoint
 from megatron.model.attention import AttentionContext, cached_backend
 from megatron.model.gpt import GPTModel, build_init, build_norm, positional_spec
 from megatron.model.layer_numbering import sequential_key
-from megatron.model.linear import token_cross_entropy
 from megatron.model.loss import masked_mean
+from megatron.model.sharding import UNSHARDED
 from megatron.model.transformer import TransformerLayer
 from megatron.positional.registry import build_scheme
 
@@ -108,7 +108,7 @@ def _tied_logits(embedding: EmbeddingPipe, x):
 def loss_fn(logits: torch.Tensor, labels_and_mask) -> torch.Tensor:
     """NeoX's loss: sum(CE(float logits) * loss_mask) / sum(loss_mask), as GPTModel.forward."""
     labels, loss_mask = labels_and_mask
-    return masked_mean(token_cross_entropy(logits.float().flatten(0, 1), labels.flatten(), None), loss_mask)
+    return masked_mean(UNSHARDED.token_cross_entropy(logits.float().flatten(0, 1), labels.flatten()), loss_mask)
 
 
 def layer_specs(model_cfg, vocab_size: int, scheme: nn.Module) -> list:

@@ -14,13 +14,13 @@ from megatron.model.norms import build_norm
 
 
 class TransformerLayer(nn.Module):
-    def __init__(self, model_cfg, init_method, output_init_method, parallel=None):
+    def __init__(self, model_cfg, init_method, output_init_method):
         super().__init__()
         self.input_layernorm = build_norm(model_cfg, model_cfg.hidden_size)
-        self.attention = SelfAttention(model_cfg, init_method, output_init_method, parallel)
+        self.attention = SelfAttention(model_cfg, init_method, output_init_method)
         # Kept with gpt-j-tied too (unused there): NeoX builds it, and its checkpoints carry it.
         self.post_attention_layernorm = build_norm(model_cfg, model_cfg.hidden_size)
-        self.mlp = MLP(model_cfg, init_method, output_init_method, parallel)
+        self.mlp = MLP(model_cfg, init_method, output_init_method)
         self.dropout = nn.Dropout(model_cfg.hidden_dropout)
         self.parallel_residual = model_cfg.gpt_j_residual
         self.tied_norms = model_cfg.gpt_j_tied

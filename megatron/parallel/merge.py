@@ -1,10 +1,10 @@
 """Merge the per-rank module state dicts of a tensor-parallel checkpoint into one TP=1 state dict.
 
-Which dim of each tensor the ranks split is not restated here by layer name: it is the tag the
-layer that split it wrote on the tensor (megatron/parallel/shard_tags.py: column_parallel rows,
-row_parallel columns, vocab rows, the positional scheme's heads, norms replicated), read off a
+The inverse of megatron/parallel/plan.py: which dim of each tensor the ranks split is not restated
+here by layer name, it is what the plan's style for its layer splits (column-wise rows, row-wise
+columns, vocabulary rows, the positional scheme's declared heads, norms whole), read off a
 GPTModel built on the meta device (no memory, no weights) from the checkpoint's config. A key the
-model does not have, or a tensor nobody tagged, is an error naming it, never a guess.
+model does not have, or a tensor the plan does not cover, is an error naming it, never a guess.
 
 Split tensors are concatenated along their dim in rank order; replicated ones must agree on every
 rank and rank 0's copy is kept. Unlike NeoX's convert_neox_to_hf.py, row-parallel biases are NOT
@@ -20,9 +20,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-# Re-exported: the positional scheme's part of the split dims, where readers of the merge look.
-from megatron.parallel.positional_shards import positional_shard_dims as positional_shard_dims
-from megatron.parallel.shard_tags import REPLICATED, shard_dims, shard_groups, ungroup_shards
+from megatron.parallel.layout import REPLICATED, ungroup_shards
+from megatron.parallel.plan import shard_dims, shard_groups
 
 _LAYER_INDEX = re.compile(r"^layers\.\d+\.")
 
@@ -34,7 +33,7 @@ class MergePlan:
     pos_emb: str | None
     described: str  # the model the dims were read from, for error messages
     any_layer_index: bool = False  # a one-layer reference model stands for every layer index
-    groups: dict = field(default_factory=dict)  # key -> row groups split on their own (shard_tags)
+    groups: dict = field(default_factory=dict)  # key -> row groups split on their own (layout.py)
 
     def groups_of(self, key: str) -> tuple[int, ...] | None:
         return self.groups.get(_LAYER_INDEX.sub("layers.0.", key) if self.any_layer_index else key)
@@ -52,21 +51,17 @@ class MergePlan:
 
 
 def _meta_gpt(model_cfg) -> nn.Module:
-    """GPTModel of `model_cfg` on the meta device, TP=1 (its tags say how TP ranks split it)."""
+    """GPTModel of `model_cfg` on the meta device, TP=1 (the plan says how TP ranks split it)."""
     from megatron.model.gpt import GPTModel
 
     with torch.random.fork_rng(devices=[]), torch.device("meta"):  # leave no trace in the RNG
-        return GPTModel(model_cfg, vocab_size=8)  # the vocab size changes shapes, not tags
+        return GPTModel(model_cfg, vocab_size=8)  # the vocab size changes shapes, not split dims
 
 
 def _config_plan(model_cfg) -> MergePlan:
     model = _meta_gpt(model_cfg)
     return MergePlan(shard_dims(model), model_cfg.pos_emb, "the GPTModel its config describes",
-                     groups=_groups(model))
-
-
-def _groups(model: nn.Module) -> dict:
-    return {k: g for k, t in model.state_dict(keep_vars=True).items() if (g := shard_groups(t)) is not None}
+                     groups=shard_groups(model))
 
 
 @functools.cache
@@ -84,7 +79,7 @@ def _reference_plan(pos_emb: str) -> MergePlan:
 
 def merge_plan(source) -> MergePlan:
     """The split dims to merge with. `source`: a ModelConfig (the checkpoint's: exact keys), a
-    freshly built model (its own tags), a pos-emb name (see _reference_plan), or a MergePlan."""
+    built model (whole or sharded), a pos-emb name (see _reference_plan), or a MergePlan."""
     if isinstance(source, MergePlan):
         return source
     if isinstance(source, str):
@@ -92,7 +87,7 @@ def merge_plan(source) -> MergePlan:
     if isinstance(source, nn.Module):
         cfg = getattr(source, "model_cfg", None)
         return MergePlan(shard_dims(source), getattr(cfg, "pos_emb", None), f"the {type(source).__name__} given",
-                         groups=_groups(source))
+                         groups=shard_groups(source))
     return _config_plan(source)
 
 

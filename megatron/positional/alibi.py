@@ -28,6 +28,8 @@ def alibi_slopes(n: int) -> list[float]:
 
 @register("alibi")
 class ALiBi(PositionalScheme):
+    head_dims = {"slopes": 0}  # (H, 1, 1)
+
     def __init__(self, spec: PositionalSpec):
         super().__init__(spec)
         slopes = torch.tensor(alibi_slopes(spec.num_heads), dtype=torch.float32)[spec.head_slice]

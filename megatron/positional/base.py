@@ -17,11 +17,14 @@ For causal attention only j <= i matters; schemes must nevertheless return finit
 masked upper triangle (distances are clamped at 0) so gradients through the mask stay NaN-free.
 
 Tensor parallelism: heads are split contiguously; rank r owns heads [r*H/tp, (r+1)*H/tp). A
-scheme built with (tp_rank, tp_size) holds ONLY its own heads, and its parameters are initialised
-from the full-H draw then sliced, so TP=2 and TP=1 start identical. A scheme with replicated
-parameters that feed only its own heads (FIRE's shared MLP layer) sets the instance attribute
-`replicated_grad_sync` (None) and passes them through it: under TP the model puts copy_to_tp there
-(identity forward, gradient summed over the TP group), so every rank sees the TP=1 gradient.
+scheme declares which of its tensors hold one entry per head, and along which dim (`head_dims`);
+every other tensor is whole on every rank. The model always builds the scheme whole;
+megatron/parallel/plan.py builds a rank's copy with (tp_rank, tp_size) (holding ONLY its own heads:
+per-head constants such as sandwich's come from the spec) and loads it with the whole scheme's
+slices, so TP=2 and TP=1 start identical. A scheme with replicated parameters that feed only its
+own heads (FIRE's shared MLP layer) sets the instance attribute `replicated_grad_sync` (None) and
+passes them through it: under TP the plan puts copy_to_tp there (identity forward, gradient summed
+over the TP group), so every rank sees the TP=1 gradient.
 """
 from __future__ import annotations
 
@@ -73,6 +76,9 @@ class PositionalScheme(nn.Module):
     has_score_weight and stats are derived here from that one description."""
 
     name: str = "base"
+    # Tensor name -> the dim holding its heads, for every tensor with one entry per head (a
+    # tensor-parallel rank holds only its heads' entries); any tensor not named is whole on every rank.
+    head_dims: dict[str, int] = {}
     # True when the scheme is meant to be evaluated beyond the train length.
     extrapolates: bool = True
     # Parameter name -> (min, max) domain, enforced at forward time by a straight-through clamp

@@ -25,7 +25,7 @@ that, without autograd (evaluation), it never exceeds HIDDEN_BLOCK_ELEMENTS.
 Tensor parallelism: the output layer is per head, so a rank holds its heads' rows (drawn for all H
 then sliced: TP=2 starts like TP=1). The hidden layer, c and the threshold multiplier are
 replicated but feed only this rank's heads, so their gradient must be summed over the TP group:
-the model sets `replicated_grad_sync` (megatron.parallel.layers.copy_to_tp) on the scheme."""
+megatron/parallel/plan.py sets `replicated_grad_sync` (megatron.parallel.layers.copy_to_tp) on the scheme."""
 from __future__ import annotations
 
 import torch
@@ -46,6 +46,7 @@ DEFAULT_INIT_THRESHOLD = 512.0
 @register("fire")
 class FIRE(PositionalScheme):
     shift_invariant = False  # psi(max(L, i)) depends on the query position i
+    head_dims = {"out_weight": 0, "out_bias": 0}  # the output layer's rows; the rest feeds every head
 
     def __init__(self, spec: PositionalSpec):
         super().__init__(spec)

@@ -26,6 +26,7 @@ def uniform_heads(spec: PositionalSpec, scale: float) -> nn.Parameter:
 @register("kerple_log")
 class KerpleLog(PositionalScheme):
     clamps = {"bias_p": (EPS, None), "bias_a": (EPS, None)}
+    head_dims = {"bias_p": 0, "bias_a": 0}  # (H, 1, 1)
 
     def __init__(self, spec: PositionalSpec):
         super().__init__(spec)

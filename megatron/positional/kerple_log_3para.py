@@ -23,6 +23,7 @@ R3_MAX = 2.0
 @register("kerple_log_3para")
 class KerpleLog3Para(PositionalScheme):
     clamps = {"bias_p": (EPS, None), "bias_a": (EPS, None), "bias_r": (EPS, R3_MAX)}
+    head_dims = {"bias_p": 0, "bias_a": 0, "bias_r": 0}  # (H, 1, 1)
 
     def __init__(self, spec: PositionalSpec):
         super().__init__(spec)

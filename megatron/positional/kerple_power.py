@@ -31,6 +31,7 @@ class KerplePower(PositionalScheme):
     takes_variant_name = True
     # Exponents live in [1e-2, 2], factors >= 1e-2; a variant has a subset of these.
     clamps = {"bias_p": (EPS, P_MAX), "bias_a": (EPS, None), "wei_p": (EPS, P_MAX), "wei_a": (EPS, None)}
+    head_dims = {"bias_p": 0, "bias_a": 0, "wei_p": 0, "wei_a": 0}  # (H, 1, 1)
 
     def __init__(self, spec: PositionalSpec, name: str):
         super().__init__(spec)

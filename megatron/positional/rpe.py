@@ -31,6 +31,8 @@ def rpe_bucket(n: torch.Tensor, num_buckets: int, max_distance: int) -> torch.Te
 
 @register("rpe")
 class RPE(PositionalScheme):
+    head_dims = {"weight": 1}  # the T5 table (buckets, H)
+
     def __init__(self, spec: PositionalSpec):
         super().__init__(spec)
         # Init the full [buckets, H] table, then keep this rank's columns: TP=2 starts like TP=1.

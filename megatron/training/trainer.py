@@ -22,7 +22,7 @@ from megatron.data.loader import batch_loader, loss_mask_for
 from megatron.device import describe as describe_device
 from megatron.errors import is_out_of_memory, out_of_memory
 from megatron.model import GPTModel, count_parameters
-from megatron.parallel import context_for
+from megatron.parallel import context_for, parallelize
 from megatron.tokenizer import build_tokenizer, padded_vocab_size
 from megatron.training import health, norms, throughput
 from megatron.training.checkpoint import Checkpointer
@@ -182,7 +182,7 @@ class Trainer:
                 cfg, self.vocab_size, lambda m: build_optimizer(cfg, m), lambda o: build_scheduler(cfg, o))
             dp_rank, dp_size = data_parallel_info(engine)  # dp = world / pp
             return engine, model, dataclasses.replace(self.par, dp_rank=dp_rank, dp_size=dp_size)
-        model = GPTModel(cfg.model, self.vocab_size, cfg.training.checkpoint_activations, parallel=self.par)
+        model = parallelize(GPTModel(cfg.model, self.vocab_size, cfg.training.checkpoint_activations), self.par)
         optimizer = build_optimizer(cfg, model)
         scheduler = build_scheduler(cfg, optimizer)
         engine, _, _, _ = deepspeed.initialize(

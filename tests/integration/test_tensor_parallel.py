@@ -45,7 +45,7 @@ def _run(model, tokens, labels):
 def _compare_worker(rank: int, world: int, port: int, cfg_paths: dict, out: dict) -> None:
     from megatron.config import load_config
     from megatron.model import GPTModel
-    from megatron.parallel import init_parallel
+    from megatron.parallel import init_parallel, parallelize
     from megatron.parallel.merge import merge_state_dicts
 
     _init_gloo(rank, world, port)
@@ -58,7 +58,7 @@ def _compare_worker(rank: int, world: int, port: int, cfg_paths: dict, out: dict
         torch.manual_seed(1)
         ref = GPTModel(mcfg, 128)
         torch.manual_seed(1)
-        tp = GPTModel(mcfg, 128, parallel=par)
+        tp = parallelize(GPTModel(mcfg, 128), par)
         ref_logits, ref_grads = _run(ref, tokens, labels)
         tp_logits, tp_grads = _run(tp, tokens, labels)
         stats = tp.position_stats()  # collective: gathers every head
@@ -85,6 +85,7 @@ def _dropout_recompute_diff(path: str, par) -> float:
 
     from megatron.config import load_config
     from megatron.model import GPTModel
+    from megatron.parallel import parallelize
 
     mcfg = replace(load_config([path]).model, attention_dropout=0.5, hidden_dropout=0.1)
     tokens = torch.randint(0, 128, (2, 32))
@@ -92,7 +93,7 @@ def _dropout_recompute_diff(path: str, par) -> float:
     for recompute in (False, True):
         torch.manual_seed(3)
         par.seed(5)
-        model = GPTModel(mcfg, 128, checkpoint_activations=recompute, parallel=par).train()
+        model = parallelize(GPTModel(mcfg, 128, checkpoint_activations=recompute), par).train()
         model(tokens, labels=tokens).backward()
         grads.append({n: p.grad for n, p in model.named_parameters()})
     return max((grads[0][n] - grads[1][n]).abs().max().item() for n in grads[0])
@@ -130,14 +131,14 @@ def test_tp2_equals_tp1_logits_and_grads(tmp_path):
 
 
 def _tags_worker(rank: int, world: int, port: int, out: dict) -> None:
-    """Per TP=2 tensor: its split tag, the dim along which it is smaller than at TP=1, and the
-    split megatron-core (or mark_positional_parallel) declared for DeepSpeed's grad norm."""
+    """Per TP=2 tensor: its split by the plan, the dim along which it is smaller than at TP=1, and
+    the split megatron-core (or the plan, for the scheme) declared for DeepSpeed's grad norm."""
     from dataclasses import replace
 
     from megatron.config.model import ModelConfig
     from megatron.model import GPTModel
-    from megatron.parallel import init_parallel
-    from megatron.parallel.shard_tags import shard_dim
+    from megatron.parallel import init_parallel, parallelize
+    from megatron.parallel.plan import shard_dims
 
     _init_gloo(rank, world, port)
     par = init_parallel(2)
@@ -147,19 +148,19 @@ def _tags_worker(rank: int, world: int, port: int, out: dict) -> None:
                                                  "use_bias_in_attn_linear": False}}.items():
         cfg = replace(base, **over)
         full = {k: tuple(t.shape) for k, t in GPTModel(cfg, 64).state_dict().items()}
-        model = GPTModel(cfg, 64, parallel=par)
+        model = parallelize(GPTModel(cfg, 64), par)
         params = {id(p) for p in model.parameters()}
-        rows = {}
+        dims, rows = shard_dims(model), {}
         for key, t in model.state_dict(keep_vars=True).items():
             smaller = [d for d, (a, b) in enumerate(zip(full[key], t.shape, strict=True)) if a != b]
             core = getattr(t, "partition_dim", None) if getattr(t, "tensor_model_parallel", False) else None
-            rows[key] = (shard_dim(t), smaller, core, id(t) in params)
+            rows[key] = (dims[key], smaller, core, id(t) in params)
         if rank == 0:
             out[name] = rows
     dist.destroy_process_group()
 
 
-def test_tp2_tensors_are_tagged_with_the_dim_they_split():
+def test_tp2_tensors_split_as_the_plan_says():
     out = mp.Manager().dict()
     _spawn(_tags_worker, out)
     assert len(out) == 3

@@ -15,8 +15,8 @@ from megatron.checkpoint.errors import CheckpointError
 from megatron.checkpoint.manifest import MANIFEST, model_keys, read_manifest, run_layout, write_manifest
 from megatron.checkpoint.reader import read_tp1_state
 from megatron.model import GPTModel
+from megatron.parallel.layout import REPLICATED, group_shards
 from megatron.parallel.merge import merge_plan
-from megatron.parallel.shard_tags import REPLICATED, group_shards
 from tools.merge_tp_checkpoint import main as merge
 
 STEP = "global_step2"

@@ -107,9 +107,9 @@ def test_tp_rank_holds_its_heads_rows():
 
 
 def test_tp_shard_dims():
-    from megatron.parallel.merge import positional_shard_dims
+    from megatron.parallel.layout import scheme_dims
 
-    assert positional_shard_dims("fire") == {"hidden_weight": None, "hidden_bias": None, "out_weight": 0,
+    assert scheme_dims(fire()) == {"hidden_weight": None, "hidden_bias": None, "out_weight": 0,
                                              "out_bias": 0, "c": None, "threshold_multiplier": None}
 
 

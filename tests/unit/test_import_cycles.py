@@ -169,6 +169,62 @@ def test_walker_finds_a_cycle_in_a_synthetic_package(tmp_path):
     assert cycles == [["pkg.a", "pkg.sub.b"]]
 
 
+def folder_of(module: str, folders: set[str]) -> str | None:
+    """The first-level folder that holds `module` (megatron.model.gpt -> model); None for a module
+    directly in the package (megatron/errors.py) and for the package itself."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in folders else None
+
+
+def mutual_folders(graph: dict[str, set[str]], package: str) -> dict[tuple[str, str], tuple[str, str]]:
+    """{(folder a, folder b), a < b: (one import a -> b, one import b -> a)} for every pair of
+    first-level folders that import each other (top level or inside functions)."""
+    folders = {m.split(".")[1] for m in graph if m.count(".") > 1}  # first-level names with submodules
+    edges: dict[tuple[str, str], str] = {}
+    for module, deps in sorted(graph.items()):
+        for dep in sorted(deps):
+            a, b = folder_of(module, folders), folder_of(dep, folders)
+            if a and b and a != b:
+                edges.setdefault((a, b), f"{module} imports {dep}")
+    return {(a, b): (edges[(a, b)], edges[(b, a)]) for a, b in edges if a < b and (b, a) in edges}
+
+
+# Pairs of folders that still import each other, each to be cut (then deleted here): the test
+# fails on a new pair, and on a listed pair that no longer exists.
+STILL_MUTUAL = {
+    ("attention", "kernels"),  # attention/triton.py -> kernels/attention.py -> attention/base.py, mask.py
+}
+
+
+def test_no_folder_imports_a_folder_that_imports_it_back():
+    """A folder importing a folder that imports it back has no place in the bottom-up order of
+    docs/architecture.md: neither can be read (or tested) without the other."""
+    pairs = mutual_folders(import_graph(REPO, "megatron"), "megatron")
+    new = {p: why for p, why in pairs.items() if p not in STILL_MUTUAL}
+    assert not new, "folders under megatron/ importing each other:\n" + "\n".join(
+        f"{a} <-> {b}: {ab}; {ba}" for (a, b), (ab, ba) in sorted(new.items()))
+    gone = STILL_MUTUAL - set(pairs)
+    assert not gone, f"no longer importing each other (delete them from STILL_MUTUAL): {sorted(gone)}"
+
+
+def test_folder_pairs_count_lazy_and_relative_imports(tmp_path):
+    pkg = tmp_path / "pkg"
+    for folder in ("low", "high", "other"):
+        (pkg / folder).mkdir(parents=True)
+        (pkg / folder / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "leaf.py").write_text("import os\n")
+    (pkg / "high" / "user.py").write_text("from pkg.low import base\nfrom pkg import leaf\n")
+    (pkg / "low" / "base.py").write_text("x = 1\n")
+    (pkg / "other" / "o.py").write_text("from ..low import base\n")  # one way only: fine
+    graph = import_graph(tmp_path, "pkg")
+    assert mutual_folders(graph, "pkg") == {}
+    # a lazy import back, inside a function, closes the pair
+    (pkg / "low" / "base.py").write_text("def f():\n    from ..high.user import g\n    return g\n")
+    pairs = mutual_folders(import_graph(tmp_path, "pkg"), "pkg")
+    assert pairs == {("high", "low"): ("pkg.high.user imports pkg.low", "pkg.low.base imports pkg.high")}
+
+
 def test_tokenizers_do_not_reach_into_the_corpus_builders():
     # both download registry packages; the downloader lives below both (megatron/fetch.py)
     graph = import_graph(REPO, "megatron")

@@ -3,7 +3,10 @@ TP layers hold it, merge it back, get the original (and clear errors for what ca
 import pytest
 import torch
 
-from megatron.parallel.merge import merge_rule, merge_state_dicts, positional_shard_dims
+from megatron.config.model import ModelConfig
+from megatron.model import GPTModel
+from megatron.parallel.layout import scheme_dims
+from megatron.parallel.merge import merge_rule, merge_state_dicts
 
 
 def full_state(h=8, heads=4, vocab=16, buckets=6):
@@ -49,6 +52,11 @@ def test_rules_by_role():
     assert merge_rule("layers.3.mlp.dense_h_to_4h.bias", "rotary") == 0
     assert merge_rule("word_embeddings.weight", "rotary") == 0
     assert merge_rule("final_norm.weight", "rotary") is None
+
+
+def positional_shard_dims(pos_emb: str) -> dict:
+    cfg = ModelConfig(num_layers=1, hidden_size=32, num_attention_heads=4, seq_length=16, pos_emb=pos_emb)
+    return scheme_dims(GPTModel(cfg, 64).position)
 
 
 def test_positional_dims_come_from_the_schemes():

@@ -32,8 +32,6 @@ def _score_batch(model, rows: list[Request], device) -> list[tuple[float, bool]]
     """(sum of log p(target), every target the argmax) per row, the rows padded on the right.
     Log-softmax over the model's whole (padded) vocabulary in float32, as its training loss and
     the harness's `hf` model on our export do."""
-    from megatron.model.linear import gather_logits, parallel_logits
-
     width = max(len(inputs) for inputs, _ in rows)
     tokens = torch.full((len(rows), width), PAD_ID, dtype=torch.long, device=device)
     for b, (inputs, _) in enumerate(rows):
@@ -50,7 +48,7 @@ def _score_batch(model, rows: list[Request], device) -> list[tuple[float, bool]]
                             "its computation overflows at this length and the task scores would be meaningless; "
                             "lower --max-length")
     hidden = hidden.gather(1, pick[:, :, None].expand(-1, -1, hidden.shape[-1]))  # (B, n, h)
-    logprobs = gather_logits(parallel_logits(hidden, model.output_weight(), model.parallel), model.parallel)
+    logprobs = model.logits(hidden)
     logprobs = torch.log_softmax(logprobs.float(), dim=-1)
     out = []
     for row, (_, targets) in zip(logprobs, rows):

@@ -1,6 +1,7 @@
-"""The tensor-parallel split tags: every tensor of GPTModel carries the dim its TP shards split,
-the merge reads those tags (off a meta-device model of the checkpoint's config), and a tensor or
-key the model cannot account for is an error naming it, never a guess from its name."""
+"""The tensor-parallel plan (megatron/parallel/plan.py): every tensor of GPTModel has the dim its TP
+shards split, the merge reads the same plan (off a meta-device model of the checkpoint's config), a
+positional scheme's split is what it declares, and a tensor or key the plan cannot account for is
+an error naming it, never a guess from its name."""
 import dataclasses
 
 import pytest
@@ -11,9 +12,10 @@ from megatron.checkpoint.errors import CheckpointError
 from megatron.checkpoint.tp_merge import merge_blobs
 from megatron.config.model import ModelConfig
 from megatron.model import GPTModel
+from megatron.model.gpt import positional_spec
+from megatron.parallel.layout import scheme_dims
 from megatron.parallel.merge import merge_plan, merge_rule, merge_state_dicts
-from megatron.parallel.positional_shards import positional_shard_dims
-from megatron.parallel.shard_tags import shard_dim, shard_dims
+from megatron.parallel.plan import scheme_shard, shard_dims
 from megatron.positional import registry
 
 BASE = ModelConfig(num_layers=2, hidden_size=32, num_attention_heads=4, seq_length=16, pos_emb="kerple_log")
@@ -60,26 +62,40 @@ def test_every_gpt_tensor_carries_its_split_and_the_merge_uses_it(name):
     cfg = model_cfg(name)
     torch.manual_seed(0)
     model = GPTModel(cfg, 64)
-    state = model.state_dict(keep_vars=True)
+    state, dims = model.state_dict(), shard_dims(model)
+    assert set(dims) == set(state)
     by_config, by_scheme = merge_plan(cfg), merge_plan(cfg.pos_emb)  # what merge_state_dicts reads
-    for key, t in state.items():
-        assert shard_dim(t) == expected_split(key, cfg.pos_emb), key
-        assert by_config.dim_of(key) == shard_dim(t), key  # the meta-device model of the config
-        assert by_scheme.dim_of(key) == shard_dim(t), key  # the scheme's reference model
-        assert merge_rule(key, cfg.pos_emb) == shard_dim(t), key
+    for key in state:
+        assert dims[key] == expected_split(key, cfg.pos_emb), key
+        assert by_config.dim_of(key) == dims[key], key  # the meta-device model of the config
+        assert by_scheme.dim_of(key) == dims[key], key  # the scheme's reference model
+        assert merge_rule(key, cfg.pos_emb) == dims[key], key
     assert ("output_layer.weight" in state) == cfg.no_weight_tying
     if cfg.pos_emb != "none":
         assert any(k.startswith("position.") for k in state)
 
 
 @pytest.mark.parametrize("pos_emb", registry.scheme_names())
-def test_every_registered_scheme_is_tagged_without_an_entry_anywhere(pos_emb):
-    """A scheme's tags come from the scheme (its 4-head probe), so a new scheme file needs none."""
+def test_every_registered_scheme_declares_the_split_it_builds(pos_emb):
+    """A scheme's split is what it declares (head_dims), with no entry anywhere else; and what it
+    builds for a rank's heads is exactly the whole scheme's slices along those dims."""
     cfg = dataclasses.replace(BASE, pos_emb=pos_emb)
-    dims = shard_dims(GPTModel(cfg, 64))
+    torch.manual_seed(0)
+    model = GPTModel(cfg, 64)
+    dims = shard_dims(model)
     position = {k: d for k, d in dims.items() if k.startswith("position.")}
-    assert position == {f"position.{k}": d for k, d in positional_shard_dims(pos_emb).items()}
+    assert position == {f"position.{k}": d for k, d in scheme_dims(model.position).items()}
     assert dims == merge_plan(cfg).dims
+    spec = positional_spec(cfg)
+    for rank in range(2):
+        torch.manual_seed(1)
+        whole = registry.build_scheme(pos_emb, spec)
+        torch.manual_seed(1)
+        direct = registry.build_scheme(pos_emb, dataclasses.replace(spec, tp_rank=rank, tp_size=2))
+        local = scheme_shard(whole, rank, 2)
+        assert local.state_dict().keys() == direct.state_dict().keys()
+        for key, t in direct.state_dict().items():
+            assert torch.equal(local.state_dict()[key], t), (rank, key)
 
 
 @pytest.mark.parametrize("name", ["kerple_log-tied", "rpe", "rmsnorm-no-bias"])
@@ -89,10 +105,10 @@ def test_saved_tp_shards_merge_back_by_the_saved_config(name):
     cfg = model_cfg(name)
     torch.manual_seed(0)
     model = GPTModel(cfg, 64)
-    tp = 2
+    tp, dims = 2, shard_dims(model)
     shards = [{} for _ in range(tp)]
-    for key, t in model.state_dict(keep_vars=True).items():
-        dim = shard_dim(t)
+    for key, t in model.state_dict().items():
+        dim = dims[key]
         parts = [t] * tp if dim is None else t.chunk(tp, dim=dim)
         for r in range(tp):
             shards[r][key] = parts[r].detach().clone()
@@ -127,8 +143,8 @@ def test_a_known_looking_name_the_model_lacks_is_an_error(key):
     assert repr(key) in str(err.value)
 
 
-def test_an_untagged_new_layer_is_an_error_naming_it(monkeypatch):
-    """A layer added to the model without a split tag (here a square projection named like the
+def test_a_new_layer_without_a_plan_entry_is_an_error_naming_it(monkeypatch):
+    """A layer added to the model without a style in the plan (here a square projection named like the
     output layer, which any dim would concatenate without complaint) stops the merge, naming it."""
     from megatron.model import mlp
 
@@ -142,13 +158,14 @@ def test_an_untagged_new_layer_is_an_error_naming_it(monkeypatch):
     cfg = model_cfg("kerple_log-untied")
     key = "layers.0.mlp.output_layer.weight"
     for source in (cfg, GPTModel(cfg, 64)):
-        with pytest.raises(ValueError, match=r"without a tensor-parallel tag: \[.*'layers\.0\.mlp\.output_layer\.weight'"):
+        with pytest.raises(ValueError, match=r"without a tensor-parallel rule: \[.*'layers\.0\.mlp\.output_layer\.weight'"):
             merge_state_dicts([{key: torch.ones(32, 32)}] * 2, source)
 
 
-def test_shard_dims_lists_every_untagged_tensor():
-    model = nn.Sequential(nn.Linear(2, 2))
-    with pytest.raises(ValueError, match=r"\['0\.weight', '0\.bias'\]"):
+def test_shard_dims_lists_every_tensor_without_a_rule():
+    model = GPTModel(model_cfg("kerple_log-tied"), 64)
+    model.extra = nn.Linear(2, 2)
+    with pytest.raises(ValueError, match=r"\['extra\.weight', 'extra\.bias'\]"):
         shard_dims(model)
 
 
@@ -160,12 +177,14 @@ def test_building_the_meta_model_leaves_the_rng_alone():
     assert torch.equal(torch.rand(3), expected)
 
 
-def test_a_scheme_reading_its_options_is_probed_with_them(monkeypatch):
-    """A scheme's hyperparameters arrive as spec.options (one ModelConfig field each): the
-    split probe builds it with the model's options, not without."""
+def test_a_scheme_reading_its_options_gets_them_on_every_rank(monkeypatch):
+    """A scheme's hyperparameters arrive as spec.options (one ModelConfig field each): a rank's
+    copy of it is built with the model's options, not without."""
     from megatron.positional.base import PositionalScheme
 
     class PerLayerHeads(PositionalScheme):
+        head_dims = {"scale": 0}
+
         def __init__(self, spec):
             super().__init__(spec)
             depth = spec.options["num_layers"]  # a KeyError without the options
@@ -174,18 +193,26 @@ def test_a_scheme_reading_its_options_is_probed_with_them(monkeypatch):
     monkeypatch.setitem(registry._REGISTRY, "per_layer_heads", PerLayerHeads)
     cfg = dataclasses.replace(BASE, pos_emb="per_layer_heads", num_layers=3)
     model = GPTModel(cfg, 64)
-    assert shard_dim(model.position.scale) == 0
+    assert shard_dims(model)["position.scale"] == 0
     assert merge_plan(cfg).dim_of("position.scale") == 0
+    assert scheme_shard(model.position, 1, 2).scale.shape == (2, 3)
 
 
-def test_a_scheme_tensor_split_in_two_dims_is_refused_naming_it(monkeypatch):
+@pytest.mark.parametrize("declared,says", [({"pairs": 0}, "heads along dim 0"), ({}, "whole on every rank")])
+def test_a_scheme_whose_rank_copy_is_not_its_declared_slice_is_refused_naming_it(monkeypatch, declared, says):
+    """A tensor split in two dims, or a per-head tensor not declared: sharding the scheme for a
+    rank stops, naming the scheme, the tensor, both shapes and what the declaration says."""
     from megatron.positional.base import PositionalScheme
 
     class HeadPairs(PositionalScheme):
+        head_dims = declared
+
         def __init__(self, spec):
             super().__init__(spec)
             self.pairs = nn.Parameter(torch.zeros(spec.local_heads, spec.local_heads))
 
     monkeypatch.setitem(registry._REGISTRY, "head_pairs", HeadPairs)
-    with pytest.raises(ValueError, match=r"pos-emb 'head_pairs' tensor 'pairs' is \(4, 4\) for 4 heads and \(2, 2\)"):
-        GPTModel(dataclasses.replace(BASE, pos_emb="head_pairs"), 64)
+    model = GPTModel(dataclasses.replace(BASE, pos_emb="head_pairs"), 64)  # whole: nothing to check yet
+    with pytest.raises(ValueError, match=r"pos-emb 'head_pairs' tensor 'pairs' is \(4, 4\) for 4 heads and "
+                                         rf"\(2, 2\) for a rank's 2 of them, but its head_dims say {says}"):
+        scheme_shard(model.position, 0, 2)
