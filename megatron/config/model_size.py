@@ -39,7 +39,7 @@ def layer_parameters(m) -> int:
 def _scheme_parameters(m, positions: int) -> int:
     import torch
 
-    from megatron.model.gpt import positional_spec
+    from megatron.positional.base import positional_spec
     from megatron.positional.registry import build_scheme
 
     spec = dataclasses.replace(positional_spec(m), max_position_embeddings=positions)

@@ -62,7 +62,7 @@ def hf_config(model_cfg, vocab_size: int, dtype: str = "fp32", tokenizer=None) -
 
 def _spec_fields(model_cfg) -> dict:
     """The full-model (TP=1) PositionalSpec the remote code builds its scheme from."""
-    from megatron.model.gpt import positional_spec
+    from megatron.positional.base import positional_spec
 
     spec = dataclasses.asdict(positional_spec(model_cfg))
     for key in ("tp_rank", "tp_size"):

@@ -54,7 +54,7 @@ def _config(flat: dict, config_path: str, src: dict):
 def _position_buffers(model_cfg) -> dict:
     """The positional scheme's derived buffers (rotary inv_freq) as GPTModel holds them, without
     building (and randomly initialising) the whole model."""
-    from megatron.model.gpt import positional_spec
+    from megatron.positional.base import positional_spec
     from megatron.positional.registry import build_scheme
 
     scheme = build_scheme(model_cfg.pos_emb, positional_spec(model_cfg))

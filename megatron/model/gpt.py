@@ -23,24 +23,8 @@ from megatron.model.loss import masked_mean
 from megatron.model.norms import build_norm
 from megatron.model.sharding import UNSHARDED
 from megatron.model.transformer import TransformerLayer
-from megatron.positional.base import PositionalSpec, config_options
+from megatron.positional.base import positional_spec
 from megatron.positional.registry import build_scheme
-
-
-def positional_spec(model_cfg) -> PositionalSpec:
-    """The whole model's scheme spec (every head: megatron/parallel/plan.py makes a rank's)."""
-    return PositionalSpec(
-        num_heads=model_cfg.num_attention_heads,
-        head_dim=model_cfg.hidden_size // model_cfg.num_attention_heads,
-        hidden_size=model_cfg.hidden_size,
-        max_position_embeddings=model_cfg.max_position_embeddings or model_cfg.seq_length,
-        rotary_pct=model_cfg.rotary_pct,
-        rotary_emb_base=model_cfg.rotary_emb_base,
-        rpe_num_buckets=model_cfg.rpe_num_buckets,
-        rpe_max_distance=model_cfg.rpe_max_distance,
-        init_method_std=model_cfg.init_method_std,
-        options=config_options(model_cfg),
-    )
 
 
 class GPTModel(nn.Module):

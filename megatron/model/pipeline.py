@@ -29,11 +29,12 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from megatron.model.attention import AttentionContext, cached_backend
-from megatron.model.gpt import GPTModel, build_init, build_norm, positional_spec
+from megatron.model.gpt import GPTModel, build_init, build_norm
 from megatron.model.layer_numbering import sequential_key
 from megatron.model.loss import masked_mean
 from megatron.model.sharding import UNSHARDED
 from megatron.model.transformer import TransformerLayer
+from megatron.positional.base import positional_spec
 from megatron.positional.registry import build_scheme
 
 

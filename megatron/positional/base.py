@@ -230,6 +230,23 @@ def _per_row(hook, shift_invariant: bool, q_pos, k_pos, row_starts):
     return None if rows[0] is None else torch.stack(rows)  # (B, H, Lq, Lk)
 
 
+def positional_spec(model_cfg) -> PositionalSpec:
+    """The whole model's scheme spec from its model config (every head: megatron/parallel/plan.py
+    makes a rank's). Here, beside the spec, so the config's size check and the model read one rule."""
+    return PositionalSpec(
+        num_heads=model_cfg.num_attention_heads,
+        head_dim=model_cfg.hidden_size // model_cfg.num_attention_heads,
+        hidden_size=model_cfg.hidden_size,
+        max_position_embeddings=model_cfg.max_position_embeddings or model_cfg.seq_length,
+        rotary_pct=model_cfg.rotary_pct,
+        rotary_emb_base=model_cfg.rotary_emb_base,
+        rpe_num_buckets=model_cfg.rpe_num_buckets,
+        rpe_max_distance=model_cfg.rpe_max_distance,
+        init_method_std=model_cfg.init_method_std,
+        options=config_options(model_cfg),
+    )
+
+
 def config_options(model_config) -> dict:
     """PositionalSpec.options for a ModelConfig dataclass: every field with a plain JSON value."""
     values = {f.name: getattr(model_config, f.name) for f in dataclasses.fields(model_config)}

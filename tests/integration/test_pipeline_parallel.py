@@ -257,8 +257,8 @@ def test_merge_pipeline_to_sequential_loads_strict_and_matches(pp2):
 def test_layer_numbering_matches_neox(tiny_config):
     from deepspeed.pipe import LayerSpec, TiedLayerSpec
 
-    from megatron.model.gpt import positional_spec
     from megatron.model.pipeline import EmbeddingPipe, NormPipe, OutputPipe, TransformerLayerPipe, layer_specs
+    from megatron.positional.base import positional_spec
     from megatron.positional.registry import build_scheme
 
     cfg = tiny_config(num_layers=12)

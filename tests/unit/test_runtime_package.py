@@ -28,3 +28,16 @@ def test_no_tool_edits_sys_path():
     `study` and `benchmarks` as any user script would; no preamble puts the repository on sys.path."""
     found = [f"{p.relative_to(REPO)}" for p in sorted((REPO / "tools").rglob("*.py")) if "sys.path" in p.read_text()]
     assert not found, found
+
+
+def test_config_imports_nothing_from_the_model():
+    """config/ is pure data below model/ (issue 46: config/model_size.py imported model.gpt for the
+    scheme's spec, which now lives with the schemes: megatron/positional/base.py)."""
+    bad = []
+    for path in sorted((REPO / "megatron" / "config").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            bad += [f"{path.relative_to(REPO)}:{node.lineno} {n}" for n in names
+                    if n.startswith(("megatron.model", "megatron.training", "megatron.checkpoint"))]
+    assert not bad, bad

@@ -209,7 +209,7 @@ def test_neox_tp2_import_is_pinned(tmp_path, capsys, layout, pos_emb):
 
 
 HF_EXPECTED = {
-    "export-kerple_log": {"config": "2bf6399739ad74aa", "weights": "d3dd9436c76f955f"},
+    "export-kerple_log": {"config": "acdfd93077499cc9", "weights": "d3dd9436c76f955f"},
     "export-rotary": {"config": "7ddcb340d7aac53f", "weights": "4da11f704adf65a5"},
     "import-llama-gqa": "04a7faebced909eb",
     "reimport-rotary": "4ae719124cadc752",

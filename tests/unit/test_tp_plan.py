@@ -12,11 +12,11 @@ from megatron.checkpoint.errors import CheckpointError
 from megatron.checkpoint.tp_merge import merge_blobs
 from megatron.config.model import ModelConfig
 from megatron.model import GPTModel
-from megatron.model.gpt import positional_spec
 from megatron.parallel.layout import scheme_dims
 from megatron.parallel.merge import merge_plan, merge_rule, merge_state_dicts
 from megatron.parallel.plan import scheme_shard, shard_dims
 from megatron.positional import registry
+from megatron.positional.base import positional_spec
 
 BASE = ModelConfig(num_layers=2, hidden_size=32, num_attention_heads=4, seq_length=16, pos_emb="kerple_log")
 CONFIGS = {
