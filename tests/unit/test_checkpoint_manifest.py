@@ -81,7 +81,8 @@ def garble(path: str, nbytes: int = 4096) -> None:
     """Overwrite `nbytes` in the middle of the largest tensor's data: same size, and torch.load
     reads the file without a word (it does not check the zip's CRC-32s)."""
     with zipfile.ZipFile(path) as zf:
-        info = max(zf.infolist(), key=lambda i: i.file_size)
+        # a tensor's storage (`<archive>/data/<n>`), never the pickle, which a read would fail on
+        info = max((i for i in zf.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
     with open(path, "r+b") as f:
         f.seek(info.header_offset + 26)
         name_len, extra_len = struct.unpack("<HH", f.read(4))
