@@ -17,7 +17,7 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 # times, so here --no-plots is the default and tests/integration/test_evaluate_plots.py asks for them.
 os.environ.setdefault("KERPLE_EVAL_PLOTS", "0")
 # Without a GPU the Triton kernels run in Triton's interpreter on CPU tensors; this must be set
-# before anything imports triton (megatron/kernels read it when their kernels are defined).
+# before anything imports triton (megatron/attention/kernels read it when their kernels are defined).
 if not __import__("torch").cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 # The suite is about CPU behaviour unless a test says otherwise: DS_ACCELERATOR=cpu (set above) makes

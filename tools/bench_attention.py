@@ -10,7 +10,7 @@ Rows (each skipped with its reason when resolve_backend refuses the case, so new
 megatron/attention/ are picked up with no edit here):
     SCHEME on every registered backend (--backends restricts), always incl. flex and reference;
                       on triton once per bias path with --triton-bias both (table / inline,
-                      megatron/kernels/bias_table.py) where the path changes what the kernel does
+                      megatron/attention/kernels/bias_table.py) where the path changes what the kernel does
     none on sdpa      SDPA without a bias (is_causal)                  -- the last-resort baseline
     alibi on flash    flash-attn with alibi_slopes, if installed       -- the baseline when it runs
     alibi on flex     FlexAttention with ALiBi's score_mod (fixed slopes) -- the baseline without
@@ -73,7 +73,7 @@ BASELINE_ROWS = (NO_BIAS, FLASH_ALIBI, FLEX_ALIBI)
 BASELINE_ORDER = (FLASH_ALIBI, FLEX_ALIBI, NO_BIAS)  # auto: the first whose fwd+bwd ran
 ALWAYS_BACKENDS = ("flex", "reference")  # "FlexAttention with the same scheme", "the materialised reference"
 LABELS = {NO_BIAS: "SDPA no-bias", FLASH_ALIBI: "flash-attn ALiBi", FLEX_ALIBI: "FlexAttention ALiBi"}
-BIAS_ENV = "KERPLE_TRITON_BIAS"  # megatron/kernels/bias_table.py
+BIAS_ENV = "KERPLE_TRITON_BIAS"  # megatron/attention/kernels/bias_table.py
 
 
 @dataclass
@@ -118,7 +118,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "(auto), both = one row per path where it matters")
     p.add_argument("--autotune", action="store_true",
                    help="KERPLE_TRITON_AUTOTUNE=1: the triton kernel times its candidate configurations at the "
-                        "first call of each shape (in the warmup) and caches the fastest (megatron/kernels/tuning.py)")
+                        "first call of each shape (in the warmup) and caches the fastest (megatron/attention/kernels/tuning.py)")
     p.add_argument("--max-call-seconds", type=float, default=None,
                    help="a cell whose first timed call takes longer reports that call alone and skips the "
                         "case's longer lengths (default 2; --quick: 30)")
@@ -194,7 +194,7 @@ def variants(scheme: str, backend: str, args) -> list[str | None]:
     option does not change), or the paths asked for."""
     if backend != "triton" or args.triton_bias == "default":
         return [None]
-    from megatron.kernels.bias_table import bias_path
+    from megatron.attention.kernels.bias_table import bias_path
 
     kernel = build(scheme, args, 16, device="cpu").fused_kernel()
     if kernel is None or bias_path(kernel, "table") == bias_path(kernel, "inline"):
@@ -485,9 +485,9 @@ def report(args, rows: list[Row], baseline: tuple[str, str]) -> str:
               "- peak GiB: torch.cuda.max_memory_allocated over the fwd+bwd cell (fwd cell for fwd-only lengths), "
               "inputs included" + ("; not measured on CPU ('-')" if dev.type == "cpu" else ""),
               f"- triton bias path: {args.triton_bias} (`[table]` / `[inline]` rows: KERPLE_TRITON_BIAS, "
-              "megatron/kernels/bias_table.py); launch configs: "
+              "megatron/attention/kernels/bias_table.py); launch configs: "
               + ("autotuned and cached (KERPLE_TRITON_AUTOTUNE=1)" if args.autotune
-                 else "the cache or the untuned defaults (megatron/kernels/tuning.py)")]
+                 else "the cache or the untuned defaults (megatron/attention/kernels/tuning.py)")]
     for train, title in ((True, "fwd+bwd TFLOP/s (with parameter gradients)"), (False, "fwd TFLOP/s (inference)")):
         text = summary(rows, train)
         if text:

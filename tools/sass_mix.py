@@ -3,9 +3,9 @@
 read from SASS compiled for sm_90 on this machine (no GPU): what each positional bias adds to
 the work of one tile, before a GPU session is spent on timing it.
 
-Each variant is compiled as megatron/kernels/compile_check.py compiles it (aligned like a typical
+Each variant is compiled as benchmarks/compile_check.py compiles it (aligned like a typical
 launch, the untuned launch configuration of kernels/tuning.py), disassembled with the nvdisasm
-inside the triton wheel, and the hot loop (the unmasked band's, megatron/kernels/sass.py) counted.
+inside the triton wheel, and the hot loop (the unmasked band's, benchmarks/sass.py) counted.
 
     python tools/sass_mix.py                                   # print the table (~2 min on 2 cores)
     python tools/sass_mix.py --out docs/benchmarks.md          # rewrite the `sass` section
@@ -40,8 +40,8 @@ def measure(kernel: str, scheme: str, dtype: str, head_dim: int) -> list[dict]:
     """Compile one variant and count its hot loop: a dict of the row's figures. A variant whose
     unmasked band is split (KERPLE-log: far tiles, the hot loop at long lengths, and the near
     ones, kernels/bands.py far_split) gives a second row for its near tiles."""
-    from megatron.kernels import sass
-    from megatron.kernels.compile_check import compile_variant, default_launch
+    from benchmarks import sass
+    from benchmarks.compile_check import compile_variant, default_launch
 
     (block_m, block_n), num_warps, stages = default_launch(kernel, head_dim, dtype)
     c = compile_variant(kernel, scheme, dtype, head_dim, False, aligned=True)  # the default launch
@@ -138,7 +138,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET", "0") == "1":
         ap.error("TRITON_INTERPRET=1 is set: interpreted kernels cannot be compiled; unset it")
-    from megatron.kernels.compile_check import SCHEMES as KNOWN
+    from benchmarks.compile_check import SCHEMES as KNOWN
 
     unknown = [s for s in args.schemes if s not in KNOWN]
     if unknown:

@@ -1,10 +1,10 @@
-"""Triton backend: one fused attention kernel (megatron/kernels/attention.py) for every
+"""Triton backend: one fused attention kernel (megatron/attention/kernels/attention.py) for every
 shift-invariant score-bias scheme.
 
 FlashAttention-2-style online softmax with the scheme's bias (and bias+wht weight) computed on the
 fly from per-head parameters (the scheme's DistanceKernel), so memory is O(L), never [H, L, L].
 The backward returns dq, dk, dv and the parameter gradients, reduced without atomics (bitwise
-reproducible). See megatron/kernels/ for the kernels.
+reproducible). See megatron/attention/kernels/ for the kernels.
 
 On CUDA this is the preferred backend for score-bias schemes ("auto" picks it). On CPU Triton has
 no driver; with TRITON_INTERPRET=1 set before start-up the kernels run in Triton's interpreter,
@@ -72,7 +72,7 @@ class TritonAttention(AttentionBackend):
         check_window(window)
         if q.shape[-1] > MAX_HEAD_DIM:
             raise ValueError(f"the triton attention backend supports head_dim <= {MAX_HEAD_DIM}, got {q.shape[-1]}")
-        from megatron.kernels.attention import triton_attention
+        from megatron.attention.kernels.attention import triton_attention
 
         q0, k0 = prepared or self.prepare(scheme, q_pos, k_pos, window)
         return triton_attention(q, k, v, scheme.fused_kernel(), q0, k0, window, row_starts)  # (B, H, Lq, D)

@@ -114,7 +114,7 @@ class DistanceKernel:
     # ---- the closed forms: the one place the math is written -------------------------------
     # Every consumer evaluates these: the schemes' dense score_bias/score_weight (base.py), flex's
     # score_mod (one element per call), the HF export (it ships this file). The Triton kernels
-    # (megatron/kernels/distance_bias.py) restate them in-kernel and are tested against these.
+    # (megatron/attention/kernels/distance_bias.py) restate them in-kernel and are tested against these.
     def bias_at(self, d: torch.Tensor, h: torch.Tensor | None = None) -> torch.Tensor | None:
         """The bias at distances d (float32, clamped at 0), or None when there is none.
 

@@ -1,10 +1,10 @@
-"""The table path's tables (megatron/kernels/bias_table.py) against hand-written closed forms: the
+"""The table path's tables (megatron/attention/kernels/bias_table.py) against hand-written closed forms: the
 bias T[h, d] and its derivatives by each parameter, which the backward kernel contracts with dS.
 No Triton needed: these are torch computations from the scheme's description."""
 import pytest
 import torch
 
-from megatron.kernels.bias_table import bias_jacobians, bias_path, bias_table, table_length
+from megatron.attention.kernels.bias_table import bias_jacobians, bias_path, bias_table, table_length
 from megatron.positional.distance_kernel import DistanceKernel
 
 R1, R2, R3 = torch.tensor([0.7, 1.9]), torch.tensor([0.05, 1.3]), torch.tensor([0.4, 1.6])

@@ -10,8 +10,8 @@ import torch
 import triton
 import triton.language as tl
 
-from megatron.kernels.distance_bias import far_coefficients, far_log2
-from megatron.kernels.fma_log2 import log2_ge1
+from megatron.attention.kernels.distance_bias import far_coefficients, far_log2
+from megatron.attention.kernels.fma_log2 import log2_ge1
 from tests.conftest import KERNEL_DEVICE
 
 

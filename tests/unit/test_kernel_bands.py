@@ -1,4 +1,4 @@
-"""The kernels' walks (megatron/kernels/bands.py) against a brute-force reading of the mask: the
+"""The kernels' walks (megatron/attention/kernels/bands.py) against a brute-force reading of the mask: the
 tiles a program skips hold no allowed pair, the unmasked band holds only fully allowed tiles, and
 the three bands partition the walk in order. Run in Triton's interpreter on CPU (a probe kernel
 stores each program's band bounds); thousands of shapes, no attention computed."""
@@ -10,7 +10,7 @@ triton = pytest.importorskip("triton")
 import torch  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from megatron.kernels.bands import band_bounds, key_walk, query_walk  # noqa: E402
+from megatron.attention.kernels.bands import band_bounds, key_walk, query_walk  # noqa: E402
 
 pytestmark = pytest.mark.gpu  # compiled on a GPU (make test-gpu), Triton's interpreter on CPU
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -1,4 +1,4 @@
-"""Launch-configuration choice and its cache (megatron/kernels/tuning.py), on CPU: the timing
+"""Launch-configuration choice and its cache (megatron/attention/kernels/tuning.py), on CPU: the timing
 function is a stand-in, so only the logic is tested (which source wins, what is stored, when
 tuning runs, what survives a bad file). Real timings need a GPU (tools/bench_attention.py)."""
 import json
@@ -6,8 +6,8 @@ import json
 import pytest
 import torch
 
-from megatron.kernels import tuning
-from megatron.kernels.tuning import LaunchConfig, Tuner
+from megatron.attention.kernels import tuning
+from megatron.attention.kernels.tuning import LaunchConfig, Tuner
 
 GPU = "NVIDIA H100 80GB HBM3"
 

@@ -1,4 +1,4 @@
-"""tools/sass_mix.py and megatron/kernels/sass.py: the loop finding and counting on a handcrafted
+"""tools/sass_mix.py and benchmarks/sass.py: the loop finding and counting on a handcrafted
 nvdisasm listing (no compiler), then one real sm_90 compile of the plain forward kernel."""
 import importlib.util
 import os
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from megatron.kernels import sass
+from benchmarks import sass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

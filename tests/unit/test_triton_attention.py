@@ -120,7 +120,7 @@ def test_zero_row_starts_equal_no_padding():
 
 
 # Schemes whose bias the kernel can evaluate per score (inline) or load from a per-call table over
-# distance (table path, megatron/kernels/bias_table.py): both paths must match the reference.
+# distance (table path, megatron/attention/kernels/bias_table.py): both paths must match the reference.
 TABULATED = ["kerple_log", "kerple_log_3para", "kerple_power_ap_", "kerple_power_ap_ap", "alibi"]
 
 
@@ -144,7 +144,7 @@ def test_forward_bands_random_shapes():
     """The forward's band split (which key blocks skip the mask) against the reference over random
     lengths, windows and kv-cache offsets, forward only (cheap): a tile wrongly taken as fully
     allowed lets masked keys into the softmax."""
-    from megatron.kernels.attention import triton_attention
+    from megatron.attention.kernels.attention import triton_attention
 
     g = torch.Generator().manual_seed(0)
     scheme = scheme_for("kerple_log", 2, 8)
@@ -208,7 +208,7 @@ def test_bias_path_is_the_one_asked_for(monkeypatch, path, name, table_rows):
     """What the kernel was given: a (H, distances) table on the table path (rpe: its own T5 lookup,
     whatever the option), nothing on the inline path; auto is inline for every bias
     (kernels/bias_table.py says why)."""
-    from megatron.kernels.attention import triton_attention
+    from megatron.attention.kernels.attention import triton_attention
 
     monkeypatch.setenv("KERPLE_TRITON_BIAS", path)
     scheme = scheme_for(name, 2, 8)
@@ -223,7 +223,7 @@ def test_bias_path_is_the_one_asked_for(monkeypatch, path, name, table_rows):
 
 
 def test_bad_bias_path_is_refused(monkeypatch):
-    from megatron.kernels.attention import triton_attention
+    from megatron.attention.kernels.attention import triton_attention
 
     monkeypatch.setenv("KERPLE_TRITON_BIAS", "tabel")
     q, k, v, _, q_pos, k_pos = inputs(1, 2, 4, 4, 8, torch.float32)
@@ -314,7 +314,7 @@ def test_dropout_is_refused_with_the_fix():
 
 
 def test_bad_block_override(monkeypatch):
-    from megatron.kernels.tuning import manual_blocks
+    from megatron.attention.kernels.tuning import manual_blocks
 
     monkeypatch.setenv("KERPLE_TRITON_BLOCKS", "64,64")
     with pytest.raises(ValueError, match="KERPLE_TRITON_BLOCKS='64,64'.*four integers"):
@@ -331,7 +331,7 @@ def test_half_precision_output_kept_for_the_backward_is_p_at_v(name):
     the backward recomputes. With P rounded to bf16 before P @ V it was off by ~1e-3, which made
     the T5 table's gradient 5.8% wrong on an H100 (bf16, 300 x 2048 keys, window 512; 5.5% in the
     interpreter) because the gradient of a far bucket sums whole rows of dS, which cancel."""
-    from megatron.kernels.attention import triton_attention
+    from megatron.attention.kernels.attention import triton_attention
 
     scheme = scheme_for(name, 2, 16)
     q, k, v, _, q_pos, k_pos = inputs(1, 2, 40, 200, 16, torch.bfloat16, offset=5)

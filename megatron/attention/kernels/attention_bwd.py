@@ -22,8 +22,8 @@ The table path (a log/power bias tabulated per distance, kernels/bias_table.py; 
 import triton
 import triton.language as tl
 
-from megatron.kernels.bands import key_walk, query_walk, walk_part
-from megatron.kernels.distance_bias import (
+from megatron.attention.kernels.bands import key_walk, query_walk, walk_part
+from megatron.attention.kernels.distance_bias import (
     LN2,
     LOG2E,
     cast,
@@ -37,7 +37,7 @@ from megatron.kernels.distance_bias import (
     score_bias_log2,
     score_weight,
 )
-from megatron.kernels.fma_log2 import log2_ge1, small_int_to_float
+from megatron.attention.kernels.fma_log2 import log2_ge1, small_int_to_float
 
 
 @triton.jit

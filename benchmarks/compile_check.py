@@ -23,7 +23,7 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from megatron.kernels import attention_bwd, attention_fwd  # noqa: E402
+from megatron.attention.kernels import attention_bwd, attention_fwd  # noqa: E402
 
 KERNELS = {
     "fwd": attention_fwd.attention_fwd_kernel,
@@ -40,7 +40,7 @@ FLOAT_SCALARS = {"sm_scale"}
 # The launcher marks such values (and 16-byte aligned pointers) `tt.divisibility=16`, which lets
 # the compiler vectorize loads; without the marks K and V are fetched 2 bytes at a time.
 ALIGNED_INTS = {"LQ", "LK", "Q0", "K0", "WINDOW", "N_KEY_BLOCKS"}
-# Scheme kinds as the launcher's constexprs (megatron/kernels/attention.py _meta).
+# Scheme kinds as the launcher's constexprs (megatron/attention/kernels/attention.py _meta).
 SCHEMES = {
     "plain": dict(BIAS=0, HAS_R2=False, HAS_R3=False, HAS_WEIGHT=False, HAS_WA=False, HAS_WP=False),
     "kerple_log": dict(BIAS=1, HAS_R2=True, HAS_R3=False, HAS_WEIGHT=False, HAS_WA=False, HAS_WP=False),
@@ -112,8 +112,8 @@ def _aligned_attrs(fn, sig: dict) -> dict:
 def default_launch(kernel: str, head_dim: int, dtype: str) -> tuple[tuple[int, int], int, int]:
     """((BLOCK_M, BLOCK_N), num_warps, num_stages) an untuned call of this kernel launches with
     (kernels/tuning.py default_config; dq takes the mirror tile; no stages: Triton's CUDA default, 3)."""
+    from megatron.attention.kernels.tuning import default_config
     from megatron.config.precision import torch_dtype
-    from megatron.kernels.tuning import default_config
 
     cfg = default_config("fwd" if kernel == "fwd" else "bwd", head_dim, torch_dtype(dtype))
     blocks = cfg.dq_blocks() if kernel == "bwd_dq" else (cfg.block_m, cfg.block_n)

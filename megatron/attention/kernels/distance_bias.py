@@ -7,7 +7,7 @@ BIAS = 0 none, 1 log, 2 power, 3 lookup (a T5 table, or a tabulated fixed functi
 import triton
 import triton.language as tl
 
-from megatron.kernels.fma_log2 import log2_ge1
+from megatron.attention.kernels.fma_log2 import log2_ge1
 
 BIAS_CODES = {"none": 0, "log": 1, "power": 2, "lookup": 3}
 # The kernels' softmax works in log2 units (exp2): scores and biases are scaled by LOG2E.

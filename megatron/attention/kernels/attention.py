@@ -18,19 +18,19 @@ import torch
 import triton
 
 from megatron.attention.base import kv_group
+from megatron.attention.kernels.attention_bwd import attention_bwd_dkdv_kernel, attention_bwd_dq_kernel
+from megatron.attention.kernels.attention_fwd import attention_fwd_kernel
+from megatron.attention.kernels.bias_table import BIAS_PARAMS, bias_jacobians, bias_path, bias_table, table_length
+from megatron.attention.kernels.distance_bias import BIAS_CODES
+from megatron.attention.kernels.tuning import LaunchConfig, Tuner, cache_key
 from megatron.attention.mask import check_row_starts
-from megatron.kernels.attention_bwd import attention_bwd_dkdv_kernel, attention_bwd_dq_kernel
-from megatron.kernels.attention_fwd import attention_fwd_kernel
-from megatron.kernels.bias_table import BIAS_PARAMS, bias_jacobians, bias_path, bias_table, table_length
-from megatron.kernels.distance_bias import BIAS_CODES
-from megatron.kernels.tuning import LaunchConfig, Tuner, cache_key
 from megatron.positional.distance_kernel import DistanceKernel
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 MAX_DISTANCE = 1 << 23  # kernels/fma_log2.py small_int_to_float: exact for 0 <= d < 2^23
 
 
-_TUNER = Tuner()  # launch configurations: megatron/kernels/tuning.py
+_TUNER = Tuner()  # launch configurations: megatron/attention/kernels/tuning.py
 
 
 def _gpu_name(device: torch.device) -> str:

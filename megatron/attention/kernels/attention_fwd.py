@@ -20,8 +20,8 @@ natural units, as the backward kernels read it."""
 import triton
 import triton.language as tl
 
-from megatron.kernels.bands import key_walk, walk_part
-from megatron.kernels.distance_bias import (
+from megatron.attention.kernels.bands import key_walk, walk_part
+from megatron.attention.kernels.distance_bias import (
     LN2,
     LOG2E,
     cast,
@@ -33,7 +33,7 @@ from megatron.kernels.distance_bias import (
     score_bias_log2,
     score_weight,
 )
-from megatron.kernels.fma_log2 import small_int_to_float
+from megatron.attention.kernels.fma_log2 import small_int_to_float
 
 NEG = tl.constexpr(-1.0e30)  # a constexpr global: compiled Triton refuses plain globals
 RESCALE_SLACK = tl.constexpr(8.0)  # log2 units: P <= 256 between rescales (fp32 acc, bf16 P: no range issue)
