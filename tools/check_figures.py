@@ -72,7 +72,7 @@ def judge(name: str, spec: dict, machines: dict, here: dict, measured: dict[int,
                 tol, within = f"±{float(rel):.1%}", abs(diff) <= float(rel) * float(figure)
             ok &= within
             lines.append(f"| {machines[key]['cpu']}{' (this kind)' if same else ''} | {length} | {figure} | "
-                         f"{got:.3f} | {diff / float(figure):+.2%} | {tol} | {'ok' if within else 'OUTSIDE'} |")
+                         f"{got:.3f} | {round(diff / float(figure), 4) + 0.0:+.2%} | {tol} | {'ok' if within else 'OUTSIDE'} |")
     return lines, ok
 
 
