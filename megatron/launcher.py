@@ -10,6 +10,10 @@ training script receives only the resolved path (`--resolved-config`), so every 
 same validated settings. Nothing is written when the config or an input path is wrong.
 `--debug` (taken off the command line by megatron.errors.run_cli, which sets KERPLE_DEBUG=1) is
 passed on to the training processes, so their expected failures show the full traceback too.
+
+Imports inside functions are the ones that pull in torch or DeepSpeed (the trainer's checks,
+the runner's supervision, the disk checks): `deepy.py --help`, a config error and a dry run answer
+without them (tests/integration/test_cli_fast_answers.py).
 """
 from __future__ import annotations
 
@@ -21,8 +25,35 @@ import sys
 
 import yaml
 
+from megatron.checkpoint.trust import add_trust_flag, apply_trust_flag, trusted_from_env
 from megatron.cli_args import ArgumentParser
+from megatron.config import NeoXConfig, load_config
+from megatron.config.errors import ConfigError
+from megatron.config.inputs import input_problems, inputs_error
+from megatron.config.model_size import parameter_count
+from megatron.config.originals import RESOLVED_NAME, discard_staged, staged_resolved_path, write_originals
+from megatron.config.paths import outside_run_dir, saves_nothing, unused_data_path
+from megatron.config.schema import canonical
+from megatron.config.sources import did_you_mean_file
+from megatron.config.untrusted_yaml import safe_load
+from megatron.console import drop_log_message
+from megatron.device import resolve_device, worker_environment
 from megatron.errors import DEBUG_FLAG, UserError, debug_enabled
+from megatron.evaluation.harness.cli import add_eval_flags, eval_argv
+from megatron.hosts import (
+    MISSING_HOSTFILE,
+    active_hosts,
+    active_slots,
+    check_hosts,
+    check_slots,
+    hostfile_in_use,
+    missing_hostfile_warning,
+    ssh_keepalive,
+    unresolved,
+)
+from megatron.tokenizer import build_tokenizer, padded_vocab_size
+from megatron.training.op_cache import set_op_cache_dir
+from megatron.training.run_lock import training_locks
 
 # Tokenizer vocab sizes for a dry run when the vocab files are not on this machine.
 KNOWN_VOCAB = {"GPT2BPETokenizer": 50257, "CharLevelTokenizer": 512, "HFGPT2Tokenizer": 50257}
@@ -38,8 +69,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="set one config key after the files (YAML value), e.g. -o pos-emb=rotary")
     p.add_argument("--dry-run", action="store_true",
                    help="validate, check the input files, print the settings and parameter count and exit")
-    from megatron.checkpoint.trust import add_trust_flag
-    from megatron.evaluation.harness.cli import add_eval_flags
 
     add_trust_flag(p)  # passed on to the training processes (see runner_args)
     add_eval_flags(p)  # for eval.py, passed on to it (see eval_launch)
@@ -58,7 +87,6 @@ def is_eval(user_script: str) -> bool:
 def eval_launch(args, cfg) -> int:
     """eval.py: one process, here (the harness's requests are not split over ranks, so a config
     that asks for several processes is refused rather than run on one)."""
-    from megatron.evaluation.harness.cli import eval_argv
 
     asked = processes_asked(cfg)
     if asked:
@@ -75,7 +103,6 @@ def eval_launch(args, cfg) -> int:
 def write_eval_config(cfg) -> str:
     """An evaluation's resolved config (and the original files) in <run_dir>/eval/, so the training
     run's own resolved_config.yml and configs/ are left as they are; returns its path."""
-    from megatron.config.originals import RESOLVED_NAME, write_originals
 
     eval_dir = os.path.join(cfg.logging.run_dir, "eval")
     os.makedirs(eval_dir, exist_ok=True)
@@ -88,7 +115,6 @@ def write_eval_config(cfg) -> str:
 def processes_asked(cfg) -> str:
     """What in the config explicitly asks for more than one process ('' if nothing): a hostfile in
     use, num-nodes or num-gpus above 1 (every visible GPU, the default, is not an explicit ask)."""
-    from megatron.hosts import hostfile_in_use
 
     p = cfg.parallel
     asked = [f"hostfile {p.hostfile}"] if hostfile_in_use(p.hostfile) else []
@@ -108,8 +134,6 @@ def evaluate_launch(argv: list[str]) -> int:
     config files, and those after `--` go to it verbatim (its own -o: the checkpoint's config).
     evaluate.py's own checks run here first, so a refused command writes nothing; the resolved
     config then goes to <run_dir>/eval/ (the run's own resolved_config.yml is left as it is)."""
-    from megatron.config import load_config
-    from megatron.config.inputs import input_problems, inputs_error
 
     cut = argv.index("--") if "--" in argv else len(argv)
     p = ArgumentParser(prog=f"deepy.py {EVALUATE_SCRIPT}", allow_abbrev=False,  # --out is not --override
@@ -152,9 +176,6 @@ def script_named(argv: list[str]) -> str | None:
 
 
 def parse_overrides(items: list[str]) -> dict:
-    from megatron.config.errors import ConfigError
-    from megatron.config.schema import canonical
-    from megatron.config.untrusted_yaml import safe_load
 
     out = {}
     for item in items:
@@ -182,7 +203,6 @@ def config_paths(args) -> list[str]:
 
 def dry_vocab(cfg) -> tuple[int | None, str]:
     """(padded vocab size or None, where it came from) without failing on a missing file."""
-    from megatron.tokenizer import build_tokenizer, padded_vocab_size
 
     m, d = cfg.model, cfg.data
     if m.padded_vocab_size is not None:
@@ -199,7 +219,6 @@ def dry_vocab(cfg) -> tuple[int | None, str]:
 
 def dry_run(cfg) -> None:
     """Print the settings, the vocabulary and the parameter count."""
-    from megatron.config.model_size import parameter_count
 
     vocab, where = dry_vocab(cfg)
     print(cfg.describe())
@@ -218,7 +237,6 @@ def dry_run(cfg) -> None:
 def launch_layout(cfg) -> list[str]:
     """What a launch of this config starts, for --dry-run: the launcher, each host with its slots
     and ranks, the process count; and a warning for each host whose name does not resolve here."""
-    from megatron.hosts import active_slots, check_slots, hostfile_in_use, unresolved
 
     p = cfg.parallel
     if not needs_launcher(cfg):
@@ -246,21 +264,14 @@ def launch_layout(cfg) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """Raises ConfigError (every problem at once) before anything is written or started;
     deepy.py turns it into one message (megatron.errors.run_cli)."""
-    from megatron.config import load_config
-    from megatron.config.inputs import input_problems, inputs_error
-    from megatron.config.originals import discard_staged, staged_resolved_path, write_originals
-    from megatron.config.paths import outside_run_dir, saves_nothing, unused_data_path
-    from megatron.hosts import missing_hostfile_warning
 
     argv = sys.argv[1:] if argv is None else argv
     if os.path.basename(script_named(argv) or "") == EVALUATE_SCRIPT and os.path.isfile(script_named(argv)):
         return evaluate_launch(argv)  # evaluate.py's flags are its own (--out is not deepy's --override)
     args = parse_args(argv)
-    from megatron.checkpoint.trust import apply_trust_flag
 
     apply_trust_flag(args)
     if not os.path.isfile(args.user_script):  # before the configs: `deepy.py trian.py ...` is the first thing to fix
-        from megatron.config.sources import did_you_mean_file
 
         raise UserError(f"script {args.user_script!r} not found (expected e.g. train.py or eval.py)"
                         + did_you_mean_file(args.user_script, (".py",)))
@@ -277,7 +288,6 @@ def main(argv: list[str] | None = None) -> int:
         raise inputs_error(missing)
     if args.dry_run:
         return 0
-    from megatron.evaluation.harness.cli import eval_argv
 
     if is_eval(args.user_script):
         return eval_launch(args, cfg)
@@ -286,7 +296,6 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"{' '.join(a for a in given if a.startswith('--'))}: only {EVAL_SCRIPT} takes these "
                         f"flags, not {args.user_script}")
     from megatron.training.disk import check_run_room
-    from megatron.training.run_lock import training_locks
 
     for lock in training_locks(cfg):  # a live run's resolved config and configs/ are not replaced
         lock.check_free()
@@ -329,7 +338,6 @@ def check_training_start(cfg) -> None:
 
 def needs_launcher(cfg) -> bool:
     """Several processes, or a hostfile: DeepSpeed's runner; else this process runs the script."""
-    from megatron.hosts import hostfile_in_use
 
     p = cfg.parallel
     return processes_per_node(cfg) > 1 or bool(hostfile_in_use(p.hostfile)) or (p.num_nodes or 1) > 1
@@ -337,7 +345,6 @@ def needs_launcher(cfg) -> bool:
 
 def check_launch_hosts(cfg) -> None:
     """With a hostfile: its slots agree with num-gpus/num-nodes, and ssh reaches every host."""
-    from megatron.hosts import check_hosts, check_slots, hostfile_in_use
 
     p = cfg.parallel
     if hostfile_in_use(p.hostfile):
@@ -347,7 +354,6 @@ def check_launch_hosts(cfg) -> None:
 
 def remote_hosts(cfg) -> list[str]:
     """The hosts of a launch across hosts (the runner's multi-node case), else []."""
-    from megatron.hosts import active_hosts, hostfile_in_use
 
     p = cfg.parallel
     if not hostfile_in_use(p.hostfile):
@@ -362,7 +368,6 @@ def processes_per_node(cfg) -> int:
     """num_gpus, else every visible GPU (NeoX), else one process (a CPU run: no GPU, or device: cpu)."""
     import torch
 
-    from megatron.device import resolve_device
 
     if cfg.parallel.num_gpus:
         return cfg.parallel.num_gpus
@@ -372,7 +377,6 @@ def processes_per_node(cfg) -> int:
 def runner_args(cfg, user_script: str, resolved: str, master_addr: str | None = None,
                 script_args: list[str] = ()) -> list[str]:
     """The DeepSpeed runner's command line for this config (only the options that are set)."""
-    from megatron.hosts import hostfile_in_use
 
     p = cfg.parallel
     out = []
@@ -393,7 +397,6 @@ def runner_args(cfg, user_script: str, resolved: str, master_addr: str | None = 
     out += ["--master_port", str(p.master_port), "--launcher", p.launcher]
     # The runner's INFO lines repeat what deepy.py prints (megatron/console.py); its warnings stay.
     out += ["--log_level", "info" if debug_enabled() else "warning"]
-    from megatron.checkpoint.trust import trusted_from_env
 
     # On other nodes the runner exports only a few variables, so KERPLE_DEBUG and the trust
     # switch travel as flags.
@@ -407,8 +410,6 @@ def launch_with_deepspeed(cfg, user_script: str, resolved: str, script_args: lis
 
     The workers read the resolved config file, so on several nodes `run-dir` must be on a shared
     filesystem (as NeoX's `use_shared_fs`)."""
-    from megatron.device import resolve_device, worker_environment
-    from megatron.training.op_cache import set_op_cache_dir
 
     set_op_cache_dir()  # workers inherit the op cache
     worker_environment(resolve_device(cfg.parallel.device, "device:"))  # and DeepSpeed's accelerator
@@ -421,7 +422,6 @@ def launch_with_deepspeed(cfg, user_script: str, resolved: str, script_args: lis
     # for `hostname -I`); deepy.py must know it: signals reach the workers through its store.
     master_addr = (cfg.parallel.master_addr or hosts[0]) if hosts else None
     if hosts:
-        from megatron.hosts import ssh_keepalive
 
         os.environ["PDSH_SSH_ARGS_APPEND"] = " ".join(
             filter(None, [os.environ.get("PDSH_SSH_ARGS_APPEND"), ssh_keepalive(cfg.parallel.lost_host_timeout)]))
@@ -429,8 +429,6 @@ def launch_with_deepspeed(cfg, user_script: str, resolved: str, script_args: lis
         os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(cfg.parallel.master_port))
     argv = runner_args(cfg, user_script, resolved, master_addr, script_args)  # script_args: evaluate.py's flags
     if not cfg.parallel.hostfile:  # the runner's default /job/hostfile: no hostfile was asked for
-        from megatron.console import drop_log_message
-        from megatron.hosts import MISSING_HOSTFILE
 
         drop_log_message(MISSING_HOSTFILE)
     print("deepy.py: deepspeed " + " ".join(argv), flush=True)
@@ -470,7 +468,6 @@ def last_words(relays: list) -> int | None:
 def config_from_cli(parser, args):
     """The NeoXConfig an entry point (train.py, eval.py) was given: config files plus -o overrides,
     or the --resolved-config a launcher wrote. Exactly one of the two."""
-    from megatron.config import NeoXConfig, load_config
 
     if bool(args.resolved_config) == bool(args.conf_file):
         parser.error("give either config files or --resolved-config")
