@@ -24,6 +24,12 @@ def _name_parts(ckpt: str) -> list[str]:
     return parts[:-1] if len(parts) > 1 and parts[-1] in GENERIC_NAMES else parts
 
 
+def checkpoint_name(ckpt: str) -> str:
+    """What names a checkpoint in titles: its run directory for a `checkpoints` directory
+    (runs/quickstart/checkpoints -> quickstart), else its own name."""
+    return _name_parts(ckpt)[-1]
+
+
 def results_dirs(checkpoints: list[str], out: str | None) -> dict[str, str]:
     """{checkpoint: its results directory}. One checkpoint: `out` (default <checkpoint>/../eval).
     Several: one subdirectory of `out` (default eval/) each, named by the checkpoint's directory
