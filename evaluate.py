@@ -14,7 +14,8 @@ extrapolation evaluation).
 --tasks runs lm-evaluation-harness tasks (the offline local ones: kerple_local; your own task YAML
 with --include-path DIR; the standard ones where their datasets can be reached) instead of the
 perplexity sweep, at contexts of up to --max-length tokens (default: the training length; longer
-extrapolates), and writes harness.json into the same output directory (see megatron/evaluation/harness/).
+extrapolates), and writes harness.json into the same output directory (see megatron/evaluation/harness/);
+with --limit N, harness_limitN.json (a smoke test, not comparable: the full harness.json stays).
 
 Windows: by default the first --max-windows (320, the paper's count) in NeoX's shuffled sample order
 of the split, seeded by --data-seed; --window-order contiguous takes the first ones in stream order.
