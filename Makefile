@@ -70,6 +70,8 @@ quickstart: setup
 	$(PY) evaluate.py --checkpoint runs/quickstart/checkpoints --max-factor 16 --max-tokens 65536 --window-order contiguous \
 		--batch-size 4 --quiet --overwrite
 	$(PY) tools/check_figures.py quickstart
+	$(PY) tools/compare_runs.py runs/quickstart runs/quickstart_rotary --out runs/compare --missing-ok \
+		--missing-hint "make quickstart-rotary"
 
 # The same run with rotary positions (one extra YAML), for contrast.
 quickstart-rotary: setup
@@ -78,6 +80,8 @@ quickstart-rotary: setup
 	$(PY) evaluate.py --checkpoint runs/quickstart_rotary/checkpoints --max-factor 16 --max-tokens 65536 --window-order contiguous \
 		--batch-size 4 --quiet --overwrite
 	$(PY) tools/check_figures.py quickstart_rotary
+	$(PY) tools/compare_runs.py runs/quickstart runs/quickstart_rotary --out runs/compare --missing-ok \
+		--missing-hint "make quickstart"
 
 # Downstream tasks (lm-evaluation-harness), offline: the local tasks built from held-out stdlib
 # docstrings (megatron/evaluation/harness/local_tasks.py) on the checkpoint `make quickstart` left;

@@ -9,7 +9,8 @@ GPT-NeoX:
 The model is built from the checkpoint's own config (the weights must match it); CONFIG supplies
 `load` (else `save`, where its training wrote) and `iteration`. Results go to <load>/../eval/harness.json (beside evaluate.py's
 perplexity results), or <prefix>_eval_results_<date>.json with --eval_results_prefix, and to
-TensorBoard/W&B when the checkpoint's config turns them on. An earlier harness.json is kept (the
+TensorBoard/W&B when the checkpoint's config turns them on; --limit N writes harness_limitN.json instead
+(not comparable with a full run, so never in the full one's place). An earlier harness.json is kept (the
 evaluation refused) unless --overwrite. See megatron/evaluation/harness/.
 """
 import argparse

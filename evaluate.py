@@ -14,7 +14,8 @@ extrapolation evaluation).
 --tasks runs lm-evaluation-harness tasks (the offline local ones: kerple_local; your own task YAML
 with --include-path DIR; the standard ones where their datasets can be reached) instead of the
 perplexity sweep, at contexts of up to --max-length tokens (default: the training length; longer
-extrapolates), and writes harness.json into the same output directory (see megatron/evaluation/harness/).
+extrapolates), and writes harness.json into the same output directory (see megatron/evaluation/harness/);
+with --limit N, harness_limitN.json (a smoke test, not comparable: the full harness.json stays).
 
 Windows: by default the first --max-windows (320, the paper's count) in NeoX's shuffled sample order
 of the split, seeded by --data-seed; --window-order contiguous takes the first ones in stream order.
@@ -299,6 +300,7 @@ def load_for_sweep(args, ckpt: str):
 
 def evaluate_checkpoint(args, ckpt: str, group: EvalGroup = ONE_PROCESS) -> None:
     from megatron.device import describe
+    from megatron.evaluation.outputs import checkpoint_name
     from megatron.evaluation.report import attention_label, build_record, markdown_table, write_outputs
 
     # every rank loads the model (a failure on any one is agreed: spread.py)
@@ -349,7 +351,7 @@ def evaluate_checkpoint(args, ckpt: str, group: EvalGroup = ONE_PROCESS) -> None
         if os.path.exists(partial):
             os.remove(partial)  # eval.json now holds every length
         print(markdown_table(rec))
-        plots = write_plots(paths["json"], model, cfg, max(lengths), out_dir) if args.plots else []
+        plots = write_plots(paths["json"], model, cfg, max(lengths), out_dir, checkpoint_name(ckpt)) if args.plots else []
         print(f"wrote {paths['json']}, {paths['csv']}, {paths['md']}, {paths['positionwise']}"
               + "".join(f", {p}" for p in plots))
 
@@ -358,21 +360,27 @@ def evaluate_checkpoint(args, ckpt: str, group: EvalGroup = ONE_PROCESS) -> None
         group.on_rank0(write, results)
 
 
-def write_plots(eval_json: str, model, cfg, max_length: int, out_dir: str) -> list[str]:
-    """The pictures of one evaluation, from the eval.json just written (the same plots
-    tools/make_report.py draws for many runs): perplexity against length, the position-wise loss,
-    and the learned kernel f_h(d) of a score-bias scheme up to the longest length evaluated."""
+def write_plots(eval_json: str, model, cfg, max_length: int, out_dir: str, name: str) -> list[str]:
+    """The pictures of one evaluation, from the eval.json just written (the plots tools/make_report.py
+    draws for many runs, in their single-run form: megatron/evaluation/plots.py): perplexity against
+    length on an axis spanning at least PPL_MIN_SPAN, the position-wise loss averaged over at least
+    MIN_TOKENS_PER_POINT tokens a point, and the learned kernel f_h(d) of a score-bias scheme up to the
+    longest length evaluated, titled with the run (`name`) and its step."""
+    from megatron.evaluation import plots
     from megatron.evaluation.kernels import kernel_of_scheme
-    from megatron.evaluation.plots import plot_kernels, plot_positionwise, plot_ppl_vs_length
     from megatron.evaluation.results import parse_result
 
     run = parse_result(eval_json)
-    out = [plot_ppl_vs_length([run], os.path.join(out_dir, "ppl_vs_length.png")),
-           plot_positionwise([run], os.path.join(out_dir, "positionwise.png"))]
+    step = f", step {run.iteration}" if run.iteration is not None else ""
+    out = [plots.plot_ppl_vs_length([run], os.path.join(out_dir, "ppl_vs_length.png"),
+                                    title=f"{name}{step}: perplexity vs length", min_span=plots.PPL_MIN_SPAN),
+           plots.plot_positionwise([run], os.path.join(out_dir, "positionwise.png"), title=f"{name}{step}",
+                                   min_tokens=plots.MIN_TOKENS_PER_POINT)]
     kernel = kernel_of_scheme(model.position, max_length)
     if kernel is not None:
-        out.append(plot_kernels({cfg.model.pos_emb: kernel}, os.path.join(out_dir, "kernels.png"),
-                                train_length=cfg.model.seq_length))
+        out.append(plots.plot_kernels({f"{cfg.model.pos_emb}{step}": kernel}, os.path.join(out_dir, "kernels.png"),
+                                      train_length=cfg.model.seq_length, title=name,
+                                      panel_size=plots.KERNEL_PANEL_SINGLE, fontsize=plots.KERNEL_FONT_SINGLE))
     return out
 
 

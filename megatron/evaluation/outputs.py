@@ -24,6 +24,12 @@ def _name_parts(ckpt: str) -> list[str]:
     return parts[:-1] if len(parts) > 1 and parts[-1] in GENERIC_NAMES else parts
 
 
+def checkpoint_name(ckpt: str) -> str:
+    """What names a checkpoint in titles: its run directory for a `checkpoints` directory
+    (runs/quickstart/checkpoints -> quickstart), else its own name."""
+    return _name_parts(ckpt)[-1]
+
+
 def results_dirs(checkpoints: list[str], out: str | None) -> dict[str, str]:
     """{checkpoint: its results directory}. One checkpoint: `out` (default <checkpoint>/../eval).
     Several: one subdirectory of `out` (default eval/) each, named by the checkpoint's directory
@@ -96,18 +102,19 @@ def refuse_earlier_results(out_dir: str, names: list[str], overwrite: bool) -> N
 
 def output_lock(out_dir: str):
     """The output directory's eval.lock (megatron/training/run_lock.py), not yet taken: check_free()
-    asks whether an evaluation is writing there now without creating anything."""
+    asks whether an evaluation is writing there now without creating anything. Released, the file
+    is deleted: a finished evaluation leaves only its results."""
     from megatron.training.run_lock import RunLock
 
     return RunLock(out_dir, path=os.path.join(out_dir, LOCK_NAME), what=f"output directory {out_dir!r}",
                    holder="evaluation", fix="wait for it to finish, or give this evaluation its own "
-                   "output directory (--out)")
+                   "output directory (--out)", remove_on_release=True)
 
 
 @contextlib.contextmanager
 def output_locks(out_dirs: list[str]):
-    """Each output directory's eval.lock, held while the evaluation runs. A directory this run
-    created and left with nothing but its lock is removed again."""
+    """Each output directory's eval.lock, held while the evaluation runs and deleted on release. A
+    directory this run created and left empty is removed again."""
     created, locks = {}, []
     try:
         for d in out_dirs:
@@ -117,7 +124,5 @@ def output_locks(out_dirs: list[str]):
     finally:
         for lock in locks:
             lock.release()
-        for d, made in created.items():
-            if made and os.path.isdir(d) and os.listdir(d) == [LOCK_NAME]:
-                os.remove(os.path.join(d, LOCK_NAME))
-                remove_empty(made)
+        for made in created.values():
+            remove_empty(made)  # stops at the first that is not empty

@@ -39,6 +39,12 @@ MIN_TICKS, MAX_TICKS = 5, 10
 TRAIN_LINE = {"color": "0.35", "ls": ":", "lw": 1.2}
 BASELINE_LINE = {"color": "black", "ls": "--", "lw": 1.2}  # the windowed baseline (a run with r.window)
 RATIO_TOP = 2.0  # the ratio panels' y axis stops here (relative to the windowed baseline)
+# One run's figures (evaluate.py) and a comparison of a few (tools/compare_runs.py): a single run has
+# no spread over seeds to show, so an auto-zoomed axis would make any drift look like a climb.
+PPL_MIN_SPAN = 2.0  # the perplexity axis spans at least this factor: a 2% change stays 3% of its height
+MIN_TOKENS_PER_POINT = 2048  # each position-wise point averages at least this many scored tokens
+KERNEL_PANEL_SINGLE = (8.0, 5.6)  # inches: one readable panel (800x560 px at DPI)
+KERNEL_FONT_SINGLE = 12
 KERNEL_SYMLOG_ABOVE = 1e4  # |f_h(d)| beyond this: symlog y, so heads of very different scales stay visible
 
 
@@ -103,9 +109,41 @@ def _split_baseline(records) -> tuple[list, list]:
     return [r for r in records if r.window is None], [r for r in records if r.window is not None]
 
 
-def plot_ppl_vs_length(records, path: str, title: str | None = None) -> str:
-    """One line per scheme: mean perplexity over seeds at each length, shaded ±1 sample std."""
-    return save_figure(ppl_vs_length_figure(records, title), path)
+def plot_ppl_vs_length(records, path: str, title: str | None = None, min_span: float | None = None) -> str:
+    """One line per scheme: mean perplexity over seeds at each length, shaded ±1 sample std.
+    min_span (e.g. PPL_MIN_SPAN): see ppl_vs_length_figure."""
+    return save_figure(ppl_vs_length_figure(records, title, min_span), path)
+
+
+def widen_log_y(ax, min_span: float) -> None:
+    """Make the (log) y axis span at least a factor min_span, centred on what it shows now."""
+    lo, hi = ax.get_ylim()
+    if hi / lo < min_span:
+        centre, half = math.sqrt(lo * hi), math.sqrt(min_span)
+        ax.set_ylim(centre / half, centre * half)
+
+
+def reference_length(runs) -> tuple[int, bool]:
+    """The length a run's change is measured from, and whether it is the train length (1x): its train
+    length when evaluated there, else its shortest length."""
+    lengths = sorted({L for r in runs for L in r.ppl})
+    train = {r.train_length for r in runs}
+    if len(train) == 1 and next(iter(train)) in lengths:
+        return next(iter(train)), True
+    return lengths[0], False
+
+
+def reference_name(length: int, ref: int, is_train: bool) -> str:
+    return f"{length / ref:g}x vs 1x" if is_train else f"vs length {ref}"
+
+
+def change_vs_reference(ax, lengths, mean, runs, color) -> None:
+    """Write the last point's change from the reference length's beside it, e.g. '+1.5% (16x vs 1x)'."""
+    ref, is_train = reference_length(runs)
+    base = mean[list(lengths).index(ref)]
+    ax.annotate(f"{mean[-1] / base - 1:+.1%} ({reference_name(lengths[-1], ref, is_train)})",
+                (lengths[-1], mean[-1]), xytext=(-4, 6), textcoords="offset points", ha="right", fontsize=8,
+                color=color)
 
 
 def _ratio_axis(ax, off_scale: list[str], xlabel: str, title: str) -> None:
@@ -129,7 +167,10 @@ def _paired_ratio(runs, baseline_runs, length: int) -> list[float]:
     return [r.ppl[length] / base[r.seed] for r in runs if length in r.ppl and r.seed in base]
 
 
-def ppl_vs_length_figure(records, title: str | None = None):
+def ppl_vs_length_figure(records, title: str | None = None, min_span: float | None = None):
+    """With min_span (a single run or a few compared, no seeds to show a spread): the y axis spans at
+    least that factor, each line's change from its 1x length is written at its end, and for one
+    scheme a right-hand axis gives perplexity relative to 1x."""
     plain, baseline = _split_baseline(records)
     fig, axes = plt.subplots(1, 2 if baseline else 1, figsize=(12.0 if baseline else 6.4, 4.2), squeeze=False)
     ax = axes[0][0]
@@ -144,6 +185,8 @@ def ppl_vs_length_figure(records, title: str | None = None):
             label = scheme if style is None else f"{scheme} (baseline)"
             ax.plot(lengths, mean, marker="o", ms=3, label=label, **line_style)
             ax.fill_between(lengths, np.maximum(mean - std, 1e-9), mean + std, color=line_style["color"], alpha=0.2)
+            if min_span and len(lengths) > 1:
+                change_vs_reference(ax, lengths, mean, runs, line_style["color"])
     mark_train_length(ax, records)
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(PLAIN)
@@ -153,9 +196,24 @@ def ppl_vs_length_figure(records, title: str | None = None):
     ax.set_title(title or "perplexity vs length")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8)
+    if min_span:
+        widen_log_y(ax, min_span)
+        if len(_by_scheme(records)) == 1:
+            relative_axis(ax, records)
     if baseline:
         ratio_by_length_panel(axes[0][1], plain, baseline, colors, title)
     return fig
+
+
+def relative_axis(ax, runs) -> None:
+    """A right-hand y axis: the perplexity divided by the run's value at its reference length (1x)."""
+    ref, is_train = reference_length(runs)
+    base = float(np.mean([r.ppl[ref] for r in runs]))
+    right = ax.secondary_yaxis("right", functions=(lambda y: y / base, lambda q: q * base))
+    right.yaxis.set_major_locator(ReadableLogLocator())
+    right.yaxis.set_major_formatter(PLAIN)
+    right.yaxis.set_minor_locator(NullLocator())
+    right.set_ylabel(f"perplexity / perplexity at length {ref}" + (" (1x)" if is_train else ""))
 
 
 def ratio_by_length_panel(ax, plain, baseline, colors, title: str | None) -> None:
@@ -179,35 +237,70 @@ def ratio_by_length_panel(ax, plain, baseline, colors, title: str | None) -> Non
                 f"{title + ': ' if title else ''}ratio to {base_runs[0].scheme} (same seed)")
 
 
-def _positionwise_curve(runs, length: int):
-    """(positions, mean per-position perplexity over seeds) of runs that have this length."""
+def _positionwise_curve(runs, length: int, min_tokens: int | None = None):
+    """(positions, mean per-position perplexity over seeds) of runs that have this length; with
+    min_tokens, each point averages at least that many scored tokens (windows x positions)."""
     curves = [r.positionwise[length] for r in runs if length in r.positionwise]
     if not curves:
         return None
     size = curves[0][0]
     n = min(len(c[1]) for c in curves)
     loss = np.mean([c[1][:n] for c in curves], axis=0)
-    return _log_binned(np.arange(n) * size + size / 2, loss)
+    x = np.arange(n) * size + size / 2
+    windows = windows_at(runs, length)
+    if min_tokens and windows:
+        return _log_binned(x, loss, min_width=math.ceil(min_tokens / (windows * size)))
+    return _log_binned(x, loss)
 
 
-def _log_binned(x: np.ndarray, loss: np.ndarray, bins: int = 32):
+def windows_at(runs, length: int) -> int | None:
+    """The windows scored at `length` summed over the runs (their curves are averaged), None when a run
+    did not record its count."""
+    counts = [r.windows.get(length) for r in runs if length in r.positionwise]
+    return sum(counts) if counts and None not in counts else None
+
+
+def _log_binned(x: np.ndarray, loss: np.ndarray, bins: int = 32, min_width: int = 1):
     """Average the loss over log-spaced position ranges: a few windows per length make a raw
-    per-position curve mostly noise, and what matters (short vs long context) is logarithmic."""
-    if len(x) <= bins:
+    per-position curve mostly noise, and what matters (short vs long context) is logarithmic.
+    min_width: each range holds at least that many of the stored bins (the last may take the rest)."""
+    if len(x) <= bins and min_width <= 1:
         return x, np.exp(loss)
     edges = np.unique(np.geomspace(1, len(x), bins + 1).astype(int))
+    if min_width > 1:
+        edges = _at_least_apart(edges, min_width, len(x))
     starts, ends = np.concatenate([[0], edges[:-1]]), edges
     centers = np.array([x[a:b].mean() for a, b in zip(starts, ends) if b > a])
     means = np.array([loss[a:b].mean() for a, b in zip(starts, ends) if b > a])
     return centers, np.exp(means)
 
 
-def plot_positionwise(records, path: str, windowed=None, length: int | None = None, title: str | None = None) -> str:
-    """Fig. 5 at `length` (default: the longest length every scheme has a curve for)."""
-    return save_figure(positionwise_figure(records, length, windowed, title), path)
+def _at_least_apart(edges: np.ndarray, min_width: int, n: int) -> np.ndarray:
+    """Bin ends from `edges` (increasing, the last = n) such that every bin is at least min_width wide;
+    a short remainder joins the last bin."""
+    out, start = [], 0
+    for e in edges:
+        if e - start >= min_width:
+            out.append(int(e))
+            start = e
+    if not out:
+        return np.array([n])
+    out[-1] = n
+    return np.array(out)
 
 
-def positionwise_figure(records, length: int | None = None, windowed=None, title: str | None = None):
+def plot_positionwise(records, path: str, windowed=None, length: int | None = None, title: str | None = None,
+                      min_tokens: int | None = None) -> str:
+    """Fig. 5 at `length` (default: the longest length every scheme has a curve for); min_tokens: see
+    positionwise_figure."""
+    return save_figure(positionwise_figure(records, length, windowed, title, min_tokens), path)
+
+
+def positionwise_figure(records, length: int | None = None, windowed=None, title: str | None = None,
+                        min_tokens: int | None = None):
+    """With min_tokens (e.g. MIN_TOKENS_PER_POINT; one run has a few windows at its longest length):
+    each point averages at least that many scored tokens, and the legend and title say how many
+    windows each curve is the mean of."""
     if length is None:
         curves = [set(r.positionwise) for r in records if r.positionwise]
         common = set.intersection(*curves) if curves else set()
@@ -216,27 +309,32 @@ def positionwise_figure(records, length: int | None = None, windowed=None, title
         length = max(common)
     records, in_records = _split_baseline(records)  # a windowed run among `records` is a baseline too
     windowed = [*(windowed or []), *in_records]
-    base_curve = next((c for c in (_positionwise_curve(runs, length) for runs in _by_scheme(windowed).values())
+    base_curve = next((c for c in (_positionwise_curve(runs, length, min_tokens) for runs in _by_scheme(windowed).values())
                        if c is not None), None)
     fig, axes = plt.subplots(1, 2 if base_curve else 1, figsize=(12.0 if base_curve else 6.4, 4.2), squeeze=False)
     ax = axes[0][0]
     colors = scheme_colors(records)
     curves = {}
+    def counted(label: str, runs) -> str:
+        windows = windows_at(runs, length) if min_tokens else None
+        return f"{label}, mean of {windows} windows" if windows else label
+
     for scheme, runs in _by_scheme(records).items():
-        curve = curves[scheme] = _positionwise_curve(runs, length)
+        curve = curves[scheme] = _positionwise_curve(runs, length, min_tokens)
         if curve is not None:
-            ax.plot(*curve, lw=1, label=scheme, color=colors[scheme])
+            ax.plot(*curve, lw=1, label=counted(scheme, runs), color=colors[scheme])
     for scheme, runs in _by_scheme(windowed).items():
-        curve = _positionwise_curve(runs, length)
+        curve = _positionwise_curve(runs, length, min_tokens)
         if curve is not None:
-            ax.plot(*curve, **BASELINE_LINE, label=f"{scheme} (baseline)")
+            ax.plot(*curve, **BASELINE_LINE, label=counted(f"{scheme} (baseline)", runs))
     mark_train_length(ax, [*records, *windowed])
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(PLAIN)
     readable_log_y(ax)
     ax.set_xlabel("position in the window (log-spaced bins)")
     ax.set_ylabel("perplexity exp(loss)")
-    ax.set_title(f"{title + ': ' if title else ''}position-wise perplexity at length {length}", fontsize=9)
+    smoothing = f"\neach point averages at least {min_tokens} scored tokens" if min_tokens else ""
+    ax.set_title(f"{title + ': ' if title else ''}position-wise perplexity at length {length}{smoothing}", fontsize=9)
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8)
     if base_curve is not None:
@@ -263,13 +361,17 @@ def panel_grid(n: int, max_cols: int, panel_size: tuple[float, float]):
     return fig, list(axes.flat)[:n]
 
 
-def plot_kernels(kernels: dict, path: str, train_length: int | None = None, title: str | None = None) -> str:
+def plot_kernels(kernels: dict, path: str, train_length: int | None = None, title: str | None = None,
+                 panel_size: tuple[float, float] = (4.2, 3.2), fontsize: int | None = None) -> str:
     """kernels: {label: array [heads, max_d + 1]} of f_h(d); one subplot per label, one line per head,
     distance on a log axis (d >= 1; f(0) is the bias at the query itself); train_length, when given,
-    is marked (distances beyond it were never seen in training); title (the domain) heads the figure."""
+    is marked (distances beyond it were never seen in training); title (the domain, or the run) heads
+    each panel. panel_size (inches) and fontsize (every label, tick and legend; default: small, for a
+    report's grid of panels): one run's figure uses KERNEL_PANEL_SINGLE and KERNEL_FONT_SINGLE."""
     if not kernels:
         raise ValueError("plot_kernels: no kernels to plot (every checkpoint lacked a score bias)")
-    fig, axes = panel_grid(len(kernels), 3, (4.2, 3.2))
+    fig, axes = panel_grid(len(kernels), 3, panel_size)
+    label_size = {} if fontsize is None else {"fontsize": fontsize}
     for ax, (label, f) in zip(axes, kernels.items()):
         f = np.asarray(f)
         d = np.arange(f.shape[1])
@@ -282,12 +384,14 @@ def plot_kernels(kernels: dict, path: str, train_length: int | None = None, titl
         if np.abs(f).max() > KERNEL_SYMLOG_ABOVE:  # a near-quadratic power head would flatten the others
             ax.set_yscale("symlog", linthresh=1.0)
             ax.set_ylim(top=max(float(f.max()), 0.0) + 1.0)  # no empty positive decades above a decaying kernel
-            ax.set_ylabel("f_h(d) (symlog)")
+            ax.set_ylabel("f_h(d) (symlog)", **label_size)
         else:
-            ax.set_ylabel("f_h(d)")
-        ax.set_title(f"{title}: {label}" if title else label, fontsize=8)
-        ax.set_xlabel("distance d = i - j (log scale)")
+            ax.set_ylabel("f_h(d)", **label_size)
+        ax.set_title(f"{title}: {label}" if title else label, fontsize=fontsize or 8)
+        ax.set_xlabel("distance d = i - j (log scale)", **label_size)
+        if fontsize:
+            ax.tick_params(labelsize=fontsize - 1)
         ax.grid(True, alpha=0.3)
         if f.shape[0] <= 12:
-            ax.legend(fontsize=6, ncol=2)
+            ax.legend(fontsize=fontsize - 2 if fontsize else 6, ncol=2)
     return save_figure(fig, path)

@@ -29,6 +29,9 @@ def tensorboard_dir(cfg) -> str | None:
 # The console line's default keys (console-metrics: short), in this order; every key goes to the files.
 SHORT_KEYS = ("lm_loss", "learning_rate", "grad_norm", "tokens_per_sec")
 CURRENT_KEYS = ("learning_rate",)  # shown at the step's value, never averaged
+# The rule above and below an evaluation's line: NeoX draws it as long as the line, which with the
+# windows said at its end made 210-character rules that wrap into blocks of dashes on a terminal.
+RULE_WIDTH = 100
 
 
 def format_eta(seconds: float) -> str:
@@ -144,7 +147,8 @@ class MetricsLogger:
         if console:
             line = (f" {chart} results at {prefix} | " + " | ".join(f"{k} value: {v:.6E}" for k, v in metrics.items())
                     + " |" + (f" on {windows} |" if windows else ""))
-            self.console("-" * len(line) + "\n" + line + "\n" + "-" * len(line))
+            rule = "-" * min(len(line), RULE_WIDTH)
+            self.console(rule + "\n" + line + "\n" + rule)
         self.log_tags(iteration, neox_names.eval_tags(chart, metrics))
 
     def log_runtime(self, iteration: int, figures: dict[str, float]) -> None:

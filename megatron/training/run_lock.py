@@ -6,8 +6,12 @@ directory, not in it, so a checkpoint directory holds exactly NeoX's layout (lat
 The lock belongs to the process, not to the file: the kernel drops it on any exit, SIGKILL and
 power loss included, so a lock file left behind by a dead run is simply locked again (and said so).
 The file's text (pid, host, start time) is only there to name the holder in the refusal message.
-The file is never deleted: deleting it would let a waiting process lock the old inode while a new
-one locks a fresh file. flock is per host (and unreliable on some network file systems): two hosts
+A run directory's lock file is never deleted. An output directory's (eval.lock, `remove_on_release`)
+is: results folders should hold results. Deleting it safely takes two rules: the holder unlinks the
+file before it unlocks, and acquire() checks after locking that the file it locked is still the one at
+the path (a process that opened the old file before the unlink would otherwise hold a lock on a
+deleted file while a third locks a fresh one); if not, it opens the path again.
+flock is per host (and unreliable on some network file systems): two hosts
 sharing one run directory are not detected.
 """
 from __future__ import annotations
@@ -56,8 +60,9 @@ class RunLock:
     is the holder's pid) word the refusal."""
 
     def __init__(self, run_dir: str, path: str | None = None, what: str | None = None, fix: str = RUN_DIR_FIX,
-                 holder: str = "training run"):
+                 holder: str = "training run", remove_on_release: bool = False):
         self.run_dir = run_dir
+        self.remove_on_release = remove_on_release
         self.path = path or os.path.join(run_dir, LOCK_NAME)
         self.what = what or f"run directory {run_dir!r}"
         self.fix = fix
@@ -84,13 +89,24 @@ class RunLock:
             raise self._in_use(fd) from None
         os.close(fd)  # frees the probe's lock
 
+    def _lock_current_file(self) -> int:
+        """An fd of the file at self.path, exclusively locked (RunDirInUse when another holds it)."""
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise self._in_use(fd) from None
+            try:
+                if os.stat(self.path).st_ino == os.fstat(fd).st_ino:
+                    return fd
+            except FileNotFoundError:
+                pass
+            os.close(fd)  # its holder removed it between our open and our lock: lock the path's file anew
+
     def acquire(self) -> RunLock:
         os.makedirs(self.run_dir, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise self._in_use(fd) from None
+        fd = self._lock_current_file()
         previous = _read_holder(fd)
         self.stale = previous if previous.get("pid") else None  # its holder died without releasing
         os.ftruncate(fd, 0)
@@ -101,10 +117,16 @@ class RunLock:
         return self
 
     def release(self) -> None:
-        """Free the lock and blank the holder (a blank file is not reported as stale)."""
+        """Free the lock and blank the holder (a blank file is not reported as stale), or with
+        remove_on_release delete the file, still locked (see the module's docstring)."""
         if self.fd is None:
             return
         os.ftruncate(self.fd, 0)
+        if self.remove_on_release:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
         fcntl.flock(self.fd, fcntl.LOCK_UN)
         os.close(self.fd)
         self.fd = None

@@ -48,11 +48,20 @@ def run(*args, timeout=300):
 
 def test_evaluate_py_tasks_writes_results_beside_the_perplexity_ones(trained):
     _, ck = trained
+    out = os.path.join(os.path.dirname(ck), "eval")  # where evaluate.py puts eval.json too
+    os.makedirs(out, exist_ok=True)
+    full = os.path.join(out, "harness.json")  # an earlier full evaluation's results
+    with open(full, "w") as f:
+        f.write('{"full": true}')
     proc = run("evaluate.py", "--checkpoint", ck, "--tasks", *LOCAL, "--limit", "6", "--max-length", "256")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "|kerple_docstring_choice" in proc.stdout and "max-length 256 (training length 32)" in proc.stdout
-    out = os.path.join(os.path.dirname(ck), "eval")  # where evaluate.py puts eval.json too
-    rec = json.loads(open(os.path.join(out, "harness.json")).read())
+    # 6 documents a task is a smoke test: its own file, said so, and the full results untouched (issue 45)
+    assert open(full).read() == '{"full": true}'
+    assert "harness_limit6.json; --limit: scored 6 of each task's documents only, so these scores are not " \
+           "comparable with a full evaluation's" in proc.stdout
+    rec = json.loads(open(os.path.join(out, "harness_limit6.json")).read())
+    assert rec["limit"] == 6
     assert rec["schema"] == "kerple-harness/1" and rec["max_length"] == 256 and rec["train_length"] == 32
     assert rec["iteration"] == 2 and sorted(rec["tasks"]) == sorted(LOCAL) and rec["pos_emb"] == "kerple_log"
     m = rec["metrics"]

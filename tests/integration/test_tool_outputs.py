@@ -80,6 +80,7 @@ def test_evaluate_keeps_earlier_results_and_one_evaluation_per_out(ck, tmp_path)
     proc = cli(*sweep, "--window", 8, "--overwrite")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (out / "eval.json").read_text() != first
+    assert not (out / "eval.lock").exists()  # released with the run: results folders hold results
 
 
 def test_eval_py_keeps_an_earlier_harness_json(trained, tmp_path):

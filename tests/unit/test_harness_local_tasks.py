@@ -147,3 +147,12 @@ def test_a_users_broken_task_is_one_error_before_the_model_loads(tmp_path):
     with pytest.raises(UserError, match="unknown task 'broken'; lm-eval cannot read these task files in "
                                         "--include-path: .*broken.yaml"):
         check_tasks(["broken"], manager, [user])
+
+
+def test_a_limited_evaluation_has_its_own_results_file():
+    """--limit N scores N documents a task: not comparable with a full run, so never in harness.json."""
+    from megatron.evaluation.harness.run import RESULTS_NAME, limit_note, results_name
+
+    assert results_name(None) == RESULTS_NAME == "harness.json" and limit_note(None) == ""
+    assert results_name(5) == "harness_limit5.json" and results_name(0.1) == "harness_limit0.1.json"
+    assert "not comparable with a full evaluation's (harness.json" in limit_note(5)

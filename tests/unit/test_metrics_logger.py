@@ -89,3 +89,20 @@ def test_the_line_shows_the_current_learning_rate_and_is_short_unless_asked(tiny
         assert "learning_rate: 8.0000E-03" in line and "lm_loss (mean of 4): 4.3500E+00" in line
         assert ("bias_p_mean (mean of 4)" in line) == (mode == "all")
         assert ("elapsed_time_per_iteration_ms" in line) == (mode == "all")
+
+
+def test_an_evaluation_line_has_rules_of_at_most_100_characters(tiny_config, tmp_path, capsys):
+    """Issue 45: the rules around a validation line were as long as the line (210 characters with
+    its windows), wrapping into blocks of dashes."""
+    from megatron.training.logging import RULE_WIDTH
+
+    log = MetricsLogger(tiny_config(progress_bar=False), str(tmp_path), enabled=True)
+    log.log_eval(2, "validation", {"lm_loss": 1.5, "lm_loss_ppl": 4.48}, "iteration 2",
+                 windows="the validation split's first 8 windows of 128 tokens, in NeoX's shuffled sample order "
+                         "(data seed 1234)")
+    log.close()
+    lines = capsys.readouterr().out.splitlines()
+    line = next(x for x in lines if "validation results at iteration 2" in x)
+    rules = [x for x in lines if x and set(x) == {"-"}]
+    assert len(line) > RULE_WIDTH == 100 and len(rules) == 2
+    assert all(len(r) == RULE_WIDTH for r in rules)

@@ -25,7 +25,9 @@ def add_eval_flags(parser: argparse.ArgumentParser, required: bool = False,
                    help="longest context in tokens (default: the training seq-length; longer extrapolates)")
     if batch_size:
         g.add_argument("--batch-size", type=int_at_least(1), default=1, help="sequences per forward (of equal length)")
-    g.add_argument("--limit", type=float, default=None, help="at most this many documents per task (or a fraction < 1)")
+    g.add_argument("--limit", type=float, default=None,
+                   help="at most this many documents per task (or a fraction < 1): a smoke test, written to "
+                        "harness_limitN.json, never over the full harness.json")
     g.add_argument("--num-fewshot", type=int_at_least(0), default=None, help="few-shot examples per prompt (default: the task's)")
     g.add_argument("--include-path", "--include_path", dest="include_paths", nargs="+", default=None, metavar="DIR",
                    help="directories of your own lm-eval task YAML files (lm-eval's --include_path); a single "

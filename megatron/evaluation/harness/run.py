@@ -16,6 +16,22 @@ from megatron.evaluation.harness.task_checks import check_include_paths, check_t
 
 SCHEMA = "kerple-harness/1"
 RESULTS_NAME = "harness.json"
+
+
+def results_name(limit) -> str:
+    """The results file in the output directory: harness.json for a full evaluation; with --limit N
+    harness_limitN.json, since N documents per task is a smoke test whose scores are not comparable
+    with a full run's, and must never replace the full harness.json."""
+    return RESULTS_NAME if limit is None else f"harness_limit{limit:g}.json"
+
+
+def limit_note(limit) -> str:
+    """What a limited evaluation is, said beside its results (empty for a full one)."""
+    if limit is None:
+        return ""
+    part = f"{limit:g} of each task's documents" if limit >= 1 else f"a fraction {limit:g} of each task's documents"
+    return (f"--limit: scored {part} only, so these scores are not comparable with a full evaluation's "
+            f"({RESULTS_NAME}, which this run leaves as it was)")
 TASK_DIR_NAME = "harness_tasks"  # the local tasks' YAML files, written beside the results
 
 
@@ -85,9 +101,9 @@ def evaluate_tasks(ckpt: str, tasks: list[str], out_dir: str, *, tag=None, overr
                    results_path: str | None = None, log: bool = True, include_paths=(),
                    bootstrap_iters: int | None = None, overwrite: bool = True) -> dict:
     """Everything one checkpoint needs; returns the results record (also written to results_path,
-    default <out_dir>/harness.json, which an earlier evaluation's is only replaced with
-    `overwrite`; the dated prefix files are not checked). Inputs are checked before the model loads
-    where they can be."""
+    default <out_dir>/harness.json, harness_limitN.json with a `limit` (results_name), which an
+    earlier evaluation's is only replaced with `overwrite`; the dated prefix files are not checked).
+    Inputs are checked before the model loads where they can be."""
     check_max_length_value(max_length)
     if batch_size < 1:
         raise UserError(f"--batch-size {batch_size} must be at least 1")
@@ -99,7 +115,7 @@ def evaluate_tasks(ckpt: str, tasks: list[str], out_dir: str, *, tag=None, overr
     if results_path is None:
         from megatron.evaluation.outputs import refuse_earlier_results
 
-        refuse_earlier_results(out_dir, [RESULTS_NAME], overwrite)
+        refuse_earlier_results(out_dir, [results_name(limit)], overwrite)
     from megatron.evaluation.load import load_checkpoint_model
     from megatron.tokenizer import build_tokenizer
 
@@ -130,7 +146,7 @@ def evaluate_tasks(ckpt: str, tasks: list[str], out_dir: str, *, tag=None, overr
         **{k: results[k] for k in ("results", "groups", "versions", "n-shot", "higher_is_better", "n-samples")
            if k in results},
     }
-    path = write_results(record, results_path or os.path.join(out_dir, RESULTS_NAME))
+    path = write_results(record, results_path or os.path.join(out_dir, results_name(limit)))
     if log:
         log_scores(cfg, iteration, record["metrics"])
     print(f"max-length {length} (training length {cfg.model.seq_length}), pos-emb {cfg.model.pos_emb}, "
@@ -138,5 +154,5 @@ def evaluate_tasks(ckpt: str, tasks: list[str], out_dir: str, *, tag=None, overr
     print(make_table(results))
     if "groups" in results:
         print(make_table(results, "groups"))
-    print(f"wrote {path}")
+    print(f"wrote {path}" + (f"; {limit_note(limit)}" if limit is not None else ""))
     return record

@@ -1,0 +1,74 @@
+"""tools/compare_runs.py, what make quickstart ends with: kerple against rotary as a table and a
+figure when both runs exist; the exact commands to get there when one does not (issue 45, item 6)."""
+import os
+import subprocess
+import sys
+
+from tests.conftest import ROOT
+from tests.unit.test_single_run_plots import QUICKSTART, fake_eval_json
+from tools import compare_runs
+
+ROTARY = {128: 127.222, 256: 129.54, 512: 137.78, 1024: 150.35, 2048: 168.002}
+
+
+def make_run(root, name, ppl, pos_emb):
+    os.makedirs(root / name / "eval")
+    fake_eval_json(root / name / "eval" / "eval.json", ppl, pos_emb, checkpoint=str(root / name / "checkpoints"))
+    return str(root / name)
+
+
+def test_both_runs_give_a_table_and_a_figure(tmp_path, capsys, monkeypatch):
+    from megatron.evaluation import plots
+
+    figures = []
+    save = plots.save_figure
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: figures.append(fig) or save(fig, path))
+    kerple = make_run(tmp_path, "quickstart", QUICKSTART, "kerple_log")
+    rotary = make_run(tmp_path, "quickstart_rotary", ROTARY, "rotary")
+    assert compare_runs.main([kerple, rotary, "--out", str(tmp_path / "compare")]) == 0
+    out = capsys.readouterr().out
+    table = (tmp_path / "compare" / "compare.md").read_text()
+    assert "| length | quickstart (kerple_log) | change | quickstart_rotary (rotary) | change |" in table
+    assert "| 2048 | 124.266 | +1.4% | 168.002 | +32.1% |" in table and table.split("\n", 2)[2] in out
+    assert "Every run scored the same windows at each length." in table
+    assert (tmp_path / "compare" / "compare.png").is_file()
+    ax = figures[0].axes[0]
+    assert {line.get_label() for line in ax.get_lines()} >= {"quickstart (kerple_log)", "quickstart_rotary (rotary)"}
+    lo, hi = ax.get_ylim()
+    assert hi / lo >= plots.PPL_MIN_SPAN and ax.get_xscale() == "log"
+    assert {"+1.4% (16x vs 1x)", "+32.1% (16x vs 1x)"} <= {t.get_text() for t in ax.texts}
+    plots.plt.close("all")
+
+
+def test_runs_on_other_windows_are_flagged(tmp_path):
+    kerple = make_run(tmp_path, "a", QUICKSTART, "kerple_log")
+    rotary = make_run(tmp_path, "b", ROTARY, "rotary")
+    path = os.path.join(rotary, "eval", "eval.json")
+    text = open(path).read().replace('"data_seed": 1234', '"data_seed": 7')
+    open(path, "w").write(text)
+    compare_runs.main([kerple, rotary, "--out", str(tmp_path / "c")])
+    assert "Not comparable at lengths 128, 256, 512, 1024, 2048" in (tmp_path / "c" / "compare.md").read_text()
+
+
+def test_a_missing_rotary_run_prints_the_commands_and_writes_nothing(tmp_path):
+    kerple = make_run(tmp_path, "quickstart", QUICKSTART, "kerple_log")
+    missing, out = str(tmp_path / "quickstart_rotary"), str(tmp_path / "compare")
+    argv = [sys.executable, "tools/compare_runs.py", kerple, missing, "--out", out]
+    ok = subprocess.run([*argv, "--missing-ok", "--missing-hint", "make quickstart-rotary"], cwd=ROOT,
+                        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert ok.returncode == 0, ok.stderr
+    assert (f"{missing}/eval/eval.json does not exist. To compare, run make quickstart-rotary, then: "
+            f"python tools/compare_runs.py {kerple} {missing} --out {out}") in ok.stdout
+    refused = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert refused.returncode == 2 and "does not exist" in refused.stderr and "Traceback" not in refused.stderr
+    assert not os.path.exists(out)
+
+
+def test_make_quickstart_ends_with_the_comparison():
+    makefile = open(os.path.join(ROOT, "Makefile")).read()
+    for target, hint in (("quickstart:", "make quickstart-rotary"), ("quickstart-rotary:", "make quickstart")):
+        recipe = makefile.split("\n" + target, 1)[1].split("\n\n", 1)[0]
+        lines = [x.strip() for x in recipe.replace("\\\n", " ").splitlines()[1:]]
+        assert "tools/check_figures.py" in lines[-2]  # kept, and the comparison after it
+        assert lines[-1].split() == ["$(PY)", "tools/compare_runs.py", "runs/quickstart", "runs/quickstart_rotary",
+                                     "--out", "runs/compare", "--missing-ok", "--missing-hint", *f'"{hint}"'.split()]
