@@ -42,7 +42,11 @@ RATIO_TOP = 2.0  # the ratio panels' y axis stops here (relative to the windowed
 # One run's figures (evaluate.py) and a comparison of a few (tools/compare_runs.py): a single run has
 # no spread over seeds to show, so an auto-zoomed axis would make any drift look like a climb.
 PPL_MIN_SPAN = 2.0  # the perplexity axis spans at least this factor: a 2% change stays 3% of its height
-MIN_TOKENS_PER_POINT = 2048  # each position-wise point averages at least this many scored tokens
+# Each position-wise point averages at least this many scored tokens: at the quickstart's 2048 (32
+# windows) 2048 tokens a point still swung 100-170 with the text a bin covers; 8192 (>= 256
+# positions a point there) leaves the trend readable. Few windows are said on the plot too.
+MIN_TOKENS_PER_POINT = 8192
+FEW_WINDOWS = 100  # below this many windows the title says the points differ by their text
 KERNEL_PANEL_SINGLE = (8.0, 5.6)  # inches: one readable panel (800x560 px at DPI)
 KERNEL_FONT_SINGLE = 12
 KERNEL_SYMLOG_ABOVE = 1e4  # |f_h(d)| beyond this: symlog y, so heads of very different scales stay visible
@@ -334,6 +338,9 @@ def positionwise_figure(records, length: int | None = None, windowed=None, title
     ax.set_xlabel("position in the window (log-spaced bins)")
     ax.set_ylabel("perplexity exp(loss)")
     smoothing = f"\neach point averages at least {min_tokens} scored tokens" if min_tokens else ""
+    few = min((windows_at(runs, length) or FEW_WINDOWS for runs in _by_scheme(records).values()), default=FEW_WINDOWS)
+    if min_tokens and few < FEW_WINDOWS:
+        smoothing += f"; {few} windows: the points differ by the text they cover too"
     ax.set_title(f"{title + ': ' if title else ''}position-wise perplexity at length {length}{smoothing}", fontsize=9)
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8)

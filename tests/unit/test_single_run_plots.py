@@ -87,13 +87,14 @@ def test_positionwise_points_average_enough_tokens_and_name_the_windows(single_r
     ax = figures["positionwise.png"].axes[0]
     curve = next(line for line in ax.get_lines() if line.get_label().startswith("kerple_log"))
     assert curve.get_label() == "kerple_log, mean of 32 windows"  # 65536 tokens / 2048
-    assert "length 2048" in ax.get_title() and "at least 2048 scored tokens" in ax.get_title()
+    assert "length 2048" in ax.get_title() and "at least 8192 scored tokens" in ax.get_title()
     assert ax.get_title().startswith("quickstart, step 400: ")
-    # 32 windows x 8 positions a stored bin = 256 tokens: a point needs 8 bins, 64 positions; the first
+    assert "32 windows: the points differ by the text they cover too" in ax.get_title()
+    # 32 windows x 8 positions a stored bin = 256 tokens: a point needs 32 bins, 256 positions; the first
     # point was position 4 alone (256 tokens) before
     x = np.asarray(curve.get_xdata())
-    assert x[0] >= 32  # the mean position of at least positions 0-63
-    assert len(x) <= 2048 // 64
+    assert x[0] >= 128  # the mean position of at least positions 0-255
+    assert len(x) <= 2048 // 256
 
 
 def test_kernel_figure_is_readable_and_names_the_run_and_step(single_run):
