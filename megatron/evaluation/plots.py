@@ -340,7 +340,7 @@ def positionwise_figure(records, length: int | None = None, windowed=None, title
     smoothing = f"\neach point averages at least {min_tokens} scored tokens" if min_tokens else ""
     few = min((windows_at(runs, length) or FEW_WINDOWS for runs in _by_scheme(records).values()), default=FEW_WINDOWS)
     if min_tokens and few < FEW_WINDOWS:
-        smoothing += f"; {few} windows: the points differ by the text they cover too"
+        smoothing += f"\n{few} windows: the points differ by the text they cover too"
     ax.set_title(f"{title + ': ' if title else ''}position-wise perplexity at length {length}{smoothing}", fontsize=9)
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8)
