@@ -108,17 +108,24 @@ class _Kernel:
 
 @contextlib.contextmanager
 def counted_kernels(counts: Counter, run: bool):
-    """The Triton attention kernels' launch sites wrapped for the duration (see _Kernel)."""
+    """The Triton attention kernels' launch sites wrapped for the duration (see _Kernel). With
+    stand-ins (run False) the triton backend is allowed on a CPU too: nothing is launched or
+    interpreted there, so its refusal (no CPU driver) does not apply."""
+    from megatron.attention import triton as backend
     from megatron.attention.kernels import attention as site
 
     saved = {name: getattr(site, name) for name in TRITON_KERNELS}
+    interpreting = backend._interpreting
     try:
         for name, real in saved.items():
             setattr(site, name, _Kernel(name, real, counts, run))
+        if not run:
+            backend._interpreting = lambda: True
         yield
     finally:
         for name, real in saved.items():
             setattr(site, name, real)
+        backend._interpreting = interpreting
 
 
 @contextlib.contextmanager
@@ -142,7 +149,8 @@ def _tolist_counted(record: StepOps, host: set[int]):
 def count_step(step, optimizer: torch.optim.Optimizer | None, device: torch.device,
                warmup: int = 1) -> StepOps:
     """The operations of one call of `step` after `warmup` uncounted calls (the optimizer's state
-    exists by then, as in every step but the first). Triton kernels launch only on CUDA."""
+    exists by then, as in every step but the first). Triton kernels launch only on CUDA; `step`
+    builds its model inside counted_kernels (a CPU model resolves its backend on its first call)."""
     kernels = Counter()
     with counted_kernels(kernels, run=device.type == "cuda"):
         for _ in range(warmup):

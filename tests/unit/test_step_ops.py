@@ -41,8 +41,8 @@ def counted(tiny_config, pos: str, layers: int, checkpointing: bool = True):
 @pytest.fixture(scope="module")
 def counts(tmp_path_factory):
     """{(scheme, layers): StepOps} for 2 and 4 layers (one fixture: each model is built once)."""
-    from tests.conftest import TINY_MODEL, write_yaml
     from megatron.config import load_config
+    from tests.conftest import TINY_MODEL, write_yaml
 
     root = tmp_path_factory.mktemp("step_ops")
 
