@@ -6,7 +6,8 @@ consecutive (queries at q0 + i, keys at k0 + j). Grouped-query attention (H_kv <
 read key/value head h // (H / H_kv) in place, and the dk/dv kernel sums each group's query heads
 in one program (attention_bwd.py). The scheme's DistanceKernel tensors (clamped,
 autograd-attached) are autograd inputs, so their gradients flow back to the raw parameters.
-Parameter gradients are reduced without atomics: per-key-block partials, then a torch sum.
+Parameter gradients are reduced without atomics: per-key-block partials, then a torch sum (one
+per call, or one for all the calls of a forward that share a kernel: share_kernel).
 A log/power bias is evaluated per score (inline) or loaded from a per-call table over distance
 (kernels/bias_table.py: which one, and why the table's gradients need no per-distance partials);
 block sizes, warps and stages come from kernels/tuning.py (cached per GPU, dtype, head dim, length)."""
