@@ -123,14 +123,16 @@ def default_launch(kernel: str, head_dim: int, dtype: str) -> tuple[tuple[int, i
 def compile_variant(kernel: str, scheme: str, dtype: str, head_dim: int, window: bool,
                     arch: int = 90, blocks: tuple[int, int] | None = None, num_warps: int | None = None,
                     num_stages: int | None = None, padded: bool = False, aligned: bool = False,
-                    group: int = 1) -> Compiled:
+                    group: int = 1, exact_pv: bool | None = None) -> Compiled:
     """Compile one kernel variant for sm_<arch>; raises triton's CompilationError on bad code.
     blocks/num_warps/num_stages left out: the untuned default launch (default_launch), so the
     shared memory reported is what a call asks of the GPU.
     aligned: compile as a typical launch specializes (_aligned_attrs); False compiles the
     most general variant (any pointer alignment, any lengths), which every call can fall back to.
     group: query heads per key/value head (grouped-query attention; the dk/dv kernel then loops
-    over a group's query heads, attention_bwd.py)."""
+    over a group's query heads, attention_bwd.py).
+    exact_pv: the forward's EXACT_PV (None: on in half precision, the training forward of a scheme
+    whose parameters take gradients; a launch without such parameters, or inference, runs it off)."""
     d_blocks, d_warps, d_stages = default_launch(kernel, head_dim, dtype)
     blocks, num_warps = blocks or d_blocks, num_warps or d_warps
     num_stages = num_stages or d_stages
@@ -139,7 +141,8 @@ def compile_variant(kernel: str, scheme: str, dtype: str, head_dim: int, window:
                       D=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
                       BLOCK_M=blocks[0], BLOCK_N=blocks[1], HAS_WINDOW=window,
                       PRECISION="ieee" if dtype == "fp32" else None, UPCAST=False,
-                      EXACT_PV=dtype != "fp32",  # half precision: the training path's extra product
+                      # half precision: the training path's extra product
+                      EXACT_PV=dtype != "fp32" if exact_pv is None else exact_pv,
                       HAS_STARTS=padded, GROUP=group)
     if kernel == "bwd_dkdv":
         constexprs.update(NSLOT=32 if scheme == "rpe" else 8)

@@ -99,6 +99,23 @@ def hot_loop(prog: Program, masked: Callable[[tuple[str, int]], bool],
     return hot[0]
 
 
+def band_loops(prog: Program, masked: Callable[[tuple[str, int]], bool],
+               far: Callable[[tuple[str, int]], bool]) -> dict[str, list[tuple[int, int]]]:
+    """The innermost MMA loops (one per band of the walk, kernels/bands.py) by kind, each list in
+    program order: "masked" (code on a `masked` source line: the diagonal's bands), "far" (a `far`
+    line: KERPLE-log's far tiles) and "near" (the other unmasked ones). A band the compiler proved
+    empty (the forward's first masked band of a causal call without a window) has no loop."""
+    with_mma = [(a, b) for a, b in loops(prog) if any(is_mma(x.opcode) for x in prog.instrs[a:b + 1])]
+    out: dict[str, list[tuple[int, int]]] = {"masked": [], "far": [], "near": []}
+    for a, b in with_mma:
+        if any((c, d) != (a, b) and a <= c and d <= b for c, d in with_mma):
+            continue  # an outer loop (dk/dv's walk over a group's query heads)
+        body = [x.source for x in prog.instrs[a:b + 1] if x.source]
+        kind = "masked" if any(masked(s) for s in body) else "far" if any(far(s) for s in body) else "near"
+        out[kind].append((a, b))
+    return out
+
+
 def skippable(prog: Program, first: int, last: int) -> int:
     """Instructions of the loop first..last that a forward branch inside it jumps over: code a tile
     runs only when a condition holds (the forward's lazy rescale), so a typical tile issues the

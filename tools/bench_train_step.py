@@ -17,6 +17,15 @@ the model resolves its backend for the embedding dtype (fp32), the column shows 
     python tools/bench_train_step.py --quick                                   # CPU smoke, < 1 min
     python tools/bench_train_step.py --out docs/benchmarks.md --section train   # on a GPU
     python tools/bench_train_step.py --schemes kerple_log none --model-overrides num-layers=2 hidden-size=128
+
+--count-ops counts instead of timing (benchmarks/step_ops.py): the operations one step dispatches
+outside the attention kernels (each a kernel launch on a GPU), the attention kernels' launches and
+the host syncs, per scheme and at each of --count-layers depths, on the backend `auto` takes on
+CUDA. On a CPU the Triton kernels are counted stand-ins (they launch nothing), so the count is the
+GPU's; on a GPU the real step is counted:
+
+    python tools/bench_train_step.py --count-ops --schemes kerple_log alibi none --device cpu \
+        --seq-length 64 --micro-batch 1 --count-layers 2 4 12 --out docs/benchmarks.md
 """
 from __future__ import annotations
 
@@ -100,8 +109,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="torch CPU threads (default: torch's own; --quick: 1, steadier on a shared machine)")
     p.add_argument("--quick", action="store_true",
                    help=f"CPU smoke test: {QUICK} in fp32 on CPU (explicit options still win)")
+    p.add_argument("--count-ops", action="store_true",
+                   help="count the operations of one step (kernel launches outside attention, attention kernels, "
+                        "host syncs) per scheme instead of timing; on a CPU the Triton kernels are stand-ins")
+    p.add_argument("--count-layers", nargs="+", type=int, default=None, metavar="N",
+                   help="--count-ops: the depths to count at (default 2, 4 and the config's num-layers)")
     p.add_argument("--out", default=None, help="markdown file whose section to rewrite (e.g. docs/benchmarks.md)")
-    p.add_argument("--section", default="train", help="section name in --out (default train)")
+    p.add_argument("--section", default=None, help="section name in --out (default train; train-ops with --count-ops)")
     p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                    help="start no scheme after this many seconds; the rest are marked 'skipped: out of time' "
                         "(`none` and alibi run right after the first scheme, so the ratios survive)")
@@ -135,22 +149,33 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     missing = [c for c in args.configs if not os.path.isfile(os.path.join(ROOT, c)) and not os.path.isfile(c)]
     if missing:
         p.error(f"config file(s) not found: {', '.join(missing)}")
+    if args.section is None:
+        args.section = "train-ops" if args.count_ops else "train"
+    if args.count_layers is not None and not args.count_ops:
+        p.error("--count-layers goes with --count-ops")
+    check_positive(p, count_layers=args.count_layers)
     if not SECTION_NAME.match(args.section):
         p.error(f"--section {args.section!r}: use lower-case letters, digits, '_' or '-'")
     args.overrides = parse_overrides(p, args.model_overrides)
     args.argv = list(argv)
     args.budget = TimeBudget(args.time_budget)
     args.cfg = load(p, args, args.schemes[0])  # fail now, with the config's own message, not per scheme
+    if args.count_ops and args.count_layers is None:
+        args.count_layers = [2, 4, args.cfg.model.num_layers]
+    if args.count_ops:
+        args.count_layers = sorted(set(args.count_layers))
     return args
 
 
-def load(parser, args, scheme: str):
-    """The merged config for one scheme; a bad file or override exits 2 with every problem listed."""
+def load(parser, args, scheme: str, extra: dict | None = None):
+    """The merged config for one scheme (`extra`: keys set last); a bad file or override exits 2
+    with every problem listed."""
     from megatron.config import ConfigError, load_config
 
     over = dict(args.overrides)
     over["pos-emb"] = scheme
     over["attention-backend"] = args.attention_backend
+    over.update(extra or {})
     if args.seq_length is not None:
         over["seq-length"] = args.seq_length
         over.setdefault("max-position-embeddings", args.seq_length)  # learned/sinusoidal tables
@@ -199,34 +224,35 @@ def failed(res: Result, exc: Exception, what: str) -> str:
     return "OOM" if text == "OOM" else "error"
 
 
-def measure(args, scheme: str) -> Result:
-    from megatron.model import GPTModel, count_parameters
-    from megatron.training.optim import build_optimizer
+def build(args, cfg):
+    """(model, vocab size) for one config, on the run's device and precision, in training mode."""
+    from megatron.model import GPTModel
 
-    res = Result(scheme)
-    cfg = load(None, args, scheme)
-    dev = args.device
-    micro, seq = shape(args, cfg)
     torch.manual_seed(0)
     vocab = vocab_size(cfg)
-    model = GPTModel(cfg.model, vocab, checkpoint_activations=checkpointing(args, cfg)).to(dev)
+    model = GPTModel(cfg.model, vocab, checkpoint_activations=checkpointing(args, cfg)).to(args.device)
     if args.precision == "bf16":
         model = model.to(torch.bfloat16)
-    model.train()
-    res.params = count_parameters(model)
-    try:  # the backend the model resolves for itself: hidden_states asks with the embedding's dtype
-        res.backend = model.backend(dev, model.word_embeddings.weight.dtype).name
-    except ValueError as e:  # an explicit --attention-backend that cannot run this scheme here
-        res.backend, res.cell = args.attention_backend, "refused"
-        res.notes.append(" ".join(str(e).split()))
-        return res
+    return model.train(), vocab
+
+
+def autocast_context(args):
+    """A context factory: bf16 autocast for --precision autocast, else nothing."""
+    return (lambda: torch.autocast(args.device.type, dtype=torch.bfloat16)) if args.precision == "autocast" \
+        else contextlib.nullcontext
+
+
+def train_step(args, cfg, model, vocab: int, losses: list):
+    """(optimizer, step): step() is one optimizer step on random tokens, its loss appended to `losses`."""
+    from megatron.training.optim import build_optimizer
+
+    dev = args.device
+    micro, seq = shape(args, cfg)
     optimizer = build_optimizer(cfg, model)
     clip = cfg.optimizer.gradient_clipping
     data = torch.randint(0, vocab, (micro, seq + 1), device=dev)
     tokens, labels = data[:, :-1], data[:, 1:]
-    autocast = (lambda: torch.autocast(dev.type, dtype=torch.bfloat16)) if args.precision == "autocast" \
-        else contextlib.nullcontext
-    losses = []
+    autocast = autocast_context(args)
 
     def step():
         optimizer.zero_grad(set_to_none=True)
@@ -237,6 +263,28 @@ def measure(args, scheme: str) -> Result:
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         optimizer.step()
         losses.append(loss.detach())
+
+    return optimizer, step
+
+
+def measure(args, scheme: str) -> Result:
+    from megatron.model import count_parameters
+
+    res = Result(scheme)
+    cfg = load(None, args, scheme)
+    dev = args.device
+    micro, seq = shape(args, cfg)
+    model, vocab = build(args, cfg)
+    res.params = count_parameters(model)
+    try:  # the backend the model resolves for itself: hidden_states asks with the embedding's dtype
+        res.backend = model.backend(dev, model.word_embeddings.weight.dtype).name
+    except ValueError as e:  # an explicit --attention-backend that cannot run this scheme here
+        res.backend, res.cell = args.attention_backend, "refused"
+        res.notes.append(" ".join(str(e).split()))
+        return res
+    losses = []
+    optimizer, step = train_step(args, cfg, model, vocab, losses)
+    autocast = autocast_context(args)
 
     try:
         reset_peak_memory(dev)
@@ -424,13 +472,155 @@ def run(args, on_scheme=None) -> tuple[list[Result], str]:
     return results, report(args, results)
 
 
+@dataclass
+class Count:
+    """--count-ops: one scheme's step, counted at each depth."""
+    scheme: str
+    backend: str = "-"
+    ops: dict = field(default_factory=dict)  # layers -> benchmarks.step_ops.StepOps
+    notes: list[str] = field(default_factory=list)
+
+
+def count_backend(args, cfg) -> str:
+    """The backend a count runs: the one --attention-backend names, else auto's choice on CUDA
+    (on a CPU too: the Triton kernels are stand-ins there). Auto is asked with the embedding's
+    dtype, as the model asks it (fp32 under autocast)."""
+    if args.attention_backend != "auto" or args.device.type == "cuda":
+        return args.attention_backend
+    from megatron.attention import resolve_backend
+    from megatron.positional.base import positional_spec
+    from megatron.positional.registry import build_scheme
+
+    dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
+    return resolve_backend("auto", build_scheme(cfg.model.pos_emb, positional_spec(cfg.model)), "cuda", dtype,
+                           True).name
+
+
+def count_ops(args, scheme: str) -> Count:
+    """One step counted (after one uncounted step) at each of --count-layers depths."""
+    from benchmarks.step_ops import count_step, use_foreach
+
+    res = Count(scheme)
+    try:
+        res.backend = count_backend(args, load(None, args, scheme))
+        for layers in args.count_layers:
+            cfg = load(None, args, scheme, {"num-layers": layers, "attention-backend": res.backend})
+            model, vocab = build(args, cfg)
+            optimizer, step = train_step(args, cfg, model, vocab, [])
+            use_foreach(optimizer)  # CUDA's default; a CPU would loop over the parameters
+            res.ops[layers] = count_step(step, optimizer, args.device)
+            del model, optimizer, step
+            release_memory(args.device)
+    except Exception as e:  # one scheme's failure must not end the table
+        res.notes.append(" ".join(str(e).split())[:300] or type(e).__name__)
+    return res
+
+
+def per_layer(counts: dict) -> str:
+    """Launches per layer between the smallest and largest depth ('-' with one depth); marked when
+    the depths in between are off that line (a count not affine in depth)."""
+    if len(counts) < 2:
+        return "-"
+    (a, ca), (b, cb) = min(counts.items()), max(counts.items())
+    slope = (cb - ca) / (b - a)
+    affine = all(abs(ca + slope * (n - a) - c) < 1e-9 for n, c in counts.items())
+    return f"{slope:g}" + ("" if affine else " (not affine in depth)")
+
+
+def short_kernel(name: str) -> str:
+    """attention_bwd_dq_kernel -> bwd_dq; aten::_scaled_dot_product_flash_attention_backward -> sdpa
+    flash_attention_backward."""
+    if name.startswith("aten::_scaled_dot_product_"):
+        return "sdpa " + name.removeprefix("aten::_scaled_dot_product_")
+    return name.removeprefix("attention_").removesuffix("_kernel")
+
+
+def count_table(args, results: list[Count]) -> str:
+    depths = args.count_layers
+    launches = {r.scheme: {n: ops.launches for n, ops in r.ops.items()} for r in results}
+    deepest = depths[-1]
+    rows = []
+    for r in results:
+        own = launches[r.scheme]
+        cells = [str(own.get(n, "-")) for n in depths]
+        ops = r.ops.get(deepest)
+        attention = "-" if ops is None else ", ".join(f"{short_kernel(k)} {v}" for k, v in sorted(ops.attention.items()))
+        syncs = "-" if ops is None else str(len(ops.syncs))
+        over = []
+        for ref in ("alibi", "none"):
+            theirs = launches.get(ref, {})
+            diffs = [own[n] - theirs[n] for n in depths if n in own and n in theirs]
+            over.append(" / ".join(f"{d:+d}" for d in diffs) if diffs and ref != r.scheme else "-")
+        rows.append([r.scheme, r.backend, *cells, per_layer(own), attention, syncs, *over, "; ".join(r.notes)])
+    at = " / ".join(str(n) for n in depths)
+    headers = ["scheme", "backend", *[f"launches, {n} layers" for n in depths], "per layer",
+               f"attention kernels, {deepest} layers", "host syncs", f"vs alibi ({at} layers)",
+               f"vs none ({at} layers)", "note"]
+    return markdown_table(headers, rows, right={*range(2, len(depths) + 3), len(depths) + 4})
+
+
+def difference_rows(results: list[Count], depth: int) -> list[list[str]]:
+    """Which operations one scheme dispatches beyond another (KERPLE-log over ALiBi, ALiBi over none)."""
+    by = {r.scheme: r.ops.get(depth) for r in results}
+    rows = []
+    for a, b in (("kerple_log", "alibi"), ("alibi", "none"), ("kerple_log", "none")):
+        if by.get(a) is None or by.get(b) is None:
+            continue
+        more, fewer = by[a].launch_ops() - by[b].launch_ops(), by[b].launch_ops() - by[a].launch_ops()
+        text = ", ".join([f"{k.removeprefix('aten::')} +{v}" for k, v in sorted(more.items())]
+                         + [f"{k.removeprefix('aten::')} -{v}" for k, v in sorted(fewer.items())])
+        rows.append([f"{a} over {b}", f"{sum(more.values()) - sum(fewer.values()):+d}", text or "none"])
+    return rows
+
+
+def count_report(args, results: list[Count]) -> str:
+    cfg, dev = args.cfg, args.device
+    m = cfg.model
+    micro, seq = shape(args, cfg)
+    stand_in = dev.type != "cuda"
+    lines = ["## Operations per training step (`tools/bench_train_step.py --count-ops`)", ""]
+    lines += environment_lines(dev, "tools/bench_train_step.py", args.argv)
+    lines += [f"- model: hidden {m.hidden_size}, {m.num_attention_heads} heads, vocab {vocab_size(cfg)}, from "
+              f"{' + '.join(args.configs)}" + (f" with {' '.join(args.model_overrides)}" if args.model_overrides else "")
+              + f", at {', '.join(map(str, args.count_layers))} layers",
+              f"- micro-batch {micro} x {seq} tokens, {args.precision}, activation checkpointing "
+              f"{'on' if checkpointing(args, cfg) else 'off'}; one step counted after one uncounted step",
+              "- a step = forward + backward + grad clipping + AdamW (foreach, CUDA's default) on random tokens",
+              "- launches: the torch operations the step dispatches outside the attention kernels, each a kernel "
+              "launch on a GPU (views, allocations and profiler markers excluded: benchmarks/step_ops.py); "
+              "attention kernels: our Triton kernels' launches and torch's SDPA calls; host syncs: reads of a "
+              "device value (and value-sized outputs), the optimizer's host-side step counters excluded",
+              "- backend: " + ("auto's choice on CUDA; the Triton kernels are counted stand-ins that launch "
+                               "nothing (their wrapper's torch work still runs and counts), so these are the "
+                               "GPU's counts, but a GPU's torch may pick other implementations of some "
+                               "operations" if stand_in else "what auto chose; the real step, kernels included"),
+              "- vs alibi / vs none: launches minus that scheme's at the same depth", "",
+              count_table(args, results)]
+    diffs = difference_rows(results, args.count_layers[-1])
+    if diffs:
+        lines += ["", f"What the difference is made of ({args.count_layers[-1]} layers):", "",
+                  markdown_table(["schemes", "launches", "operations (aten)"], diffs, right={1})]
+    return "\n".join(lines) + "\n"
+
+
+def run_counts(args) -> tuple[list[Count], str]:
+    results = []
+    for scheme in args.schemes:
+        progress(f"{scheme}: counting one step at {', '.join(map(str, args.count_layers))} layers")
+        results.append(count_ops(args, scheme))
+    return results, count_report(args, results)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
 
     def write(text: str) -> None:
         replace_section(args.out, args.section, text)
 
-    _, text = run(args, on_scheme=write if args.out else None)
+    if args.count_ops:
+        _, text = run_counts(args)
+    else:
+        _, text = run(args, on_scheme=write if args.out else None)
     print(text)
     if args.out:
         write(text)

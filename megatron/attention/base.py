@@ -39,9 +39,11 @@ class AttentionBackend:
     # Whether forward takes `row_starts` (padded batches, megatron/attention/mask.py); a backend
     # that cannot sets False and the resolver never hands it a padded batch.
     takes_padding: bool = True
-    # Whether `prepare` may build tensors from the scheme's parameters (a dense bias on their
-    # autograd graph). A backend whose prepared state is positions only sets False: every layer of
-    # a forward then shares it even while KERPLE trains (megatron.model.attention.shares_prepared).
+    # Whether `prepare` may build a bias over positions from the scheme's parameters (a dense
+    # bias on their autograd graph, whose gradient summed over layers before its reduction to
+    # the parameters would change their bits). A backend whose prepared state is positions, or
+    # the per-head parameters themselves, sets False: every layer of a forward then shares it
+    # even while KERPLE trains (megatron.model.attention.shares_prepared).
     prepares_from_parameters: bool = True
 
     def unsupported_reason(self, scheme, device: torch.device, dtype: torch.dtype,
@@ -75,6 +77,12 @@ class AttentionBackend:
         for these positions, or None to prepare here. `row_starts` (B,): padded rows, hidden as
         megatron.attention.mask.allowed_mask says (None: no padding); pass the same to prepare."""
         raise NotImplementedError
+
+
+def partitioned(scheme) -> bool:
+    """Whether the scheme's parameters are partitioned (ZeRO-3: they carry `ds_id`): gathered
+    only inside the layers' forward, so nothing prepared outside the layers may read them."""
+    return any(hasattr(p, "ds_id") for p in scheme.parameters())
 
 
 def kv_group(q: torch.Tensor, k: torch.Tensor) -> int:

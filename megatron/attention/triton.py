@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from dataclasses import dataclass
 
 import torch
 
-from megatron.attention.base import AttentionBackend
+from megatron.attention.base import AttentionBackend, partitioned
 from megatron.attention.mask import check_window, consecutive_starts
 from megatron.attention.registry import register_backend
 
@@ -27,9 +28,26 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+@dataclass(frozen=True)
+class TritonPrepared:
+    """What every layer of one forward shares: the positions' starts and the scheme's kernel."""
+
+    q0: int
+    k0: int
+    # The scheme's DistanceKernel, built (its parameters clamped and cast) once per forward
+    # instead of in every layer and recomputed layer, and the ForwardGradients its calls reduce
+    # their parameter gradients into, once (kernels/attention.py share_kernel). None: each call
+    # builds its own (parameters partitioned under ZeRO-3, gathered only inside the layers).
+    kernel: object | None = None
+    shared: object | None = None
+
+
 @register_backend("triton", priority=20)
 class TritonAttention(AttentionBackend):
-    prepares_from_parameters = False  # its prepared state: (q0, k0): two ints
+    # Its prepared state (TritonPrepared) holds the scheme's per-head parameters, not a bias
+    # over positions: shared by the layers, their gradients are summed once over all layers
+    # (kernels/attention.py ForwardGradients) instead of per layer, so every layer shares it.
+    prepares_from_parameters = False
     def unsupported_reason(self, scheme, device, dtype, training, dropout=False):
         # Scheme and dropout first: they hold on every machine, so the message is the same everywhere.
         if scheme.fused_kernel() is None:
@@ -54,14 +72,21 @@ class TritonAttention(AttentionBackend):
             return None
         return self.priority
 
-    def prepare(self, scheme, q_pos, k_pos, window=None, row_starts=None):
-        """(q0, k0): the kernel indexes by the first query and key positions."""
+    def prepare(self, scheme, q_pos, k_pos, window=None, row_starts=None) -> TritonPrepared:
+        """The first query and key positions (the kernel indexes by them) and the scheme's kernel."""
         check_window(window)
         starts = consecutive_starts(q_pos, k_pos)
         if starts is None:
             raise ValueError("the triton attention backend needs consecutive query positions and consecutive key positions "
                              "(start + 0..L-1); use attention-backend sdpa or reference for arbitrary positions")
-        return starts
+        q0, k0 = starts
+        if partitioned(scheme):
+            return TritonPrepared(q0, k0)
+        from megatron.attention.kernels.attention import share_kernel
+
+        # A tabulated lookup (Sandwich) covers the call's largest distance here, once.
+        kernel = scheme.fused_kernel().covering(q0 + q_pos.numel() - 1 - k0, q_pos.device)
+        return TritonPrepared(q0, k0, *share_kernel(kernel))
 
     def forward(self, q, k, v, scheme, q_pos, k_pos, window=None, softmax_in_fp32=False,
                 dropout_p=0.0, prepared=None, row_starts=None):
@@ -74,5 +99,7 @@ class TritonAttention(AttentionBackend):
             raise ValueError(f"the triton attention backend supports head_dim <= {MAX_HEAD_DIM}, got {q.shape[-1]}")
         from megatron.attention.kernels.attention import triton_attention
 
-        q0, k0 = prepared or self.prepare(scheme, q_pos, k_pos, window)
-        return triton_attention(q, k, v, scheme.fused_kernel(), q0, k0, window, row_starts)  # (B, H, Lq, D)
+        prepared = prepared or self.prepare(scheme, q_pos, k_pos, window)
+        kernel = prepared.kernel if prepared.kernel is not None else scheme.fused_kernel()
+        return triton_attention(q, k, v, kernel, prepared.q0, prepared.k0, window, row_starts,
+                                prepared.shared)  # (B, H, Lq, D)

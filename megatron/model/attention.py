@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from megatron.attention.base import partitioned
 from megatron.attention.mask import consecutive_starts, query_blocks, row_positions
 from megatron.attention.resolve import long_cpu_inference, resolve_backend
 from megatron.positional.logn import scale_queries
@@ -86,9 +87,10 @@ class AttentionContext:
 
 def shares_prepared(scheme: nn.Module, backend) -> bool:
     """Whether the layers of one forward share one prepared state. Always for a backend whose
-    prepared state holds nothing built from the scheme's parameters (triton's (q0, k0), flash's
-    layout check, flex's block mask): sharing changes no bit, and each layer preparing its own
-    costs a host sync per layer (and per recomputed layer). For a backend that prepares a bias
+    prepared state holds no bias built from the scheme's parameters (flash's layout check, flex's
+    block mask; triton's positions and the per-head parameters, whose gradients it then reduces
+    once over all layers: megatron/attention/kernels/attention.py ForwardGradients): each layer
+    preparing its own costs a host sync per layer (and per recomputed layer). For a backend that prepares a bias
     (sdpa, reference): always, except when autograd
     records the scheme's learnable parameters (training KERPLE). There each layer prepares its own,
     as before: sharing would sum the layers' [H, Lq, Lk] bias gradients BEFORE the reduction to
@@ -101,10 +103,9 @@ def shares_prepared(scheme: nn.Module, backend) -> bool:
     only inside the layers' forward, so a bias prepared outside them would have no heads."""
     if not backend.prepares_from_parameters:
         return True
-    params = list(scheme.parameters())
-    if any(hasattr(p, "ds_id") for p in params):
+    if partitioned(scheme):
         return False
-    return not (torch.is_grad_enabled() and any(p.requires_grad for p in params))
+    return not (torch.is_grad_enabled() and any(p.requires_grad for p in scheme.parameters()))
 
 
 class SelfAttention(nn.Module):

@@ -240,6 +240,8 @@ def test_attention_bad_arguments_exit_2(capsys, argv, words):
     (["--model-overrides", "num-layerz=2"], ["num-layerz"]),
     (["--model-overrides", "num-layers"], ["KEY=VALUE"]),
     (["--configs", "configs/paper/missing.yml"], ["missing.yml"]),
+    (["--count-layers", "2"], ["--count-layers goes with --count-ops"]),
+    (["--count-ops", "--count-layers", "0"], ["--count-layers must be >= 1"]),
 ])
 def test_train_bad_arguments_exit_2(capsys, argv, words):
     with pytest.raises(SystemExit) as e:
@@ -263,6 +265,29 @@ def test_train_step_table_and_overhead_against_none():
     assert [ln[0] for ln in lines[1:]] == ["kerple_log", "rotary", "none"]
     assert lines[-1][6] == "+0.0%"
     assert "1 layers, hidden 32, 2 heads, vocab 128" in text and "CPU figures" in text
+
+
+def test_train_step_count_ops_table(tmp_path):
+    """--count-ops: one counted step per scheme and depth on auto's CUDA backend (the Triton kernels
+    stand-ins on this CPU), a table per scheme and what the differences are made of, in its own section."""
+    out = tmp_path / "bench.md"
+    argv = TRAIN_TINY + ["--count-ops", "--schemes", "kerple_log", "alibi", "none", "--count-layers", "3", "2",
+                         "--out", str(out)]
+    assert train.main(argv) == 0
+    text = out.read_text()
+    assert "<!-- bench:train-ops:begin -->" in text and "counted stand-ins" in text
+    lines = table_lines(text)
+    assert lines[0][:6] == ["scheme", "backend", "launches, 2 layers", "launches, 3 layers", "per layer",
+                            "attention kernels, 3 layers"]
+    rows = {ln[0]: ln for ln in lines[1:]}
+    assert rows["kerple_log"][1] == rows["alibi"][1] == "triton" and rows["none"][1] == "sdpa"
+    assert rows["kerple_log"][4] == rows["alibi"][4]  # the same launches per layer
+    assert rows["alibi"][5] == "bwd_dkdv 3, bwd_dq 3, fwd 6"  # the forward recomputed (checkpointing)
+    assert all(rows[s][6] == "1" for s in rows)  # host syncs
+    over = rows["kerple_log"][7].split(" / ")
+    assert len(over) == 2 and over[0] == over[1] and int(over[0]) > 0
+    diffs = {ln[0]: ln for ln in table_lines(text, "schemes")[1:]}
+    assert int(diffs["kerple_log over alibi"][1]) == int(over[1]) and "clamp +2" in diffs["kerple_log over alibi"][2]
 
 
 def test_train_step_table4_ratios():

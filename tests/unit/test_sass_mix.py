@@ -12,6 +12,13 @@ from benchmarks import sass
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def load_tool():
+    spec = importlib.util.spec_from_file_location("_sass_mix", os.path.join(ROOT, "tools", "sass_mix.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def listing(src: str) -> str:
     """nvdisasm -c -g shaped text. Three loops: .L_x_1 (masked: its code comes from line 2 of
     `src`, which mentions `allowed`), .L_x_3 (the unmasked band: MMAs, line 3) holding an inner
@@ -156,3 +163,34 @@ def test_skippable_counts_what_a_forward_branch_in_the_loop_jumps_over(src):
     first, last = sass.hot_loop(prog, sass.source_mentions("allowed"))
     assert (first, last) == (0, 6) and sass.skippable(prog, first, last) == 3
     assert sass.skippable(prog, 2, 6) == 0  # the branch itself outside the range: nothing counted
+
+
+def test_band_loops_sorts_the_innermost_mma_loops_by_kind(tmp_path):
+    """masked (a line mentioning `allowed`), far (`far_h`) and near, each in program order; the loop
+    without MMAs and the one around the others are left out."""
+    path = tmp_path / "kernel.py"
+    path.write_text("def k():\n    far_h = a5 * delta + a4\n    s = s + bias\n    s = tl.where(allowed, s, NEG)\n")
+
+    def loop(n, line, mma=True):
+        op = "HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], R24, gsb0" if mma else "IADD3 R2, R2, 0x1, RZ"
+        return f"""
+.L_x_{n}:
+\t//## File "{path}", line {line}
+        /*0{n}00*/                   {op} ;
+        /*0{n}10*/              @!P0 BRA `(.L_x_{n}) ;"""
+    outer = "\n.L_x_9:" + loop(1, 4) + loop(2, 2) + loop(3, 3) + loop(4, 3, mma=False) + loop(5, 4) + """
+        /*0900*/              @!P1 BRA `(.L_x_9) ;"""
+    prog = sass.parse(outer)
+    bands = sass.band_loops(prog, sass.source_mentions("allowed"), sass.source_mentions("far_h"))
+    assert bands == {"masked": [(0, 1), (8, 9)], "far": [(2, 3)], "near": [(4, 5)]}
+
+
+def test_model_estimate_is_tiles_times_loop_instructions_plus_programs():
+    """L = 256 on the forward's 128 x 64 tile: query block 0 walks 2 key tiles, both on the diagonal;
+    block 1 walks 4, the first 2 unmasked: 4 masked, 2 near, 2 programs, 8 warps each."""
+    tool = load_tool()
+    cost = {"blocks": (128, 64), "warps": 8, "masked": 10, "near": 5, "outside": 100}
+    assert tool.kernel_estimate(cost, "fwd", 256, r2=1.0) == 8 * (4 * 10 + 2 * 5 + 2 * 100)
+    # far tiles only where the scheme has a far loop: at 2048, 100 of the 240 unmasked tiles
+    far = {**cost, "far": 1}
+    assert tool.kernel_estimate(cost, "fwd", 2048, 1.0) - tool.kernel_estimate(far, "fwd", 2048, 1.0) == 8 * 100 * 4

@@ -281,6 +281,38 @@ def test_scheme_parameters_train_through_the_model(tiny_config):
     assert grads_t["position.bias_p"].abs().sum() > 0
 
 
+@pytest.mark.parametrize("name", ["kerple_log", "rpe"])
+def test_layers_reduce_their_parameter_gradients_once(tiny_config, monkeypatch, name):
+    """The layers of a forward share one kernel and ONE reduction of its parameter gradients
+    (kernels/attention.py ForwardGradients), through activation checkpointing: the loss bit for
+    bit and every gradient, up to rounding, as when each call builds its kernel and reduces its
+    own; a second backward through the same graph adds the same gradients again."""
+    import megatron.attention.triton as triton_backend
+    from megatron.model.gpt import GPTModel
+
+    cfg = tiny_config(pos_emb=name, num_layers=3, attention_backend="triton", seq_length=16).model
+    tokens = torch.randint(0, 128, (2, 17), generator=torch.Generator().manual_seed(0)).to(DEVICE)
+    results = []
+    for shared in (True, False):
+        if not shared:  # each call builds its own kernel (as under ZeRO-3) and reduces its own partials
+            monkeypatch.setattr(triton_backend, "partitioned", lambda scheme: True)
+        torch.manual_seed(0)
+        model = GPTModel(cfg, 128, checkpoint_activations=True).to(DEVICE)
+        loss = model(tokens[:, :-1], labels=tokens[:, 1:])
+        loss.backward(retain_graph=True)
+        grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+        loss.backward()
+        for n, p in model.named_parameters():
+            torch.testing.assert_close(p.grad, 2 * grads[n], rtol=1e-6, atol=0, msg=n)
+        results.append((loss.detach(), grads))
+    (loss_s, grads_s), (loss_c, grads_c) = results
+    assert torch.equal(loss_s, loss_c)
+    positional = [n for n in grads_s if n.startswith("position.")]
+    assert positional and all(grads_s[n].abs().sum() > 0 for n in positional)
+    for n, g in grads_c.items():
+        torch.testing.assert_close(grads_s[n], g, rtol=1e-5, atol=1e-8, msg=n)
+
+
 def test_non_consecutive_positions_are_refused():
     scheme = scheme_for("kerple_log", 2, 8)
     q, k, v, _, q_pos, k_pos = inputs(1, 2, 4, 4, 8, torch.float32)

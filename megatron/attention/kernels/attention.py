@@ -6,12 +6,14 @@ consecutive (queries at q0 + i, keys at k0 + j). Grouped-query attention (H_kv <
 read key/value head h // (H / H_kv) in place, and the dk/dv kernel sums each group's query heads
 in one program (attention_bwd.py). The scheme's DistanceKernel tensors (clamped,
 autograd-attached) are autograd inputs, so their gradients flow back to the raw parameters.
-Parameter gradients are reduced without atomics: per-key-block partials, then a torch sum.
+Parameter gradients are reduced without atomics: per-key-block partials, then a torch sum (one
+per call, or one for all the calls of a forward that share a kernel: share_kernel).
 A log/power bias is evaluated per score (inline) or loaded from a per-call table over distance
 (kernels/bias_table.py: which one, and why the table's gradients need no per-distance partials);
 block sizes, warps and stages come from kernels/tuning.py (cached per GPU, dtype, head dim, length)."""
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import torch
@@ -81,7 +83,7 @@ def _meta(kernel, head_dim: int, dtype: torch.dtype, table_len: int = 0) -> dict
 
 class _TritonAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, q0, k0, window, kernel, r1, r2, r3, w_a, w_p, table, row_starts=None):
+    def forward(ctx, q, k, v, q0, k0, window, kernel, r1, r2, r3, w_a, w_p, table, row_starts=None, shared=None):
         B, H, LQ, D = q.shape
         LK = k.shape[2]
         dev = q.device
@@ -112,7 +114,9 @@ class _TritonAttention(torch.autograd.Function):
         # unrounded output. Computing it from a bf16-rounded O (as FlashAttention does) doubled
         # the error of the positional parameters' gradients in bf16 (their sums cancel heavily;
         # EXACT_PV below is the other half of the same fix).
-        out = torch.empty(q.shape, dtype=torch.float32, device=dev)
+        # (B, H, LQ, D) laid out as (B, LQ, H, D): the caller's merge of the heads, (B, LQ, H * D),
+        # is then a view, not a copy of the output in every layer's forward and recomputation.
+        out = torch.empty(B, LQ, H, D, dtype=torch.float32, device=dev).transpose(1, 2)
         lse = torch.empty(B * H, LQ, dtype=torch.float32, device=dev)
         scale = 1.0 / D**0.5
         common = (H, LQ, LK, q0, k0, window or 0, scale)
@@ -135,6 +139,7 @@ class _TritonAttention(torch.autograd.Function):
         ctx.save_for_backward(q, k, v, out, lse, *params, lut, bucket, starts)
         ctx.info = (q0, k0, window, kernel.bias, kernel.table_scale,
                     0 if table is None else table.shape[0], meta, jac_names)
+        ctx.shared = shared
         return out.to(q.dtype)
 
     @staticmethod
@@ -144,8 +149,11 @@ class _TritonAttention(torch.autograd.Function):
         B, H, LQ, D = q.shape
         LK = k.shape[2]
         dev = q.device
-        do = grad_out.contiguous()
-        delta = (out.float() * do.float()).sum(-1).reshape(B * H, LQ)  # rowsum(dO * O)
+        # The kernels read dO through its strides (unit stride on D): in the output's layout it
+        # arrives as the gradient of the heads' merge, and needs no copy.
+        do = grad_out if grad_out.stride(-1) == 1 else grad_out.contiguous()
+        delta = torch.empty(B * H, LQ, dtype=torch.float32, device=dev)  # rowsum(dO * O), row-major for the kernels
+        torch.sum(torch.mul(out, do), -1, out=delta.view(B, H, LQ))  # out is fp32: the product is too
         dq = torch.empty_like(q, memory_format=torch.contiguous_format)
         dk = torch.empty_like(k, memory_format=torch.contiguous_format)
         dv = torch.empty_like(v, memory_format=torch.contiguous_format)
@@ -180,29 +188,124 @@ class _TritonAttention(torch.autograd.Function):
             return part
 
         part = _launch("bwd", q, LK, run)
-        # The deterministic reduction: a plain sum over batch and key blocks, fixed order.
-        total = part.view(B, H, -1, nslot).sum(dim=(0, 2))  # (H, nslot)
-        needs = ctx.needs_input_grad
-        grads = [None] * 6  # r1, r2, r3, w_a, w_p, table
-        if bias_kind == "lookup":
-            if needs[12]:
-                grads[5] = (total[:, :num_buckets] * table_scale).t().contiguous()  # (buckets, H)
-        else:
-            # Inline: parameter i's gradient is in slot i. Table path: bias parameter jac_names[k]'s
-            # is in slot k (the kernel's k-th derivative table); the weight's stay in slots 3, 4.
-            slots = {i: i for i in range(5)}
-            if jac_names:
-                slots.update({BIAS_PARAMS.index(n): k for k, n in enumerate(jac_names)})
-            for i, slot in slots.items():
-                if needs[7 + i]:
-                    grads[i] = total[:, slot].contiguous()
-        return (dq, dk, dv, None, None, None, None, *grads, None)
+        needs = ctx.needs_input_grad[7:13]  # r1, r2, r3, w_a, w_p, table
+        grads = [None] * 6
+        if any(needs):  # (ALiBi's slopes, Sandwich's tabulated bias: constants, nothing to reduce)
+            to_grads = _ParameterGradients(bias_kind, num_buckets, table_scale, jac_names, needs)
+            if ctx.shared is not None:  # reduced once with every other layer's (ForwardGradients)
+                ctx.shared.add(part.view(B, H, -1, nslot), to_grads)
+            else:
+                # The deterministic reduction: a plain sum over batch and key blocks, fixed order.
+                grads = to_grads(part.view(B, H, -1, nslot).sum(dim=(0, 2)))  # from (H, nslot)
+        return (dq, dk, dv, None, None, None, None, *grads, None, None)
+
+
+@dataclasses.dataclass(frozen=True)
+class _ParameterGradients:
+    """The parameter gradients (r1, r2, r3, w_a, w_p, table) from the partials' total (H, NSLOT)
+    (the slots: attention_bwd.py); `needs`: which of the six the caller wants."""
+
+    bias_kind: str
+    num_buckets: int
+    table_scale: float
+    jac_names: list
+    needs: tuple
+
+    def __call__(self, total: torch.Tensor) -> list:
+        grads = [None] * 6
+        if self.bias_kind == "lookup":
+            if self.needs[5]:
+                grads[5] = (total[:, :self.num_buckets] * self.table_scale).t().contiguous()  # (buckets, H)
+            return grads
+        # Inline: parameter i's gradient is in slot i. Table path: bias parameter jac_names[k]'s
+        # is in slot k (the kernel's k-th derivative table); the weight's stay in slots 3, 4.
+        slots = {i: i for i in range(5)}
+        if self.jac_names:
+            slots.update({BIAS_PARAMS.index(n): k for k, n in enumerate(self.jac_names)})
+        for i, slot in slots.items():
+            if self.needs[i]:
+                grads[i] = total[:, slot].contiguous()
+        return grads
+
+
+_GRAD_NAMES = ("r1", "r2", "r3", "w_a", "w_p", "table")  # the Function's parameter inputs, in order
+
+
+class ForwardGradients:
+    """The scheme parameters' gradient partials of every kernel call of one model forward, summed
+    once. The layers of a forward share one DistanceKernel (TritonAttention.prepare builds it
+    once, outside the activation-checkpointed layers) whose tensors come out of _SharedTensors:
+    each call's backward adds its partials here and returns no gradient for them, and
+    _SharedTensors' backward, which autograd runs after every call's (each call is one of its
+    consumers), sums them all and hands the parameters one gradient. One layer at a time, the
+    same sum costs a reduction, a copy per parameter and an accumulating add per parameter in
+    every layer of every step: kernel launches that grow with depth (tests/unit/test_step_ops.py).
+    The sum is one reduction over (calls, batch, key blocks): deterministic, in another order
+    than one call at a time (the same value up to rounding)."""
+
+    def __init__(self, names: tuple[str, ...]):
+        self.names = names  # the shared tensors (of _GRAD_NAMES), in _SharedTensors' order
+        self.parts: list[torch.Tensor] = []  # (B, H, key blocks, NSLOT) float32, one per call
+        self.to_grads: _ParameterGradients | None = None
+
+    def add(self, part: torch.Tensor, to_grads: _ParameterGradients) -> None:
+        if self.to_grads is not None and to_grads != self.to_grads:
+            raise AssertionError("calls sharing a positional kernel asked for different parameter gradients")
+        self.to_grads = to_grads
+        self.parts.append(part)
+
+    def reduce(self) -> list:
+        """The six gradients (None where not asked for or where no call added partials), and forget the partials."""
+        parts, self.parts = self.parts, []
+        if not parts:
+            return [None] * 6
+        if len(parts) == 1:  # one call: the reduction it does alone, bit for bit
+            return self.to_grads(parts[0].sum(dim=(0, 2)))
+        total = None
+        for shape in dict.fromkeys(p.shape for p in parts):  # one shape unless a launch config fell back
+            same = torch.stack([p for p in parts if p.shape == shape])  # (calls, B, H, key blocks, NSLOT)
+            part_total = same.sum(dim=(0, 1, 3))
+            total = part_total if total is None else total + part_total
+        return self.to_grads(total)
+
+
+class _SharedTensors(torch.autograd.Function):
+    """Identity on a kernel's differentiable tensors, once per forward (ForwardGradients)."""
+
+    @staticmethod
+    def forward(ctx, shared, *tensors):
+        ctx.shared = shared
+        ctx.set_materialize_grads(False)
+        return tuple(t.view_as(t) for t in tensors)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        reduced = dict(zip(_GRAD_NAMES, ctx.shared.reduce()))
+        out = []
+        for name, g in zip(ctx.shared.names, grads):  # a gradient from another consumer is added
+            r = reduced[name]
+            out.append(r if g is None else g if r is None else g + r)
+        return (None, *out)
+
+
+def share_kernel(kernel: DistanceKernel) -> tuple[DistanceKernel, ForwardGradients | None]:
+    """`kernel` for every call of one forward, with the ForwardGradients its calls reduce their
+    parameter gradients into (None when no tensor of it needs a gradient: nothing to reduce)."""
+    tensors = {n: t for n, t in kernel.tensors().items() if t.requires_grad}
+    if not tensors or not torch.is_grad_enabled():
+        return kernel, None
+    shared = ForwardGradients(tuple(tensors))
+    outs = _SharedTensors.apply(shared, *tensors.values())
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    # A learned lookup's values (T5) are rebuilt from the shared table, once here.
+    return dataclasses.replace(kernel, **dict(zip(tensors, outs))), shared
 
 
 def triton_attention(q, k, v, kernel, q0: int, k0: int, window: int | None = None,
-                     row_starts: torch.Tensor | None = None) -> torch.Tensor:
+                     row_starts: torch.Tensor | None = None, shared: ForwardGradients | None = None) -> torch.Tensor:
     """Causal attention with the DistanceKernel's bias/weight: (B, H, Lq, D) like the reference.
-    `row_starts` (B,): padded rows, hidden as megatron/attention/mask.py says (None: no padding)."""
+    `row_starts` (B,): padded rows, hidden as megatron/attention/mask.py says (None: no padding).
+    `shared`: the ForwardGradients of a kernel from share_kernel (None for any other kernel)."""
     # The kernels read STARTS[b] for every batch row b: a shorter tensor would be read past its end.
     check_row_starts(row_starts, q.shape[0], values=False)
     if int(q0) + q.shape[2] - 1 - int(k0) >= MAX_DISTANCE:
@@ -215,4 +318,4 @@ def triton_attention(q, k, v, kernel, q0: int, k0: int, window: int | None = Non
     t = kernel = kernel.covering(int(q0) + q.shape[2] - 1 - int(k0), q.device)
     table = t.table.float() if t.table is not None else None
     return _TritonAttention.apply(q, k, v, int(q0), int(k0), window, kernel,
-                                 t.r1, t.r2, t.r3, t.w_a, t.w_p, table, row_starts)
+                                 t.r1, t.r2, t.r3, t.w_a, t.w_p, table, row_starts, shared)

@@ -1,0 +1,107 @@
+"""The operations one training step dispatches outside the attention kernel (benchmarks/step_ops.py),
+per positional scheme: on a GPU each is a kernel launch, so a scheme that dispatches more of them
+per layer than ALiBi pays for it in every layer of every step (issue 42: the 162M step with
+KERPLE-log cost +42% over ALiBi on the same fused kernel).
+
+The Triton kernels never run here: their launch sites are wrapped by a stand-in that counts one
+launch each (the wrapper's own torch work around them still runs and is counted). Each scheme
+runs on the backend `auto` picks on CUDA (triton for a bias, SDPA without), with activation
+checkpointing, gradient clipping and AdamW (foreach, CUDA's default)."""
+import pytest
+import torch
+
+from benchmarks.step_ops import count_step, is_launch, use_foreach
+from megatron.model import GPTModel
+from megatron.training.optim import build_optimizer
+
+# What KERPLE-log may dispatch beyond ALiBi in a whole step, whatever the depth: the clamp of its
+# two parameters (3 operations each, once per forward) and the one reduction of their gradients
+# over every layer (stack + sum), the copies the optimizer's layout wants of those gradients.
+KERPLE_OVER_ALIBI = 10
+SCHEMES = {"none": "sdpa", "alibi": "triton", "kerple_log": "triton"}
+
+
+def counted(tiny_config, pos: str, layers: int, checkpointing: bool = True):
+    cfg = tiny_config(pos_emb=pos, num_layers=layers, attention_backend=SCHEMES[pos])
+    torch.manual_seed(0)
+    model = GPTModel(cfg.model, 128, checkpoint_activations=checkpointing).train()
+    optimizer = build_optimizer(cfg, model)
+    use_foreach(optimizer)
+    tokens = torch.randint(0, 128, (2, 17), generator=torch.Generator().manual_seed(0))
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        model(tokens[:, :-1], labels=tokens[:, 1:]).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+
+    return count_step(step, optimizer, torch.device("cpu"))
+
+
+@pytest.fixture(scope="module")
+def counts(tmp_path_factory):
+    """{(scheme, layers): StepOps} for 2 and 4 layers (one fixture: each model is built once)."""
+    from megatron.config import load_config
+    from tests.conftest import TINY_MODEL, write_yaml
+
+    root = tmp_path_factory.mktemp("step_ops")
+
+    def tiny_config(**over):
+        data = {**TINY_MODEL, "run-dir": str(root / "run")}
+        data.update({k.replace("_", "-"): v for k, v in over.items()})
+        return load_config([write_yaml(root / "tiny.yml", data)])
+
+    return {(pos, n): counted(tiny_config, pos, n) for pos in SCHEMES for n in (2, 4)}
+
+
+def per_layer(counts, pos: str) -> float:
+    return (counts[(pos, 4)].launches - counts[(pos, 2)].launches) / 2
+
+
+def test_kerple_log_adds_no_launch_per_layer_over_alibi(counts):
+    extra = {n: counts[("kerple_log", n)].launch_ops() - counts[("alibi", n)].launch_ops() for n in (2, 4)}
+    assert per_layer(counts, "kerple_log") == per_layer(counts, "alibi"), extra
+    for n in (2, 4):
+        over = counts[("kerple_log", n)].launches - counts[("alibi", n)].launches
+        assert 0 < over <= KERPLE_OVER_ALIBI, (n, over, extra[n])
+        assert extra[2] == extra[4]  # the same operations at any depth
+
+
+def test_the_fused_kernel_launches_three_kernels_per_layer(counts):
+    """Forward, its recomputation under activation checkpointing, and the two backward kernels:
+    each a launch of the stand-in, none of them a torch operation."""
+    for pos in ("alibi", "kerple_log"):
+        for n in (2, 4):
+            assert dict(counts[(pos, n)].attention) == {"attention_fwd_kernel": 2 * n, "attention_bwd_dkdv_kernel": n,
+                                                        "attention_bwd_dq_kernel": n}
+    assert sum(counts[("none", 2)].attention.values()) == 2 * 2 + 2  # SDPA: forward twice, backward once
+
+
+@pytest.mark.parametrize("pos", list(SCHEMES))
+def test_one_host_sync_per_step(counts, pos):
+    """The positions' layout check (megatron/attention/mask.py consecutive_starts), once per forward;
+    the optimizer's step counters are host tensors and do not count."""
+    for n in (2, 4):
+        assert counts[(pos, n)].syncs == ["Tensor.tolist"], counts[(pos, n)].syncs
+
+
+def test_fused_scheme_per_layer_overhead_over_none_is_bounded(counts):
+    """Beyond SDPA without a bias, a fused-kernel layer adds the backward's delta = rowsum(dO * O)
+    (a product and a sum; FlashAttention computes it in a kernel of its own too) and nothing else."""
+    assert per_layer(counts, "alibi") - per_layer(counts, "none") <= 2, (
+        counts[("alibi", 4)].launch_ops() - counts[("none", 4)].launch_ops())
+
+
+def test_views_and_allocations_are_not_launches():
+    from benchmarks.step_ops import StepOps, _Recorder
+
+    record = StepOps()
+    x = torch.ones(4, 4)
+    with _Recorder(record, set()):
+        y = x.view(16)[:3].unsqueeze(0)
+        torch.empty(3)
+        z = y + 1
+        z.sum().item()
+    assert is_launch("aten::add") and not is_launch("aten::empty") and not is_launch("aten::t")
+    assert record.launches == 2  # add, sum
+    assert record.syncs == ["aten::_local_scalar_dense"]
