@@ -111,7 +111,8 @@ def test_users_own_tasks_quietly_with_the_harness_bootstrap(trained, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "|my_own_task" in proc.stdout
     assert "it/s]" not in proc.stderr and "\r" not in proc.stderr and len(proc.stderr) < 5000, proc.stderr[-3000:]
-    rec = json.loads(open(os.path.join(out, "harness.json")).read())
+    rec = json.loads(open(os.path.join(out, "harness_limit3.json")).read())  # --limit: never harness.json
+    assert not os.path.exists(os.path.join(out, "harness.json"))
     assert rec["include_paths"] == [os.path.abspath(user)] and rec["tasks"] == ["my_own_task"]
     default = inspect.signature(simple_evaluate).parameters["bootstrap_iters"].default
     assert rec["bootstrap_iters"] == default == 100000
