@@ -103,14 +103,22 @@ def test_lost_host_ends_the_run_with_one_line_then_resumes_exactly(cluster, shar
 
 
 def test_sigterm_reaches_every_host_saves_and_resumes(cluster, shared, dataset, two_hosts, reference):
-    name = "sigterm"
-    cfg = run_config(shared, dataset, name, hostfile=two_hosts, master_port=29533)
     h1 = cluster.hosts[0]
-    launch = deepy(cluster, h1, "train.py", cfg)
-    launch.wait_for("iteration 12/")
-    os.kill(launch.proc.pid, signal.SIGTERM)  # deepy.py itself (nsenter execs it)
-    rc, _ = launch.finish(timeout=120)
-    out = launch.output
+    for attempt in range(2):
+        # The signal is posted in the store and delivered within a heartbeat (<= 1 s); on a loaded
+        # 2-core machine the tiny run's last 48 steps took about as long (seen: all 60 steps done,
+        # no signal received, in 2 of 7 suite runs). Only a run that finished every step before the
+        # delivery is tried again, in a fresh directory: a lost signal still fails.
+        name = f"sigterm{attempt}"
+        cfg = run_config(shared, dataset, name, hostfile=two_hosts, master_port=29533)
+        launch = deepy(cluster, h1, "train.py", cfg)
+        launch.wait_for("iteration 12/")
+        os.kill(launch.proc.pid, signal.SIGTERM)  # deepy.py itself (nsenter execs it)
+        rc, _ = launch.finish(timeout=120)
+        out = launch.output
+        raced = "[signal] received signal SIGTERM" not in out and f"iteration {TRAIN_ITERS}/" in out
+        if not raced:
+            break
     assert rc == 0, out[-4000:]
     ck = str(shared / name / "checkpoints")
     tag = read_latest(ck)
