@@ -30,7 +30,6 @@ from megatron.cli_args import ArgumentParser
 from megatron.config import NeoXConfig, load_config
 from megatron.config.errors import ConfigError
 from megatron.config.inputs import input_problems, inputs_error
-from megatron.config.model_size import parameter_count
 from megatron.config.originals import RESOLVED_NAME, discard_staged, staged_resolved_path, write_originals
 from megatron.config.paths import outside_run_dir, saves_nothing, unused_data_path
 from megatron.config.schema import canonical
@@ -150,6 +149,7 @@ def evaluate_launch(argv: list[str]) -> int:
         raise UserError(f"{given[0]}: deepy.py {EVALUATE_SCRIPT} evaluates the checkpoint the config names (its load, "
                         f"else save): set -o load=DIR, or run python {EVALUATE_SCRIPT} --checkpoint DIR")
     cfg = load_config(config_paths(args), overrides=parse_overrides(args.override))
+    check_model_size(cfg)
     missing = input_problems(cfg)
     if missing:
         raise inputs_error(missing)
@@ -223,15 +223,27 @@ def dry_run(cfg) -> None:
     vocab, where = dry_vocab(cfg)
     print(cfg.describe())
     print(f"vocab: {vocab} (from {where})" if vocab is not None else f"vocab: {where}")
-    # Arithmetic, O(1) in depth (building the model, even on the meta device, took minutes for
-    # 100,000 layers); equal to count_parameters(GPTModel(...)) by tests/unit/test_config_refusals.py
-    # and to Hugging Face's models of NeoX's shapes by tests/unit/test_neox_config_parity.py.
+    from megatron.model import GPTModel  # lazy: builds on torch's meta device (--help needs no torch)
+
+    parameter_count = GPTModel.parameter_count
     if vocab is None:  # the rest is still exact: say what the embeddings add per vocabulary entry
         per_entry = parameter_count(cfg.model, 1) - parameter_count(cfg.model, 0)
         print(f"parameters: {parameter_count(cfg.model, 0):,} + {per_entry:,} per vocabulary entry (the "
               "vocabulary is unknown: set padded-vocab-size for the full count)")
     else:
         print(f"parameters: {parameter_count(cfg.model, vocab):,}")
+
+
+def check_model_size(cfg) -> None:
+    """A model no machine can hold, refused before anything runs and naming the file that set the
+    key (GPTModel refuses it again wherever a model is built). The vocabulary counts only when
+    padded-vocab-size is set: the tokenizer is read later."""
+    from megatron.model import GPTModel  # lazy: builds on torch's meta device (--help needs no torch)
+    from megatron.model.size import size_problem
+
+    problem = size_problem(GPTModel.parameter_terms(cfg.model, cfg.model.padded_vocab_size or 0))
+    if problem:
+        raise cfg.refusal([problem])
 
 
 def launch_layout(cfg) -> list[str]:
@@ -276,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"script {args.user_script!r} not found (expected e.g. train.py or eval.py)"
                         + did_you_mean_file(args.user_script, (".py",)))
     cfg = load_config(config_paths(args), overrides=parse_overrides(args.override))
+    check_model_size(cfg)
     missing = input_problems(cfg)
     for note in (outside_run_dir(cfg), saves_nothing(cfg), unused_data_path(cfg),
                  missing_hostfile_warning(cfg.parallel.hostfile)):

@@ -16,7 +16,7 @@ Keys are GPT-NeoX's flat keys: `num-layers` and `num_layers` are the same key. C
 YAML (or JSON with comments, Python-style `True`/`False` and trailing commas) and are merged in
 order: **a later file replaces a key wholesale**, nested mappings included. Unknown keys and bad
 values are all reported in one error, as are NaN/inf anywhere, a key set twice in one file (or
-one `-o`), a file that is not UTF-8 and a model above 1e13 parameters. Output paths that are not
+one `-o`) and a file that is not UTF-8; `deepy.py` refuses a model above 1e13 parameters. Output paths that are not
 set derive from `run-dir` (see `run-dir`, `save`, `load`); training checks every input path
 (data, tokenizer files, `load`) before it starts. In code, a key lives at
 `cfg.<section>.<key_with_underscores>`.
@@ -59,6 +59,9 @@ def render() -> str:
             choices = choices_of(KEYS[name].field)
             if choices:
                 doc = f"{doc} One of: {', '.join(f'`{c}`' for c in choices)}."
+            read_by = KEYS[name].field.metadata.get("read_by")
+            if read_by:  # a positional scheme's own option (declared in its file)
+                doc = f"{doc} Used with pos-emb: {', '.join(f'`{s}`' for s in read_by)}."
             bounds = _bounds(KEYS[name].field.metadata)
             if bounds:
                 doc = f"{doc} Range: {bounds}."

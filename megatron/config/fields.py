@@ -14,15 +14,18 @@ _NO_DEFAULT = object()
 
 
 def key(default: Any = _NO_DEFAULT, doc: str = "", *, choices=None, required: bool = False,
-        ge=None, gt=None, le=None, lt=None, inert: bool = False):
+        ge=None, gt=None, le=None, lt=None, inert: bool = False, read_by: tuple[str, ...] = (),
+        default_from: str | None = None):
     """A dataclass field carrying its documentation and value constraints.
 
     choices: tuple of allowed strings, or a zero-argument callable returning them (evaluated
     lazily, e.g. the positional-scheme registry). required: the key must be set by some file.
     inert: accepted for NeoX compatibility but changes nothing here (said so in the docs).
+    read_by: the positional schemes that read it (a scheme's own option; docs say so).
+    default_from: a None value means this other key's value (derived by the section).
     """
     meta = {"doc": doc, "choices": choices, "required": required, "inert": inert,
-            "ge": ge, "gt": gt, "le": le, "lt": lt}
+            "ge": ge, "gt": gt, "le": le, "lt": lt, "read_by": read_by, "default_from": default_from}
     if required:
         default = None
     if default is _NO_DEFAULT:

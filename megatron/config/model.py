@@ -1,9 +1,11 @@
 """Model shape, positional scheme, attention, norms and initialisation (NeoX model keys)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from megatron.config.fields import key
+from megatron.positional import registry
+from megatron.positional.base import config_options
 
 POS_CLAMPS = ("straight-through", "projected")  # see pos_clamp; megatron/training/projection.py
 # NeoX's init_functions.py, every name it accepts (megatron/model/init.py)
@@ -13,21 +15,34 @@ _FUSION_DOC = "Accepted for NeoX compatibility; changes nothing here (PyTorch's 
 PLAIN_ACTIVATIONS = ("gelu", "relu", "softsign", "swish", "mish", "silu")
 GATED_ACTIVATIONS = ("geglu", "reglu", "swiglu", "bilinear", "glu")  # NeoX's get_activation: is_gated
 ACTIVATIONS = PLAIN_ACTIVATIONS + GATED_ACTIVATIONS
+OPTIONS_AFTER = "pos_clamp"  # the positional schemes' own keys follow this one (with_scheme_options)
 
 
 def scheme_choices() -> tuple[str, ...]:
-    """The positional registry's names (imported lazily: it pulls in torch), and nothing else:
-    a scheme is known by its file registering it, not by a second list here."""
-    from megatron.positional import registry
-
+    """The positional registry's names, and nothing else: a scheme is known by its file
+    registering it, not by a second list here."""
     return tuple(sorted(registry.scheme_names()))
 
 
-def rotary_scaling_choices() -> tuple[str, ...]:
-    """megatron/positional/rope_scaling.py's kinds (imported lazily: it pulls in torch)."""
-    from megatron.positional.rope_scaling import KINDS
-
-    return KINDS
+def with_scheme_options(cls):
+    """Adds every positional scheme's own options (declared in its file: megatron/positional/
+    options.py) to the model config as keys, right after pos-emb's: typed, bounded and documented
+    like any key, one declaration each. Applied before @dataclass, which then reads them as fields
+    in the annotations' order."""
+    annotations = cls.__dict__["__annotations__"]  # the class body declares keys, so it has them
+    ordered = {}
+    for name, annotation in annotations.items():
+        ordered[name] = annotation
+        if name != OPTIONS_AFTER:
+            continue
+        for option, (opt, schemes) in registry.scheme_options().items():
+            assert option not in annotations, f"positional option {option!r} is also a model key"
+            ordered[option] = opt.type
+            setattr(cls, option, key(opt.default, opt.doc, choices=opt.choices, ge=opt.ge, gt=opt.gt, le=opt.le,
+                                     lt=opt.lt, read_by=tuple(schemes), default_from=opt.default_from))
+    annotations.clear()
+    annotations.update(ordered)
+    return cls
 
 
 def backend_choices() -> tuple[str, ...]:
@@ -39,6 +54,7 @@ def backend_choices() -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
+@with_scheme_options
 class ModelConfig:
     num_layers: int = key(required=True, doc="Number of transformer layers.", ge=1)
     hidden_size: int = key(required=True, doc="Transformer hidden size.", ge=1)
@@ -58,55 +74,6 @@ class ModelConfig:
         "projected: also clamp the stored value, fp32 master copy included, after every optimizer "
         "step (the paper's code in fp32). The stored values are logged as <param>_raw_*.",
         choices=POS_CLAMPS)
-    rotary_pct: float = key(1.0, "Fraction of each head's dimensions rotated by rotary.", gt=0, le=1)
-    rotary_emb_base: int = key(10000, "Rotary frequency base.", ge=1)
-    rotary_scaling: str = key(
-        "none", "RoPE scaling for evaluation beyond the train length (pos-emb rotary): linear = position "
-        "interpolation (Chen et al. 2023, frequencies / factor), ntk = NTK-aware base "
-        "base * factor^(d/(d-2)) (bloc97), dynamic = ntk with factor * n / L - (factor - 1) in place of "
-        "factor for a call of n > L tokens (transformers' dynamic NTK; L = rotary-scaling-original-length), "
-        "yarn = YaRN's NTK-by-parts ramp and attention temperature 0.1 ln(factor) + 1 on q and k (Peng et "
-        "al. 2023), llama3 = Llama 3.1's by-wavelength scaling (rotary-llama3-low/high-freq-factor). Set it "
-        "on an existing checkpoint with evaluate.py -o rotary-scaling=yarn -o rotary-scaling-factor=16; "
-        "tools/import_hf.py sets it from a Hugging Face config's rope_scaling.",
-        choices=rotary_scaling_choices)
-    rotary_scaling_factor: float = key(
-        1.0, "The RoPE scaling factor s (target length / rotary-scaling-original-length; for dynamic, the "
-        "slope of the length-dependent factor), used when rotary-scaling is not none.", ge=1)
-    rotary_scaling_original_length: int | None = key(
-        None, "The length the rotary model was trained at (YaRN's and Llama 3's "
-        "original_max_position_embeddings, dynamic's max_position_embeddings); defaults to seq-length, so "
-        "an evaluation that sets rotary-scaling keeps the checkpoint's train length.", ge=1)
-    rotary_yarn_beta_fast: float = key(
-        32.0, "YaRN: dimensions turning more than beta-fast times over the original length keep their "
-        "frequency (extrapolation); must exceed rotary-yarn-beta-slow.", gt=0)
-    rotary_yarn_beta_slow: float = key(
-        1.0, "YaRN: dimensions turning fewer than beta-slow times over the original length are fully "
-        "interpolated (frequency / factor).", gt=0)
-    rotary_llama3_low_freq_factor: float = key(
-        1.0, "llama3: frequencies whose wavelength exceeds original length / low-freq-factor are divided "
-        "by the factor (Llama 3.1: 1).", gt=0)
-    rotary_llama3_high_freq_factor: float = key(
-        4.0, "llama3: frequencies whose wavelength is below original length / high-freq-factor are kept, "
-        "those between the two bounds blended (Llama 3.1: 4); must exceed rotary-llama3-low-freq-factor.", gt=0)
-    xpos_scale_base: float = key(
-        512.0, "xPos (pos-emb xpos): the position scale base; q is scaled by zeta^(n/scale-base) and k by "
-        "its inverse (Sun et al. 2022 use 512).", gt=0)
-    xpos_gamma: float = key(
-        0.4, "xPos: zeta_i = (i/(d/2) + gamma) / (1 + gamma) per rotary dimension pair i (the paper's 0.4).",
-        gt=0)
-    rpe_num_buckets: int = key(32, "T5 relative-position buckets (pos-emb rpe).", ge=1)
-    rpe_max_distance: int = key(128, "T5 relative-position max distance (pos-emb rpe).", ge=1)
-    fire_mlp_width: int = key(32, "Hidden width of FIRE's MLP f_theta (pos-emb fire; 32 in the paper).", ge=1)
-    fire_init_c: float = key(
-        0.1, "Initial value of FIRE's learned log-transform scale c in psi(x) = log(c*x + 1) "
-        "(pos-emb fire; 0.1 in the paper).", gt=0)
-    fire_init_threshold: float = key(
-        512.0, "FIRE's threshold L in psi(max(L, i)) is this value times a learned multiplier "
-        "starting at 1 (pos-emb fire; 512 in the paper).", gt=0)
-    sandwich_dim: int | None = key(
-        None, "Sinusoid dimension d' of the Sandwich bias (pos-emb sandwich): an even number; "
-        "null = the head dimension.", ge=2)
     attention_window: int | None = key(
         None, "Our extension: sliding window of W keys, query i attends keys j with i-W < j <= i. "
         "Valid with every positional scheme and backend; null = full causal attention.", ge=1)
@@ -203,8 +170,10 @@ class ModelConfig:
         # Derived defaults are filled in here so the resolved config states them explicitly.
         if self.max_position_embeddings is None and isinstance(self.seq_length, int):
             object.__setattr__(self, "max_position_embeddings", self.seq_length)
-        if self.rotary_scaling_original_length is None and isinstance(self.seq_length, int):
-            object.__setattr__(self, "rotary_scaling_original_length", self.seq_length)
+        for f in fields(self):  # scheme options whose None means another key's value
+            source = f.metadata.get("default_from")
+            if source and getattr(self, f.name) is None and isinstance(getattr(self, source), int):
+                object.__setattr__(self, f.name, getattr(self, source))
         if self.intermediate_size is None and isinstance(self.hidden_size, int):
             if isinstance(self.expansion_factor, (int, float)):  # folded, so a resolved config reloads
                 object.__setattr__(self, "intermediate_size", int(self.expansion_factor * self.hidden_size))
@@ -256,28 +225,13 @@ class ModelConfig:
         if self.pos_emb == "learned" and self.max_position_embeddings < self.seq_length:
             out.append(("max_position_embeddings", f"must be >= seq-length ({self.seq_length}) "
                         "when pos-emb is learned"))
-        if isinstance(self.sandwich_dim, int) and self.sandwich_dim % 2:
-            out.append(("sandwich_dim", "must be even (d'/2 cosines)"))
         if self.attention_logn_scaling and isinstance(self.seq_length, int) and self.seq_length < 2:
             out.append(("attention_logn_scaling", "needs seq-length >= 2 (it divides by log(seq-length))"))
         if self.attention_logn_everywhere and not self.attention_logn_scaling:
             out.append(("attention_logn_everywhere", "only applies with attention-logn-scaling: true; "
                         "set that too, or remove this key"))
-        if self.rotary_scaling != "none" and self.pos_emb != "rotary":
-            out.append(("rotary_scaling", f"applies to pos-emb rotary only (pos-emb is {self.pos_emb}); "
-                        "set rotary-scaling: none"))
-        if self.rotary_yarn_beta_fast <= self.rotary_yarn_beta_slow:
-            out.append(("rotary_yarn_beta_fast", f"must exceed rotary-yarn-beta-slow ({self.rotary_yarn_beta_slow})"))
-        if self.rotary_llama3_high_freq_factor <= self.rotary_llama3_low_freq_factor:
-            out.append(("rotary_llama3_high_freq_factor",
-                        f"must exceed rotary-llama3-low-freq-factor ({self.rotary_llama3_low_freq_factor})"))
+        out += registry.option_problems(config_options(self))  # the schemes' rules between their options
         out += self._architecture_problems()
-        if not out:  # the size needs a consistent shape (heads dividing the width, MLP widths that fit)
-            from megatron.config.model_size import size_problem
-
-            too_big = size_problem(self)
-            if too_big:
-                out.append(too_big)
         return out
 
     def _fitting_mlp_sizes(self) -> str:

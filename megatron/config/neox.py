@@ -129,6 +129,12 @@ class NeoXConfig:
         from megatron.config.ds_json import deepspeed_config
         return deepspeed_config(self, dp_world_size)
 
+    def refusal(self, issues: list[tuple[str, str]]) -> ConfigError:
+        """A ConfigError for (key, what is wrong) pairs judged outside the loader (the size of the
+        model this config builds: megatron/model/size.py), each with its value and where it was set."""
+        _, origins, _ = merge_entries(list(self._sources))
+        return ConfigError(located(issues, lambda name: getattr(getattr(self, KEYS[name].section), name), origins))
+
     def describe(self) -> str:
         from megatron.config.describe import describe
         return describe(self)

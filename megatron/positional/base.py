@@ -37,6 +37,7 @@ from torch import nn
 from .distance import causal_distance
 from .distance_kernel import DistanceKernel
 from .logn import logn_scale
+from .options import Option
 
 
 @dataclass(frozen=True)
@@ -47,15 +48,12 @@ class PositionalSpec:
     head_dim: int
     hidden_size: int
     max_position_embeddings: int
-    rotary_pct: float = 1.0
-    rotary_emb_base: int = 10000
-    rpe_num_buckets: int = 32
-    rpe_max_distance: int = 128
     tp_rank: int = 0
     tp_size: int = 1
     init_method_std: float = 0.02
-    # Every model config key (name with underscores -> value): a new scheme's hyperparameter is
-    # one ModelConfig field, read here as spec.options["my_key"]; the HF export carries them.
+    # Every model config key (name with underscores -> value): a scheme's own hyperparameters are
+    # declared in its `options` (options.py) and read with scheme.option(name); the HF export
+    # carries them.
     options: dict = field(default_factory=dict, compare=False)
 
     @property
@@ -76,6 +74,8 @@ class PositionalScheme(nn.Module):
     has_score_weight and stats are derived here from that one description."""
 
     name: str = "base"
+    # The scheme's own config keys (options.py): declared once here, composed into the model config.
+    options: tuple[Option, ...] = ()
     # Tensor name -> the dim holding its heads, for every tensor with one entry per head (a
     # tensor-parallel rank holds only its heads' entries); any tensor not named is whole on every rank.
     head_dims: dict[str, int] = {}
@@ -107,6 +107,19 @@ class PositionalScheme(nn.Module):
     def __init__(self, spec: PositionalSpec):
         super().__init__()
         self.spec = spec
+
+    @classmethod
+    def option_problems(cls, values: dict) -> list[tuple[str, str]]:
+        """(key, what is wrong) for rules between this class's own options, given every model
+        config key's value; the model config's check runs each class's rules once."""
+        return []
+
+    def option(self, name: str):
+        """The value of one of this scheme's declared options (the spec's, else the default)."""
+        for opt in type(self).options:
+            if opt.name == name:
+                return opt.read(self.spec.options)
+        raise KeyError(f"{type(self).__name__} declares no option {name!r}")
 
     def embed(self, positions: torch.Tensor) -> torch.Tensor | None:
         return None
@@ -238,10 +251,6 @@ def positional_spec(model_cfg) -> PositionalSpec:
         head_dim=model_cfg.hidden_size // model_cfg.num_attention_heads,
         hidden_size=model_cfg.hidden_size,
         max_position_embeddings=model_cfg.max_position_embeddings or model_cfg.seq_length,
-        rotary_pct=model_cfg.rotary_pct,
-        rotary_emb_base=model_cfg.rotary_emb_base,
-        rpe_num_buckets=model_cfg.rpe_num_buckets,
-        rpe_max_distance=model_cfg.rpe_max_distance,
         init_method_std=model_cfg.init_method_std,
         options=config_options(model_cfg),
     )

@@ -32,27 +32,29 @@ import torch
 from torch import nn
 
 from .base import PositionalScheme, PositionalSpec, summary_stats
+from .options import Option
 from .registry import register
 
 EPS = 1e-6  # added to psi(max(L, i)), as in the paper's code
 # Largest (query rows x keys x width) hidden block evaluated at once: 2**24 floats = 64 MiB.
 HIDDEN_BLOCK_ELEMENTS = 1 << 24
 
-DEFAULT_MLP_WIDTH = 32
-DEFAULT_INIT_C = 0.1
-DEFAULT_INIT_THRESHOLD = 512.0
-
 
 @register("fire")
 class FIRE(PositionalScheme):
     shift_invariant = False  # psi(max(L, i)) depends on the query position i
     head_dims = {"out_weight": 0, "out_bias": 0}  # the output layer's rows; the rest feeds every head
+    options = (
+        Option("fire_mlp_width", int, 32, "Hidden width of FIRE's MLP f_theta (pos-emb fire; 32 in the paper).", ge=1),
+        Option("fire_init_c", float, 0.1, "Initial value of FIRE's learned log-transform scale c in "
+               "psi(x) = log(c*x + 1) (pos-emb fire; 0.1 in the paper).", gt=0),
+        Option("fire_init_threshold", float, 512.0, "FIRE's threshold L in psi(max(L, i)) is this value times a "
+               "learned multiplier starting at 1 (pos-emb fire; 512 in the paper).", gt=0))
 
     def __init__(self, spec: PositionalSpec):
         super().__init__(spec)
-        opts = spec.options
-        width = int(opts.get("fire_mlp_width", DEFAULT_MLP_WIDTH))
-        self.init_threshold = float(opts.get("fire_init_threshold", DEFAULT_INIT_THRESHOLD))
+        width = int(self.option("fire_mlp_width"))
+        self.init_threshold = float(self.option("fire_init_threshold"))
         hidden = nn.Linear(1, width)
         out = nn.Linear(width, spec.num_heads)  # all H heads drawn, then this rank's rows kept
         self.hidden_weight = nn.Parameter(hidden.weight.detach().clone())  # (width, 1)
@@ -60,7 +62,7 @@ class FIRE(PositionalScheme):
         self.out_weight = nn.Parameter(out.weight.detach()[spec.head_slice].clone())  # (H_local, width)
         self.out_bias = nn.Parameter(out.bias.detach()[spec.head_slice].clone())  # (H_local,)
         # Shape (1,), not 0-d: DeepSpeed's parameter broadcast views every parameter as bytes.
-        self.c = nn.Parameter(torch.tensor([float(opts.get("fire_init_c", DEFAULT_INIT_C))]))
+        self.c = nn.Parameter(torch.tensor([float(self.option("fire_init_c"))]))
         self.threshold_multiplier = nn.Parameter(torch.tensor([1.0]))
         # Identity, or under TP: identity forward, gradient all-reduced over the TP group.
         self.__dict__["replicated_grad_sync"] = None

@@ -8,6 +8,7 @@ import importlib
 import pkgutil
 
 from .base import PositionalScheme, PositionalSpec
+from .options import Option, declared_options
 
 _REGISTRY: dict[str, type[PositionalScheme]] = {}
 
@@ -30,7 +31,7 @@ def register(*names: str):
 def _load_all() -> None:
     package = importlib.import_module(__package__)
     for mod in pkgutil.iter_modules(package.__path__):
-        if mod.name not in ("base", "registry"):
+        if mod.name not in ("base", "registry", "options"):
             importlib.import_module(f"{__package__}.{mod.name}")
 
 
@@ -44,6 +45,23 @@ def scheme_class(name: str) -> type[PositionalScheme]:
     if name not in _REGISTRY:
         raise ValueError(f"unknown pos-emb {name!r}; choose one of: {', '.join(sorted(_REGISTRY))}")
     return _REGISTRY[name]
+
+
+def scheme_options() -> dict[str, tuple[Option, list[str]]]:
+    """{key: (option, the schemes reading it)} for every registered scheme's own options."""
+    _load_all()
+    return declared_options(_REGISTRY)
+
+
+def option_problems(values: dict) -> list[tuple[str, str]]:
+    """Every scheme class's rules between its options (each class's own rule once, inherited
+    ones with the class that wrote them), over every model config key's value."""
+    _load_all()
+    rules = {}
+    for name in sorted(_REGISTRY):
+        cls = _REGISTRY[name]
+        rules.setdefault(cls.option_problems.__func__, cls)
+    return [problem for rule, cls in rules.items() for problem in rule(cls, values)]
 
 
 def instantiate(cls: type[PositionalScheme], name: str, spec: PositionalSpec) -> PositionalScheme:

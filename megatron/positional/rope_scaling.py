@@ -34,40 +34,91 @@ from dataclasses import dataclass
 
 import torch
 
+from .options import Option
+
 KINDS = ("none", "linear", "ntk", "dynamic", "yarn", "llama3")
+
+KIND = Option(
+    "rotary_scaling", str, "none",
+    "RoPE scaling for evaluation beyond the train length (pos-emb rotary): linear = position "
+    "interpolation (Chen et al. 2023, frequencies / factor), ntk = NTK-aware base "
+    "base * factor^(d/(d-2)) (bloc97), dynamic = ntk with factor * n / L - (factor - 1) in place of "
+    "factor for a call of n > L tokens (transformers' dynamic NTK; L = rotary-scaling-original-length), "
+    "yarn = YaRN's NTK-by-parts ramp and attention temperature 0.1 ln(factor) + 1 on q and k (Peng et "
+    "al. 2023), llama3 = Llama 3.1's by-wavelength scaling (rotary-llama3-low/high-freq-factor). Set it "
+    "on an existing checkpoint with evaluate.py -o rotary-scaling=yarn -o rotary-scaling-factor=16; "
+    "tools/import_hf.py sets it from a Hugging Face config's rope_scaling.", choices=KINDS)
+FACTOR = Option(
+    "rotary_scaling_factor", float, 1.0,
+    "The RoPE scaling factor s (target length / rotary-scaling-original-length; for dynamic, the "
+    "slope of the length-dependent factor), used when rotary-scaling is not none.", ge=1)
+ORIGINAL_LENGTH = Option(
+    "rotary_scaling_original_length", int | None, None,
+    "The length the rotary model was trained at (YaRN's and Llama 3's "
+    "original_max_position_embeddings, dynamic's max_position_embeddings); defaults to seq-length, so "
+    "an evaluation that sets rotary-scaling keeps the checkpoint's train length.", ge=1,
+    default_from="seq_length")
+BETA_FAST = Option(
+    "rotary_yarn_beta_fast", float, 32.0,
+    "YaRN: dimensions turning more than beta-fast times over the original length keep their "
+    "frequency (extrapolation); must exceed rotary-yarn-beta-slow.", gt=0)
+BETA_SLOW = Option(
+    "rotary_yarn_beta_slow", float, 1.0,
+    "YaRN: dimensions turning fewer than beta-slow times over the original length are fully "
+    "interpolated (frequency / factor).", gt=0)
+LOW_FREQ_FACTOR = Option(
+    "rotary_llama3_low_freq_factor", float, 1.0,
+    "llama3: frequencies whose wavelength exceeds original length / low-freq-factor are divided "
+    "by the factor (Llama 3.1: 1).", gt=0)
+HIGH_FREQ_FACTOR = Option(
+    "rotary_llama3_high_freq_factor", float, 4.0,
+    "llama3: frequencies whose wavelength is below original length / high-freq-factor are kept, "
+    "those between the two bounds blended (Llama 3.1: 4); must exceed rotary-llama3-low-freq-factor.", gt=0)
+OPTIONS = (KIND, FACTOR, ORIGINAL_LENGTH, BETA_FAST, BETA_SLOW, LOW_FREQ_FACTOR, HIGH_FREQ_FACTOR)
+
+
+def scaling_problems(values: dict) -> list[tuple[str, str]]:
+    """(key, what is wrong) for the rules between the scaling options, in the model config's keys:
+    the config refuses them with the rest, a scheme built outside it (tests, the HF export) raises."""
+    out = []
+    kind = KIND.read(values) or "none"
+    if kind != "none" and values.get("pos_emb", "rotary") != "rotary":
+        out.append(("rotary_scaling", f"applies to pos-emb rotary only (pos-emb is {values['pos_emb']}); "
+                    "set rotary-scaling: none"))
+    if BETA_FAST.read(values) <= BETA_SLOW.read(values):
+        out.append(("rotary_yarn_beta_fast", f"must exceed rotary-yarn-beta-slow ({BETA_SLOW.read(values)})"))
+    if HIGH_FREQ_FACTOR.read(values) <= LOW_FREQ_FACTOR.read(values):
+        out.append(("rotary_llama3_high_freq_factor",
+                    f"must exceed rotary-llama3-low-freq-factor ({LOW_FREQ_FACTOR.read(values)})"))
+    return out
 
 
 @dataclass(frozen=True)
 class RopeScaling:
-    kind: str = "none"
-    factor: float = 1.0
+    kind: str = KIND.default
+    factor: float = FACTOR.default
     original_length: int = 2048
-    beta_fast: float = 32.0
-    beta_slow: float = 1.0
-    low_freq_factor: float = 1.0
-    high_freq_factor: float = 4.0
+    beta_fast: float = BETA_FAST.default
+    beta_slow: float = BETA_SLOW.default
+    low_freq_factor: float = LOW_FREQ_FACTOR.default
+    high_freq_factor: float = HIGH_FREQ_FACTOR.default
 
     @classmethod
     def from_options(cls, options: dict, default_length: int) -> RopeScaling:
         """From the model config keys (PositionalSpec.options); checked here too, so a scheme built
         outside the config loader (tests, the HF export) refuses the same bad values."""
-        kind = options.get("rotary_scaling", "none") or "none"
-        out = cls(kind, float(options.get("rotary_scaling_factor", 1.0)),
-                  int(options.get("rotary_scaling_original_length") or default_length),
-                  float(options.get("rotary_yarn_beta_fast", 32.0)), float(options.get("rotary_yarn_beta_slow", 1.0)),
-                  float(options.get("rotary_llama3_low_freq_factor", 1.0)),
-                  float(options.get("rotary_llama3_high_freq_factor", 4.0)))
+        kind = KIND.read(options) or "none"
         if kind not in KINDS:
             raise ValueError(f"rotary-scaling {kind!r} is not one of {', '.join(KINDS)}")
-        if not out.factor >= 1.0:
-            raise ValueError(f"rotary-scaling-factor {out.factor} must be >= 1 (target length / train length)")
-        if not out.beta_fast > out.beta_slow > 0:
-            raise ValueError(f"rotary-yarn-beta-fast ({out.beta_fast}) must exceed rotary-yarn-beta-slow "
-                             f"({out.beta_slow}) > 0")
-        if not out.high_freq_factor > out.low_freq_factor > 0:
-            raise ValueError(f"rotary-llama3-high-freq-factor ({out.high_freq_factor}) must exceed "
-                             f"rotary-llama3-low-freq-factor ({out.low_freq_factor}) > 0")
-        return out
+        factor = float(FACTOR.read(options))
+        if not factor >= 1.0:
+            raise ValueError(f"rotary-scaling-factor {factor} must be >= 1 (target length / train length)")
+        bad = [p for p in scaling_problems({**options, "rotary_scaling": kind}) if p[0] != "rotary_scaling"]
+        if bad:
+            raise ValueError("; ".join(f"{key.replace('_', '-')} {msg}" for key, msg in bad))
+        return cls(kind, factor, int(ORIGINAL_LENGTH.read(options) or default_length),
+                   float(BETA_FAST.read(options)), float(BETA_SLOW.read(options)),
+                   float(LOW_FREQ_FACTOR.read(options)), float(HIGH_FREQ_FACTOR.read(options)))
 
     @property
     def length_dependent(self) -> bool:

@@ -14,8 +14,14 @@ from __future__ import annotations
 import torch
 
 from .base import PositionalScheme, PositionalSpec
+from .options import Option
 from .registry import register
-from .rope_scaling import RopeScaling
+from .rope_scaling import OPTIONS as SCALING_OPTIONS
+from .rope_scaling import RopeScaling, scaling_problems
+
+ROTARY_PCT = Option("rotary_pct", float, 1.0, "Fraction of each head's dimensions rotated by rotary (and xPos).",
+                    gt=0, le=1)
+ROTARY_EMB_BASE = Option("rotary_emb_base", int, 10000, "Rotary (and xPos) frequency base.", ge=1)
 
 
 def rotary_inv_freq(dim: int, base: float) -> torch.Tensor:
@@ -29,25 +35,31 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 @register("rotary")
 class RotaryPositions(PositionalScheme):
+    options = (ROTARY_PCT, ROTARY_EMB_BASE, *SCALING_OPTIONS)
+
     def __init__(self, spec: PositionalSpec):
         super().__init__(spec)
-        self.rotary_ndims = int(spec.head_dim * spec.rotary_pct)
+        pct, self.base = ROTARY_PCT.read(spec.options), ROTARY_EMB_BASE.read(spec.options)
+        self.rotary_ndims = int(spec.head_dim * pct)
         if self.rotary_ndims % 2:
             raise ValueError(
                 f"rotary needs an even number of rotated dims, got int(head_dim={spec.head_dim} * "
-                f"rotary_pct={spec.rotary_pct}) = {self.rotary_ndims}; adjust rotary-pct")
+                f"rotary_pct={pct}) = {self.rotary_ndims}; adjust rotary-pct")
         # Persistent: K's checkpoints carry `attention.rotary_emb.inv_freq`.
-        self.register_buffer("inv_freq", rotary_inv_freq(self.rotary_ndims, spec.rotary_emb_base),
-                             persistent=True)
+        self.register_buffer("inv_freq", rotary_inv_freq(self.rotary_ndims, self.base), persistent=True)
         self.scaling = RopeScaling.from_options(spec.options, spec.options.get("seq_length") or spec.max_position_embeddings)
+
+    @classmethod
+    def option_problems(cls, values: dict) -> list[tuple[str, str]]:
+        return scaling_problems(values)
 
     def _inv_freq(self, device, length: torch.Tensor | None = None) -> torch.Tensor:
         """The frequencies in use (nd/2,) fp32: the trained ones, scaled by rotary-scaling (at the
         call's `length` for a length-dependent scaling)."""
         inv_freq = self.inv_freq
         if inv_freq.dtype != torch.float32:  # a bf16-cast model would round the frequencies
-            inv_freq = rotary_inv_freq(self.rotary_ndims, self.spec.rotary_emb_base)
-        return self.scaling.inv_freq(inv_freq.to(device), self.rotary_ndims, self.spec.rotary_emb_base, length)
+            inv_freq = rotary_inv_freq(self.rotary_ndims, self.base)
+        return self.scaling.inv_freq(inv_freq.to(device), self.rotary_ndims, self.base, length)
 
     def _cos_sin(self, positions: torch.Tensor, length: torch.Tensor | None = None):
         inv_freq = self._inv_freq(positions.device, length)

@@ -14,6 +14,7 @@ from torch import nn
 
 from .base import PositionalScheme, PositionalSpec
 from .distance_kernel import DistanceKernel
+from .options import Option
 from .registry import register
 
 
@@ -32,11 +33,14 @@ def rpe_bucket(n: torch.Tensor, num_buckets: int, max_distance: int) -> torch.Te
 @register("rpe")
 class RPE(PositionalScheme):
     head_dims = {"weight": 1}  # the T5 table (buckets, H)
+    options = (Option("rpe_num_buckets", int, 32, "T5 relative-position buckets (pos-emb rpe).", ge=1),
+               Option("rpe_max_distance", int, 128, "T5 relative-position max distance (pos-emb rpe).", ge=1))
 
     def __init__(self, spec: PositionalSpec):
         super().__init__(spec)
+        self.num_buckets, self.max_distance = self.option("rpe_num_buckets"), self.option("rpe_max_distance")
         # Init the full [buckets, H] table, then keep this rank's columns: TP=2 starts like TP=1.
-        full = torch.empty(spec.rpe_num_buckets, spec.num_heads)
+        full = torch.empty(self.num_buckets, spec.num_heads)
         nn.init.xavier_normal_(full)
         self.weight = nn.Parameter(full[:, spec.head_slice].clone())  # (buckets, H_local)
         self.scale = math.sqrt(spec.head_dim)
@@ -45,7 +49,7 @@ class RPE(PositionalScheme):
         # bias = weight[bucket(d), h] * sqrt(head_dim). Every distance >= rpe_max_distance falls
         # in the last bucket, so a table of the buckets of 0..max_distance is exact at any length
         # (checked here, not assumed).
-        md, nb = self.spec.rpe_max_distance, self.spec.rpe_num_buckets
+        md, nb = self.max_distance, self.num_buckets
         n = torch.arange(md + 1, device=self.weight.device)
         bucket_of = rpe_bucket(n, nb, md)
         far = rpe_bucket(torch.tensor([md, 4 * md, 1 << 40]), nb, md)

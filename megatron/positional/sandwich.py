@@ -26,21 +26,22 @@ import torch
 
 from .base import PositionalScheme, PositionalSpec
 from .distance_kernel import DistanceKernel
+from .options import Option
 from .registry import register
 
 MIN_TABLE = 256  # the smallest table (distances 0..255): short runs never rebuild it
 
-
-def sandwich_dim(spec: PositionalSpec) -> int:
-    """d', the sinusoid dimension: `sandwich-dim`, or the head dimension when unset."""
-    return spec.options.get("sandwich_dim") or spec.head_dim
+DIM = Option("sandwich_dim", int | None, None, "Sinusoid dimension d' of the Sandwich bias (pos-emb sandwich): "
+             "an even number; null = the head dimension.", ge=2)
 
 
 @register("sandwich")
 class Sandwich(PositionalScheme):
+    options = (DIM,)
+
     def __init__(self, spec: PositionalSpec):
         super().__init__(spec)
-        self.dim = sandwich_dim(spec)
+        self.dim = self.option("sandwich_dim") or spec.head_dim  # d'
         if self.dim < 2 or self.dim % 2:
             raise ValueError(f"sandwich-dim must be an even integer >= 2, got {self.dim}")
         # 1 / (8h/H) for this rank's heads h (1-based). Python floats, not a tensor: a model built
@@ -48,6 +49,11 @@ class Sandwich(PositionalScheme):
         heads = range(1, spec.num_heads + 1)[spec.head_slice]
         self.head_scale = [spec.num_heads / (8.0 * h) for h in heads]
         self._tables: dict[torch.device, torch.Tensor] = {}  # device -> (H_local, m + 1) float32
+
+    @classmethod
+    def option_problems(cls, values: dict) -> list[tuple[str, str]]:
+        dim = DIM.read(values)
+        return [("sandwich_dim", "must be even (d'/2 cosines)")] if isinstance(dim, int) and dim % 2 else []
 
     def table(self, n: int, device: torch.device) -> torch.Tensor:
         """(H_local, m + 1) float32, the bias at d = 0..m, m + 1 = a power of two > n."""

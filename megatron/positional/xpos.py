@@ -28,18 +28,26 @@ import math
 import torch
 
 from .base import PositionalSpec
+from .options import Option
 from .registry import register
-from .rotary import RotaryPositions
+from .rotary import ROTARY_EMB_BASE, ROTARY_PCT, RotaryPositions
+
+SCALE_BASE = Option("xpos_scale_base", float, 512.0,
+                    "xPos (pos-emb xpos): the position scale base; q is scaled by zeta^(n/scale-base) and k by "
+                    "its inverse (Sun et al. 2022 use 512).", gt=0)
+GAMMA = Option("xpos_gamma", float, 0.4,
+               "xPos: zeta_i = (i/(d/2) + gamma) / (1 + gamma) per rotary dimension pair i (the paper's 0.4).", gt=0)
 
 
 @register("xpos")
 class XPos(RotaryPositions):
     rotate_after_cache = True
+    options = (ROTARY_PCT, ROTARY_EMB_BASE, SCALE_BASE, GAMMA)  # rotary's, without its scaling
 
     def __init__(self, spec: PositionalSpec):
         super().__init__(spec)
-        self.scale_base = float(spec.options.get("xpos_scale_base", 512.0))
-        self.gamma = float(spec.options.get("xpos_gamma", 0.4))
+        self.scale_base = float(self.option("xpos_scale_base"))
+        self.gamma = float(self.option("xpos_gamma"))
         if not self.scale_base > 0:
             raise ValueError(f"xpos-scale-base must be > 0, got {self.scale_base}")
         if not self.gamma > 0:

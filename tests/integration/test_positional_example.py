@@ -136,3 +136,50 @@ def test_export_refuses_a_scheme_file_that_imports_megatron_absolutely(scheme_fi
     scheme_file(source)
     with pytest.raises(UserError, match=r"alibi_learned\.py:\d+ imports megatron .*relatively"):
         positional_sources("alibi_learned")
+
+
+OPTION_SCHEME = '''
+from .alibi_learned_base import ALiBiLearned
+from .options import Option
+from .registry import register
+
+
+@register("alibi_scaled")
+class ALiBiScaled(ALiBiLearned):
+    options = (Option("alibi_init_scale", float, 1.0, "Multiplies the initial slopes.", gt=0),)
+
+    def __init__(self, spec):
+        super().__init__(spec)
+        self.slope.data *= self.option("alibi_init_scale")
+'''
+
+
+def test_a_new_scheme_files_option_is_a_config_key(tmp_path):
+    """A scheme's own hyperparameter is declared once, in its file: the config loader then knows
+    the key (typed, bounded, documented with the scheme reading it) and the scheme reads the value."""
+    extra = tmp_path / "positional_extra"
+    extra.mkdir()
+    (extra / "alibi_learned_base.py").write_text(FIXTURE.read_text(encoding="utf-8").replace(
+        '@register("alibi_learned")\n', ""), encoding="utf-8")
+    (extra / "alibi_scaled.py").write_text(OPTION_SCHEME, encoding="utf-8")
+    script = (
+        "import megatron.positional as p, sys\n"
+        f"p.__path__.append({str(extra)!r})\n"  # the file dropped into megatron/positional, as a user would
+        "from megatron.config import ConfigError, load_config\n"
+        "from megatron.config.docs import render\n"
+        "from megatron.model import GPTModel\n"
+        "tiny = {'num-layers': 1, 'hidden-size': 16, 'num-attention-heads': 4, 'seq-length': 8, 'train-iters': 1,\n"
+        "        'train_micro_batch_size_per_gpu': 1, 'pos-emb': 'alibi_scaled'}\n"
+        "one, two = (GPTModel(load_config([], overrides={**tiny, 'alibi-init-scale': s}).model, 32) for s in (1, 2))\n"
+        "print('ratio', (two.position.slope / one.position.slope).tolist())\n"
+        "print('doc', [line for line in render().splitlines() if 'alibi-init-scale' in line])\n"
+        "try:\n"
+        "    load_config([], overrides={**tiny, 'alibi-init-scale': -1})\n"
+        "except ConfigError as e:\n"
+        "    print('refused', e)\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    assert "ratio [2.0, 2.0, 2.0, 2.0]" in out
+    assert "Multiplies the initial slopes. Used with pos-emb: `alibi_scaled`. Range: > 0." in out
+    assert "alibi-init-scale = -1 (from -o on the command line): must be > 0" in out

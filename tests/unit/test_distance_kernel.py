@@ -9,7 +9,7 @@ from megatron.positional.distance import causal_distance
 from megatron.positional.registry import build_scheme, scheme_class, scheme_names
 
 SPEC = PositionalSpec(num_heads=4, head_dim=8, hidden_size=32, max_position_embeddings=64,
-                      rpe_num_buckets=8, rpe_max_distance=20)
+                      options={"rpe_num_buckets": 8, "rpe_max_distance": 20})
 
 
 # Query-dependent schemes (FIRE) have no distance-only description by design (test_fire.py).

@@ -17,7 +17,7 @@ CPU, F32 = torch.device("cpu"), torch.float32
 B, H = 2, 4
 # rpe_max_distance 5 < the largest distance 8, so the T5 lookup's clamp is exercised.
 SPEC = PositionalSpec(num_heads=H, head_dim=8, hidden_size=H * 8, max_position_embeddings=64,
-                      rpe_num_buckets=8, rpe_max_distance=5)
+                      options={"rpe_num_buckets": 8, "rpe_max_distance": 5})
 # (Lq, Lk, offset, window): full rows, kv-cache rows (queries = the last Lq keys), positions far
 # from 0, a sliding window, and all of those at once.
 CASES = [(9, 9, 0, None), (3, 9, 0, None), (9, 9, 1000, None), (9, 9, 0, 4), (3, 9, 50, 4)]
@@ -163,7 +163,7 @@ def test_auto_never_picks_flex_on_cpu_and_ranks_it_on_cuda():
 
 # ---- CUDA: training, gradients of q, k, v and the scheme's parameters -----------------------
 GPU_SPEC = PositionalSpec(num_heads=H, head_dim=16, hidden_size=H * 16, max_position_embeddings=64,
-                          rpe_num_buckets=8, rpe_max_distance=5)  # Triton's dot needs head_dim >= 16
+                          options={"rpe_num_buckets": 8, "rpe_max_distance": 5})  # Triton's dot needs head_dim >= 16
 
 
 def run_with_grads(backend, scheme, q, k, v, q_pos, k_pos, window, grad_out):

@@ -1,4 +1,4 @@
-"""The parameter count `deepy.py --dry-run` prints (megatron/config/model_size.py, arithmetic) equals
+"""The parameter count `deepy.py --dry-run` prints (megatron/model/size.py: one layer built on meta) equals
 Hugging Face's for every model shape of NeoX's own configs: Pythia 14M-12B and GPT-NeoX-20B
 (GPTNeoXForCausalLM: parallel residual, rotary on 25% of each head, untied embeddings, biases),
 Llama 1 and 2, CodeLlama (LlamaForCausalLM: RMSNorm, SwiGLU, no biases, GQA for the large ones)
@@ -38,7 +38,6 @@ import torch
 import yaml
 
 from megatron.config import load_config
-from megatron.config.model_size import parameter_count, parameter_terms
 from megatron.tokenizer import padded_vocab_size
 from tests.conftest import ROOT
 
@@ -171,10 +170,10 @@ def test_parameter_count_equals_hugging_face(shape, tmp_path):
     hf = hf_model(shape, vocab)
     assert not any("rotary" in n for n, _ in hf.named_parameters())  # inv_freq is a buffer
     assert any(n.endswith("inv_freq") for n, _ in hf.named_buffers())
-    terms = parameter_terms(m, vocab)
+    terms = GPTModel.parameter_terms(m, vocab)
     assert terms["max_position_embeddings"] == 0  # NeoX's rotary has no parameters either
     assert terms["padded_vocab_size"] == hf_embeddings(hf)
-    ours = parameter_count(m, vocab)
+    ours = GPTModel.parameter_count(m, vocab)
     assert ours == sum(p.numel() for p in hf.parameters())
     with torch.device("meta"):
         assert ours == count_parameters(GPTModel(m, vocab))

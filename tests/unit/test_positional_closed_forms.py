@@ -201,7 +201,7 @@ def _complex_rotate(x, t, nd, base=10000.0):
 
 @pytest.mark.parametrize("pct", [1.0, 0.5])
 def test_rotary_against_complex_rotation(pct):
-    s = build("rotary", rotary_pct=pct)
+    s = build("rotary", options={"rotary_pct": pct})
     nd = int(HEAD_DIM * pct)
     torch.manual_seed(1)
     q_pos, k_pos = positions(lq=2, lk=6, offset=40)  # kv-cache rows at an offset

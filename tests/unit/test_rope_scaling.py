@@ -18,8 +18,8 @@ BASE, L = 10000, 64
 
 def _rotary(dim, kind, factor, beta_fast=32.0, beta_slow=1.0, pct=1.0, **options):
     spec = PositionalSpec(num_heads=1, head_dim=int(dim / pct), hidden_size=int(dim / pct), max_position_embeddings=L,
-                          rotary_pct=pct, rotary_emb_base=BASE,
-                          options={"seq_length": L, "rotary_scaling": kind, "rotary_scaling_factor": factor,
+                          options={"rotary_pct": pct, "rotary_emb_base": BASE, "seq_length": L,
+                                   "rotary_scaling": kind, "rotary_scaling_factor": factor,
                                    "rotary_yarn_beta_fast": beta_fast, "rotary_yarn_beta_slow": beta_slow, **options})
     return build_scheme("rotary", spec)
 

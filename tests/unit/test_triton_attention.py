@@ -22,7 +22,7 @@ FUSED = ["kerple_log", "kerple_log_3para", "kerple_power_ap_", "kerple_power_ap_
 def scheme_for(name, heads, head_dim, seed=0):
     torch.manual_seed(seed)
     spec = PositionalSpec(num_heads=heads, head_dim=head_dim, hidden_size=heads * head_dim,
-                          max_position_embeddings=64, rpe_num_buckets=8, rpe_max_distance=20)
+                          max_position_embeddings=64, options={"rpe_num_buckets": 8, "rpe_max_distance": 20})
     scheme = build_scheme(name, spec).to(DEVICE)
     with torch.no_grad():  # trained-looking parameters, not only the init draw
         for p in scheme.parameters():

@@ -18,7 +18,7 @@ BASE = 10000
 
 def _xpos(dim, scale_base=512.0, gamma=0.4):
     spec = PositionalSpec(num_heads=1, head_dim=dim, hidden_size=dim, max_position_embeddings=64,
-                          rotary_emb_base=BASE, options={"xpos_scale_base": scale_base, "xpos_gamma": gamma})
+                          options={"rotary_emb_base": BASE, "xpos_scale_base": scale_base, "xpos_gamma": gamma})
     return build_scheme("xpos", spec)
 
 
