@@ -1,4 +1,4 @@
-"""Where a run computes, and the process-group backend that goes with it (DESIGN contract 9).
+"""Where a run computes, and the process-group backend that goes with it, chosen together.
 
 One rule for every entry point (training, evaluate.py, generate.py, eval.py, the HF export, the
 benchmarks): `auto` is the GPU when torch sees one, else the CPU. `DS_ACCELERATOR=cpu` in the

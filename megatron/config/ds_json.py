@@ -1,4 +1,4 @@
-"""The DeepSpeed JSON built from a NeoXConfig.
+"""DeepSpeed's own sections, forwarded as given, and the DeepSpeed JSON built from a NeoXConfig.
 
 No "optimizer"/"scheduler" sections: our code builds both and hands them to deepspeed.initialize
 (a client optimizer takes precedence anyway, as in NeoX).
@@ -6,8 +6,25 @@ No "optimizer"/"scheduler" sections: our code builds both and hands them to deep
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 
+from megatron.config.fields import key
 from megatron.config.precision import section_for_deepspeed
+
+
+@dataclass(frozen=True)
+class DeepSpeedConfig:
+    flops_profiler: dict | None = key(None, "DeepSpeed flops_profiler section, forwarded as is.")
+    activation_checkpointing: dict | None = key(
+        None, "DeepSpeed activation_checkpointing section, forwarded as is.")
+    comms_logger: dict | None = key(None, "DeepSpeed comms_logger section, forwarded as is.")
+    autotuning: dict | None = key(None, "DeepSpeed autotuning section, forwarded as is.")
+    deepspeed_extra_args: dict | None = key(
+        None, "Extra top-level DeepSpeed JSON entries, merged last (they win).")
+
+    def check(self) -> list[tuple[str, str]]:
+        return []
+
 
 _FP16_DEFAULTS = {"loss_scale_window": 1000, "hysteresis": 2, "min_loss_scale": 1,
                   "initial_scale_power": 16}

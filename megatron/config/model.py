@@ -205,7 +205,7 @@ class ModelConfig:
     @property
     def mlp_widths(self) -> tuple[int, int]:
         """(first projection's outputs, second projection's inputs): NeoX's ParallelMLP sizing rule
-        (megatron/model/transformer.py at NeoX's main). Equal for a non-gated MLP whose width is a
+        (NeoX's megatron/model/transformer.py at its main). Equal for a non-gated MLP whose width is a
         multiple of 2 * mlp-multiple-of; a gated MLP's first output is twice the second's input.
         check() refuses a config where they do not fit (NeoX would build mismatched layers)."""
         width = self.intermediate_size or 4 * self.hidden_size

@@ -16,18 +16,17 @@ import yaml
 from megatron.config.checkpoint import CheckpointConfig
 from megatron.config.cross import cross_section_problems
 from megatron.config.data import DataConfig
+from megatron.config.ds_json import DeepSpeedConfig
 from megatron.config.errors import MISSING, ConfigError, Problem
-from megatron.config.loader import OVERRIDE_ORIGIN, read_entries
 from megatron.config.logs import LoggingConfig
 from megatron.config.merge import located, merge_entries
 from megatron.config.model import ModelConfig
 from megatron.config.optimizer import OptimizerConfig
 from megatron.config.parallel import ParallelConfig
-from megatron.config.passthrough import DeepSpeedConfig
 from megatron.config.paths import derive_paths
 from megatron.config.precision import PrecisionConfig
 from megatron.config.schema import KEYS, SECTIONS
-from megatron.config.sources import Entry
+from megatron.config.sources import OVERRIDE_ORIGIN, Entry, read_entries
 from megatron.config.training import TrainingConfig
 from megatron.config.validate import type_section
 

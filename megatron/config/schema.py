@@ -10,12 +10,12 @@ import typing
 
 from megatron.config.checkpoint import CheckpointConfig
 from megatron.config.data import DataConfig
+from megatron.config.ds_json import DeepSpeedConfig
 from megatron.config.fields import default_of, type_str
 from megatron.config.logs import LoggingConfig
 from megatron.config.model import ModelConfig
 from megatron.config.optimizer import OptimizerConfig
 from megatron.config.parallel import ParallelConfig
-from megatron.config.passthrough import DeepSpeedConfig
 from megatron.config.precision import PrecisionConfig
 from megatron.config.training import TrainingConfig
 

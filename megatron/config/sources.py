@@ -1,4 +1,6 @@
-"""Reading config files into (key, value, origin) entries and merging them, later wins.
+"""Reading a configuration: YAML files + overrides -> (key, value, origin) entries, later wins.
+It knows nothing of sections or NeoXConfig (megatron/config/neox.py builds itself from these
+entries), so the two do not import each other.
 
 NeoX's effective rule (its duplicate check compares raw hyphenated keys against converted ones,
 so it never fires) is that a later file replaces a key wholesale, nested dicts included. The
@@ -141,3 +143,21 @@ def read_files(paths) -> tuple[list[Entry], dict[str, str], list[Problem]]:
         texts[base] = text
         entries.extend(Entry(k, v, os.fspath(path)) for k, v in data.items())
     return entries, texts, problems
+
+
+OVERRIDE_ORIGIN = "-o on the command line"  # where an override's problem is said to come from
+
+
+def read_entries(paths=(), overrides: dict | None = None) -> tuple[list[Entry], dict[str, str], str, list[Problem]]:
+    """(entries, {basename: text}, run name, problems reading the files).
+
+    Entries keep file order, then `overrides` (same flat keys); later ones win when merged.
+    The run name is the first file's name without extension ("default" with no file).
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    paths = list(paths)
+    entries, texts, problems = read_files(paths)
+    entries += [Entry(k, v, OVERRIDE_ORIGIN) for k, v in (overrides or {}).items()]
+    run_name = os.path.splitext(os.path.basename(os.fspath(paths[0])))[0] if paths else "default"
+    return entries, texts, run_name, problems

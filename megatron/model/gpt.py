@@ -19,11 +19,9 @@ from torch.utils.checkpoint import checkpoint
 from megatron.attention.mask import check_row_starts, row_positions
 from megatron.model.attention import AttentionContext, cached_backend
 from megatron.model.init import build_init
-from megatron.model.loss import masked_mean
-from megatron.model.norms import build_norm
 from megatron.model.sharding import UNSHARDED
 from megatron.model.size import refuse_impossible_size
-from megatron.model.transformer import TransformerLayer
+from megatron.model.transformer import TransformerLayer, build_norm
 from megatron.positional.base import positional_spec
 from megatron.positional.registry import build_scheme
 
@@ -185,6 +183,16 @@ class GPTModel(nn.Module):
             ce = self.sharding.token_cross_entropy(logits.flatten(0, 1), labels[:, s : s + step].flatten())
             out.append(ce.view(B, -1))
         return torch.cat(out, dim=1)
+
+
+def masked_mean(losses: torch.Tensor, loss_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """NeoX's language-model loss, one definition for GPTModel and the pipeline model:
+    sum(losses * loss_mask) / sum(loss_mask), the mask cast to the losses' dtype and shape
+    (per-token float32 CE from the float logits); the plain mean without a mask."""
+    if loss_mask is None:
+        return losses.mean()
+    mask = loss_mask.to(losses.dtype).reshape(losses.shape)
+    return (losses * mask).sum() / mask.sum().clamp_min(1.0)
 
 
 def count_parameters(model: nn.Module) -> int:

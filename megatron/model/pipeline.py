@@ -8,7 +8,7 @@
     L+4      OutputPipe          `final_linear.weight` (untied) -> layer_{L+4}
 
 Built from the same blocks as GPTModel, with the same AttentionContext.build and loss
-(megatron/model/loss.py). Activations between stages are tensors only: hidden states (B, L, h);
+(masked_mean in megatron/model/gpt.py). Activations between stages are tensors only: hidden states (B, L, h);
 so every layer rebuilds positions (arange(L)) and its context (a bias scheme's [H, L, L] bias
 is thus built once per layer here, once per forward in GPTModel).
 
@@ -29,9 +29,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from megatron.model.attention import AttentionContext, cached_backend
-from megatron.model.gpt import GPTModel, build_init, build_norm
+from megatron.model.gpt import GPTModel, build_init, build_norm, masked_mean
 from megatron.model.layer_numbering import sequential_key
-from megatron.model.loss import masked_mean
 from megatron.model.sharding import UNSHARDED
 from megatron.model.transformer import TransformerLayer
 from megatron.positional.base import positional_spec

@@ -8,7 +8,7 @@ import megatron.attention.triton as triton_backend
 import megatron.model.attention as attention_mod
 from megatron.attention.mask import check_window, consecutive_starts
 from megatron.model import GPTModel
-from megatron.model.loss import masked_mean
+from megatron.model.gpt import masked_mean
 
 
 def count_bias_calls(model, monkeypatch) -> list:
@@ -104,7 +104,7 @@ def test_check_window_refuses_non_positive_integers(window):
 
 
 def test_pipeline_loss_is_the_model_loss(tiny_config):
-    """Both model forms use megatron/model/loss.py: the pipeline's loss_fn on the logits equals
+    """Both model forms use masked_mean (megatron/model/gpt.py): the pipeline's loss_fn on the logits equals
     GPTModel's loss (its chunked CE path) bit for bit."""
     from megatron.model.pipeline import loss_fn
 

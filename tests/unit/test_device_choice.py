@@ -1,4 +1,4 @@
-"""Device and process group chosen together (DESIGN contract 9): `auto` is the GPU where torch sees
+"""Device and process group chosen together: `auto` is the GPU where torch sees
 one (unless DS_ACCELERATOR=cpu), a CPU run gets gloo even on a GPU machine, and every entry point
 defaults to `auto`. A GPU machine is simulated here (torch.cuda.is_available -> True), since the
 bug was precisely a choice made from is_available() instead of from the device."""

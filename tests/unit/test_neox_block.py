@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from megatron.attention import backend_names, resolve_backend
 from megatron.config import ConfigError, load_config
 from megatron.model import GPTModel
-from megatron.model.activations import erf_gelu, tanh_gelu
+from megatron.model.transformer import erf_gelu, tanh_gelu
 from megatron.positional.registry import scheme_names
 from tests.conftest import TINY_MODEL, write_yaml
 
