@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import copy
 
-from megatron.config.errors import UNKNOWN, Problem
+from megatron.config.errors import UNKNOWN, Problem, did_you_mean
+from megatron.config.fields import default_of
 from megatron.config.foreign import attention_type_names, feature_of, feature_of_attention_type, refusals
 from megatron.config.schema import ALIASES, KEYS, canonical, hyphen
 from megatron.config.sources import Entry
@@ -67,16 +68,12 @@ def set_nested(merged: dict, origins: dict, path: tuple[str, ...], e: Entry) -> 
     """Set one value inside a mapping-valued key (later entries still replace the whole key): the
     rest of the section keeps its merged or default value. A path into a key that is not a mapping
     is one problem naming it."""
-    from megatron.config.fields import default_of
-
     head, *inner = path
     sections = [k for k, i in KEYS.items() if "dict" in str(i.type)]  # mapping-valued keys
     base = merged[head] if head in merged else (default_of(KEYS[head].field) if head in KEYS else None)
     if base is None and head in sections:  # a section off by default (fp16: null) set one key at a time
         base = {}
     if head not in sections or not isinstance(base, dict) or not inner:
-        from megatron.config.errors import did_you_mean
-
         near = did_you_mean(head, sections)
         return Problem(UNKNOWN, f"{e.key!r} (in {e.origin}): {head!r} is not a section that takes a dotted path"
                                 + (near if near else f" ({', '.join(sections)}); set the whole key instead"))

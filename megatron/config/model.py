@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
+from megatron.config.attention_types import problems as attention_config_problems
 from megatron.config.fields import key
 from megatron.positional import registry
 from megatron.positional.base import config_options
@@ -48,7 +49,7 @@ def with_scheme_options(cls):
 def backend_choices() -> tuple[str, ...]:
     """"auto" and the attention registry's names, in its preference order. Imported lazily (the
     backends pull in torch), and only when a config sets attention-backend."""
-    from megatron.attention.registry import backend_classes
+    from megatron.attention.registry import backend_classes  # lazy: loads every backend (Triton, flex)
 
     return ("auto", *backend_classes())
 
@@ -254,9 +255,7 @@ class ModelConfig:
         """The block's options that NeoX itself refuses or would build inconsistently."""
         out = []
         if self.attention_config is not None and isinstance(self.num_layers, int):
-            from megatron.config.attention_types import problems
-
-            out += [("attention_config", p) for p in problems(self.attention_config, self.num_layers)]
+            out += [("attention_config", p) for p in attention_config_problems(self.attention_config, self.num_layers)]
         if self.intermediate_size is not None and self.expansion_factor is not None:
             out.append(("expansion_factor", f"set together with intermediate-size ({self.intermediate_size}); "
                         "NeoX takes one of them: remove one"))

@@ -16,12 +16,14 @@ import yaml
 from megatron.config.checkpoint import CheckpointConfig
 from megatron.config.cross import cross_section_problems
 from megatron.config.data import DataConfig
-from megatron.config.ds_json import DeepSpeedConfig
+from megatron.config.describe import describe
+from megatron.config.ds_json import DeepSpeedConfig, deepspeed_config
 from megatron.config.errors import MISSING, ConfigError, Problem
 from megatron.config.logs import LoggingConfig
 from megatron.config.merge import located, merge_entries
 from megatron.config.model import ModelConfig
 from megatron.config.optimizer import OptimizerConfig
+from megatron.config.originals import read_originals
 from megatron.config.parallel import ParallelConfig
 from megatron.config.paths import derive_paths
 from megatron.config.precision import PrecisionConfig
@@ -93,8 +95,6 @@ class NeoXConfig:
     def from_file(cls, path) -> NeoXConfig:
         """A config file; a resolved_config.yml also gets the original files stored beside it
         (megatron/config/originals.py) as config_files, so checkpoints keep them."""
-        from megatron.config.originals import read_originals
-
         cfg = load_config([path])
         originals = read_originals(path)
         return dataclasses.replace(cfg, config_files=originals) if originals else cfg
@@ -125,7 +125,6 @@ class NeoXConfig:
         return self.build(sources, dict(self.config_files), os.path.basename(run_dir))
 
     def deepspeed_config(self, dp_world_size: int) -> dict:
-        from megatron.config.ds_json import deepspeed_config
         return deepspeed_config(self, dp_world_size)
 
     def refusal(self, issues: list[tuple[str, str]]) -> ConfigError:
@@ -135,7 +134,6 @@ class NeoXConfig:
         return ConfigError(located(issues, lambda name: getattr(getattr(self, KEYS[name].section), name), origins))
 
     def describe(self) -> str:
-        from megatron.config.describe import describe
         return describe(self)
 
 

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 
 from megatron.config.fields import key
+from megatron.config.nested import optimizer_key_problems, zero_key_problems
 
 OPTIMIZER_TYPES = ("adam", "adamw", "sgd")
 
@@ -70,8 +71,6 @@ class OptimizerConfig:
         return float(self._params.get("momentum", 0.0))
 
     def check(self) -> list[tuple[str, str]]:
-        from megatron.config.nested import optimizer_key_problems, zero_key_problems
-
         # unknown nested keys first and all of them: a typo'd `lrr` is the cause of "lr ... got None"
         out = [("optimizer", m) for m in optimizer_key_problems(self.optimizer)]
         out += [("zero_optimization", m) for m in zero_key_problems(self.zero_optimization)]

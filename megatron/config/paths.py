@@ -17,6 +17,7 @@ import dataclasses
 import os
 import re
 
+from megatron.config.originals import RESOLVED_NAME
 from megatron.config.schema import canonical
 
 # A checkpoint directory's names (megatron/checkpoint/tags.py reads and writes them): `latest`
@@ -51,8 +52,6 @@ def given_keys(cfg) -> set[str]:
     imported model's resolved_config.yml, then a file with its own run-dir), those paths were not
     anybody's choice: a path that is its file's own run-dir's derivation counts as not given and
     follows the new run-dir (else TensorBoard went to the imported run's directory)."""
-    from megatron.config.originals import RESOLVED_NAME
-
     run_dir_of = {e.origin: e.value for e in cfg._sources
                   if canonical(e.key) == "run_dir" and os.path.basename(str(e.origin)) == RESOLVED_NAME}
     out = set()

@@ -19,6 +19,7 @@ from torch.utils.checkpoint import checkpoint
 from megatron.attention.mask import check_row_starts, row_positions
 from megatron.model.attention import AttentionContext, cached_backend
 from megatron.model.init import build_init
+from megatron.model.kv_cache import KVCache
 from megatron.model.sharding import UNSHARDED
 from megatron.model.size import refuse_impossible_size
 from megatron.model.transformer import TransformerLayer, build_norm
@@ -149,8 +150,6 @@ class GPTModel(nn.Module):
 
     def new_cache(self):
         """An empty kv cache for this model (honours attention-window: memory stays O(W))."""
-        from megatron.model.kv_cache import KVCache
-
         return KVCache(len(self.layers), self.model_cfg.attention_window)
 
     # ---- entry points ------------------------------------------------------------------------
