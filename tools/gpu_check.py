@@ -15,6 +15,9 @@ Steps, in the order they run (each under its own share of one clock, --seconds, 
     train        tools/bench_train_step.py: the paper's Table 4 on the 162M model (7 schemes), plus
                  one 65,536-token evaluation forward, and where the step's time goes (--profile:
                  kernel categories and device idle time for kerple_log, alibi and none)
+    train-ops-gpu  tools/bench_train_step.py --count-ops: the kernel launches and host syncs of one
+                 162M training step (kerple_log, alibi, none; 2, 4 and 12 layers), the real kernels:
+                 what KERPLE adds outside attention, counted on the device it costs on (seconds)
     throughput   the paper's config through deepy.py (DeepSpeed, bf16, activation checkpointing) on
                  random tokens: tokens/s and MFU as train.py logs them
     attention-hd128  the attention step at head dim 128, with what time is left
@@ -23,8 +26,8 @@ A step starts only when the clock leaves it its minimum; otherwise it is skipped
 says so. The benchmark steps get a --time-budget of their own (they skip their last cells, the
 baselines run first), and every step has a hard timeout. OUT_DIR receives at most 8 files (the
 device tool returns no more): summary.json (per step: status, exit code, seconds; the device),
-gpu_check.log (every step's output), test-gpu.xml, attention.md, attention-hd128.md, train.md and
-throughput.json.
+gpu_check.log (every step's output), test-gpu.xml, attention.md, attention-hd128.md, train.md,
+train-ops-gpu.md and throughput.json.
 """
 from __future__ import annotations
 
@@ -90,6 +93,10 @@ def steps(out: str, tiny: bool, python: str) -> list[Step]:
     train += ["--quick", "--schemes", "kerple_log", "alibi", "none", "--time-budget", "60", "--profile", "kerple_log",
               "none"] if tiny \
         else ["--eval-length", "65536", "--time-budget", "65", "--profile", "kerple_log", "alibi", "none"]
+    train_ops = ["tools/bench_train_step.py", "--count-ops", "--schemes", "kerple_log", "alibi", "none", "--out",
+                 os.path.join(out, "train-ops-gpu.md"), "--section", "train-ops-gpu"]
+    if tiny:
+        train_ops += ["--quick", "--count-layers", "1", "2"]
     # test-gpu first: on 2026-11-27 (H200) it needed more than 265 s with 16 workers, so it gets the
     # largest share; when its clock runs out it is interrupted (SIGINT), and pytest still writes the
     # junit XML and the failures' summary for the tests that finished.
@@ -99,6 +106,7 @@ def steps(out: str, tiny: bool, python: str) -> list[Step]:
         Step("attention", 60 * s, 130, [python, *bench_attention(out, "attention", 64, tiny, 110,
                                                                  ("kerple_power_ap_",))], ["attention.md"]),
         Step("train", 50 * s, 100, [python, *train], ["train.md"]),
+        Step("train-ops-gpu", 20 * s, 60, [python, *train_ops], ["train-ops-gpu.md"]),
         Step("throughput", 50 * s, 70, [python, "tools/gpu_throughput.py", "--out",
                                         os.path.join(out, "throughput.json"), *(["--tiny"] if tiny else [])],
              ["throughput.json"]),

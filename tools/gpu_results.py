@@ -25,7 +25,7 @@ from megatron.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-BENCH_FILES = ["attention", "attention-hd128", "train"]  # file stem = section name
+BENCH_FILES = ["attention", "attention-hd128", "train", "train-ops-gpu"]  # file stem = section name
 EXTRA_ATTENTION = re.compile(r"attention-[a-z0-9-]+\.md$")  # a re-run's own section (e.g. attention-inline)
 # Issue 32's goals.
 FB_LENGTHS = (2048, 16384)  # KERPLE-log fwd+bwd >= 1.0x FlexAttention ALiBi over this range
