@@ -5,8 +5,7 @@ from dataclasses import dataclass, fields, replace
 
 from megatron.config.attention_types import problems as attention_config_problems
 from megatron.config.fields import key
-from megatron.positional import registry
-from megatron.positional.base import config_options
+from megatron.config.scheme_options import scheme_options
 
 POS_CLAMPS = ("straight-through", "projected")  # see pos_clamp; megatron/training/projection.py
 # NeoX's init_functions.py, every name it accepts (megatron/model/init.py)
@@ -22,21 +21,23 @@ OPTIONS_AFTER = "pos_clamp"  # the positional schemes' own keys follow this one 
 def scheme_choices() -> tuple[str, ...]:
     """The positional registry's names, and nothing else: a scheme is known by its file
     registering it, not by a second list here."""
+    from megatron.positional import registry  # lazy: the schemes import torch; importing the config must not
+
     return tuple(sorted(registry.scheme_names()))
 
 
 def with_scheme_options(cls):
     """Adds every positional scheme's own options (declared in its file: megatron/positional/
-    options.py) to the model config as keys, right after pos-emb's: typed, bounded and documented
-    like any key, one declaration each. Applied before @dataclass, which then reads them as fields
-    in the annotations' order."""
+    options.py; read without importing it: megatron/config/scheme_options.py) to the model config
+    as keys, right after pos-emb's: typed, bounded and documented like any key, one declaration
+    each. Applied before @dataclass, which then reads them as fields in the annotations' order."""
     annotations = cls.__dict__["__annotations__"]  # the class body declares keys, so it has them
     ordered = {}
     for name, annotation in annotations.items():
         ordered[name] = annotation
         if name != OPTIONS_AFTER:
             continue
-        for option, (opt, schemes) in registry.scheme_options().items():
+        for option, (opt, schemes) in scheme_options().items():
             assert option not in annotations, f"positional option {option!r} is also a model key"
             ordered[option] = opt.type
             setattr(cls, option, key(opt.default, opt.doc, choices=opt.choices, ge=opt.ge, gt=opt.gt, le=opt.le,
@@ -231,7 +232,11 @@ class ModelConfig:
         if self.attention_logn_everywhere and not self.attention_logn_scaling:
             out.append(("attention_logn_everywhere", "only applies with attention-logn-scaling: true; "
                         "set that too, or remove this key"))
-        out += registry.option_problems(config_options(self))  # the schemes' rules between their options
+        # the schemes' rules between their options; lazy: the schemes import torch, importing the config must not
+        from megatron.positional import registry
+        from megatron.positional.base import config_options
+
+        out += registry.option_problems(config_options(self))
         out += self._architecture_problems()
         return out
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from megatron.config.fields import key
 
 # The keys DeepSpeed's own sections take (DeepSpeedFP16Config / DeepSpeedBF16Config's fields in
@@ -42,6 +40,8 @@ DTYPE_NAMES = ("fp32", "bf16", "fp16")  # what `PrecisionConfig.dtype` (and --dt
 def torch_dtype(name: str):
     """The torch dtype of a precision name ('fp32', 'bf16', 'fp16'): the one place this map is
     written."""
+    import torch  # lazy: importing the config must not load torch (CLI mistakes answer first)
+
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     if name not in dtypes:
         raise ValueError(f"unknown precision {name!r}; choose from: {', '.join(DTYPE_NAMES)}")

@@ -2,7 +2,8 @@
 
 A scheme class lists its hyperparameters as `options = (Option(...), ...)`: the key (the flat NeoX
 name with underscores), its type, default, documentation and bounds. The model config composes its
-fields from every scheme's declarations (megatron/config/model.py: `with_scheme_options`), so the
+fields from every scheme's declarations (megatron/config/model.py: `with_scheme_options`, which
+reads them from the files without importing torch: megatron/config/scheme_options.py), so the
 loader types and bounds-checks them, docs/config.md documents them and the HF export carries them,
 with no second list; the scheme reads a value with `self.option(name)` (the spec's value, or the
 declared default for a spec built outside the config: tests, tools).
@@ -42,13 +43,13 @@ class Option:
         return value
 
 
-def declared_options(classes) -> dict[str, tuple[Option, list[str]]]:
-    """{key: (option, the names of the schemes declaring it)} over registered scheme classes
-    ({name: class}); a subclass inheriting its parent's options shares them (xpos reads rotary's
-    rotary-pct). Two different declarations of one key are a mistake, refused here."""
+def declared_options(by_scheme: dict) -> dict[str, tuple[Option, list[str]]]:
+    """{key: (option, the names of the schemes declaring it)} from {scheme name: its options}; a
+    subclass inheriting its parent's options shares them (xpos reads rotary's rotary-pct). Two
+    different declarations of one key are a mistake, refused here."""
     out: dict[str, tuple[Option, list[str]]] = {}
-    for scheme_name, cls in sorted(classes.items()):
-        for opt in cls.options:
+    for scheme_name, options in sorted(by_scheme.items()):
+        for opt in options:
             known = out.get(opt.name)
             if known is None:
                 out[opt.name] = (opt, [scheme_name])

@@ -50,7 +50,7 @@ def scheme_class(name: str) -> type[PositionalScheme]:
 def scheme_options() -> dict[str, tuple[Option, list[str]]]:
     """{key: (option, the schemes reading it)} for every registered scheme's own options."""
     _load_all()
-    return declared_options(_REGISTRY)
+    return declared_options({name: cls.options for name, cls in _REGISTRY.items()})
 
 
 def option_problems(values: dict) -> list[tuple[str, str]]:

@@ -146,15 +146,15 @@ def test_a_known_looking_name_the_model_lacks_is_an_error(key):
 def test_a_new_layer_without_a_plan_entry_is_an_error_naming_it(monkeypatch):
     """A layer added to the model without a style in the plan (here a square projection named like the
     output layer, which any dim would concatenate without complaint) stops the merge, naming it."""
-    from megatron.model import mlp
+    from megatron.model import transformer  # the block's file, the MLP's home
 
-    built = mlp.MLP.__init__
+    built = transformer.MLP.__init__
 
     def with_gate(self, model_cfg, *args, **kwargs):
         built(self, model_cfg, *args, **kwargs)
         self.output_layer = nn.Linear(model_cfg.hidden_size, model_cfg.hidden_size, bias=False)
 
-    monkeypatch.setattr(mlp.MLP, "__init__", with_gate)
+    monkeypatch.setattr(transformer.MLP, "__init__", with_gate)
     cfg = model_cfg("kerple_log-untied")
     key = "layers.0.mlp.output_layer.weight"
     for source in (cfg, GPTModel(cfg, 64)):
