@@ -94,14 +94,25 @@ def _backends():
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-4), (torch.bfloat16, 3e-2)], ids=["fp32", "bf16"])
 def test_backends_agree_with_logn_on(tiny_config, pos, backend, dtype, tol):
     """Logits and every parameter gradient (the positional parameters included) at 3x the
-    training length, where the factor reaches log(24)/log(8) = 1.53."""
+    training length, where the factor reaches log(24)/log(8) = 1.53. In bf16 the reference itself
+    is off the fp32 result by up to ~4.5% on its worst tensor (kerple_log, sandwich, rotary, seeds
+    0-3: 1.4-4.5e-2), so a bf16 backend is judged as FlashAttention's tests judge theirs: its worst
+    error against the fp32 reference within twice the bf16 reference's (measured: at most 1.5x)."""
     device = KERNEL_DEVICE if backend == "triton" else torch.device("cpu")  # the kernel's device here
     tokens = torch.randint(0, 128, (2, 3 * TRAIN), generator=torch.Generator().manual_seed(1)).to(device)
     want = _loss_and_grads(model(tiny_config, pos_emb=pos, attention_backend="reference").to(device, dtype), tokens)
     got = _loss_and_grads(model(tiny_config, pos_emb=pos, attention_backend=backend).to(device, dtype), tokens)
-    for a, b in zip((got[0], *got[1]), (want[0], *want[1])):
-        err = (a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-6)
-        assert err <= tol, f"{pos} {backend} {dtype}: relative error {err:.2e}"
+
+    def worst(xs, ys):
+        return max(float((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-6))
+                   for a, b in zip((xs[0], *xs[1]), (ys[0], *ys[1])))
+
+    if dtype == torch.float32:
+        err, allowed = worst(got, want), tol
+    else:
+        exact = _loss_and_grads(model(tiny_config, pos_emb=pos, attention_backend="reference").to(device), tokens)
+        err, allowed = worst(got, exact), 2 * worst(want, exact)
+    assert err <= allowed, f"{pos} {backend} {dtype}: relative error {err:.2e} (allowed {allowed:.2e})"
     off = model(tiny_config, pos_emb=pos, attention_backend="reference", attention_logn_scaling=False).to(device, dtype)
     with torch.no_grad():  # the factor changes the logits past seq-length, not before
         change = (off(tokens).float() - want[0]).abs().amax(dim=(0, 2))
