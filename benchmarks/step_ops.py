@@ -36,7 +36,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 # Operations that launch no kernel on a GPU (allocations, autograd bookkeeping); views are
 # recognised by their schema (OpOverload.is_view).
@@ -51,6 +51,8 @@ TORCH_ATTENTION = ("aten::_scaled_dot_product", "aten::_flash_attention", "aten:
                    "aten::_cudnn_attention")
 TRITON_KERNELS = ("attention_fwd_kernel", "attention_bwd_dkdv_kernel", "attention_bwd_dq_kernel")
 FLEX_KERNEL = "flex_attention"
+# The Triton kernels' output arguments (their names in the kernels' signatures)
+KERNEL_OUTPUTS = {"OUT", "LSE", "DK", "DV", "PART", "DQ"}
 
 
 @dataclass
@@ -79,13 +81,28 @@ class StepOps:
 
 _VIEWS: set[str] = set()
 _OURS = f"{os.sep}megatron{os.sep}"
+_LIBRARY = f"site-packages{os.sep}"
+_SKIP = (f"{os.sep}torch{os.sep}", f"benchmarks{os.sep}step_ops.py")
+
+
+def _frame_name(filename: str, function: str) -> str | None:
+    """'mask.consecutive_starts' for our code, 'deepspeed.runtime.utils.is_invalid_grad_norm' for a
+    library's; None for torch, this file and anything else (scripts, tests, the standard library)."""
+    if any(s in filename for s in _SKIP):
+        return None
+    if _OURS in filename:
+        return f"{os.path.splitext(os.path.basename(filename))[0]}.{function}"
+    if _LIBRARY in filename:
+        return f"{os.path.splitext(filename.split(_LIBRARY)[-1])[0].replace(os.sep, '.')}.{function}"
+    return None
 
 
 def _where(depth: int = 6) -> str:
-    """The innermost `depth` frames of our code (megatron/) on the stack, innermost first:
-    'mask.consecutive_starts <- triton.prepare <- attention.build <- pipeline._context'."""
-    frames = [f for f in traceback.extract_stack() if _OURS in f.filename]
-    return " <- ".join(f"{os.path.splitext(os.path.basename(f.filename))[0]}.{f.name}" for f in reversed(frames[-depth:]))
+    """The innermost `depth` frames of our code (megatron/) or a library's (DeepSpeed's engine)
+    on the stack, innermost first: 'mask.consecutive_starts <- triton.prepare <- attention.build
+    <- pipeline._context'."""
+    names = [n for f in reversed(traceback.extract_stack()) if (n := _frame_name(f.filename, f.name))]
+    return " <- ".join(names[:depth])
 
 
 def is_launch(name: str) -> bool:
@@ -114,7 +131,9 @@ class _Recorder(TorchDispatchMode):
 
 class _Kernel:
     """A Triton kernel's launch site: `kernel[grid](...)` counts one launch into `counts`, and
-    launches the real kernel only when `run` is True."""
+    launches the real kernel only when `run` is True. A stand-in zeroes the kernel's outputs
+    (uncounted): left as allocated they may hold NaN, and a NaN gradient norm makes DeepSpeed's
+    optimizer skip its step, so the count would miss it."""
 
     def __init__(self, name: str, real, counts: Counter, run: bool):
         self.name, self.real, self.counts, self.run = name, real, counts, run
@@ -124,6 +143,10 @@ class _Kernel:
             self.counts[self.name] += 1
             if self.run:
                 return self.real[grid](*args, **kwargs)
+            with _disable_current_modes():
+                for name, arg in zip(self.real.arg_names, args):
+                    if name in KERNEL_OUTPUTS:
+                        arg.zero_()
             return None
         return launch
 
