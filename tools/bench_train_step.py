@@ -26,6 +26,10 @@ GPU's; on a GPU the real step is counted:
 
     python tools/bench_train_step.py --count-ops --schemes kerple_log alibi none --device cpu \
         --seq-length 64 --micro-batch 1 --count-layers 2 4 12 --out docs/benchmarks.md
+
+--count-path pipe counts deepy.py's path for pipe-parallel-size >= 1 (the paper's config) instead:
+one train_batch of DeepSpeed's pipeline engine around GPTPipe (one stage), with the config's
+DeepSpeed precision (bf16 for the paper's: DeepSpeed's bf16 optimizer, its gradient clipping).
 """
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ import argparse
 import contextlib
 import os
 import sys
+from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
@@ -60,6 +65,7 @@ DEFAULTS = {"steps": 20, "warmup": 5, "model_overrides": []}
 QUICK = {"steps": 5, "warmup": 2, "micro_batch": 4, "seq_length": 128, "threads": 1,
          "model_overrides": ["num-layers=2", "hidden-size=64", "num-attention-heads=4", "padded-vocab-size=512"]}
 PRECISIONS = ("autocast", "bf16", "fp32")
+COUNT_PATHS = ("model", "pipe")
 # The paper's Table 4 (arXiv 2205.09921): sec/step of its 162M model on one A100-40GB, unfused
 # attention with the bias materialised. It has no `none` row.
 PAPER_SEC_PER_STEP = {"kerple_log": 0.307, "kerple_power_ap_": 0.321, "alibi": 0.302, "rpe": 0.340,
@@ -114,6 +120,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "host syncs) per scheme instead of timing; on a CPU the Triton kernels are stand-ins")
     p.add_argument("--count-layers", nargs="+", type=int, default=None, metavar="N",
                    help="--count-ops: the depths to count at (default 2, 4 and the config's num-layers)")
+    p.add_argument("--count-path", choices=COUNT_PATHS, default="model",
+                   help="--count-ops: model (GPTModel, the project's AdamW, --precision) or pipe (deepy.py's path "
+                        "for pipe-parallel-size 1: DeepSpeed's pipeline engine around GPTPipe, the config's "
+                        "DeepSpeed precision)")
     p.add_argument("--out", default=None, help="markdown file whose section to rewrite (e.g. docs/benchmarks.md)")
     p.add_argument("--section", default=None, help="section name in --out (default train; train-ops with --count-ops)")
     p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
@@ -124,6 +134,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "the step's time goes by kernel category, e.g. --profile kerple_log alibi none")
     args = p.parse_args(argv)
 
+    if args.count_path == "pipe" and not args.count_ops:
+        p.error("--count-path goes with --count-ops")
+    if args.count_path == "pipe" and args.precision is not None:
+        p.error("--count-path pipe runs the config's DeepSpeed precision (fp16/bf16 sections); drop --precision")
     base = {**DEFAULTS, **QUICK} if args.quick else DEFAULTS
     for key, value in base.items():
         if getattr(args, key, None) is None:
@@ -491,25 +505,68 @@ def count_backend(args, cfg) -> str:
     from megatron.positional.base import positional_spec
     from megatron.positional.registry import build_scheme
 
-    dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
+    if args.count_path == "pipe":  # the layers' hidden states have the engine's dtype
+        dtype = cfg.precision.torch_dtype
+    else:
+        dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
     return resolve_backend("auto", build_scheme(cfg.model.pos_emb, positional_spec(cfg.model)), "cuda", dtype,
                            True).name
 
 
+def model_step(args, cfg):
+    """(optimizer, step) for --count-path model: train_step's, AdamW foreach."""
+    from benchmarks.step_ops import use_foreach
+
+    model, vocab = build(args, cfg)
+    optimizer, step = train_step(args, cfg, model, vocab, [])
+    use_foreach(optimizer)  # CUDA's default; a CPU would loop over the parameters
+    return optimizer, step
+
+
+def pipe_step(args, cfg):
+    """(optimizer, step) for --count-path pipe: step() is one train_batch of DeepSpeed's pipeline
+    engine around GPTPipe (one stage) on random tokens, as deepy.py trains with pipe-parallel-size 1."""
+    import itertools
+
+    from benchmarks.step_ops import use_foreach
+    from megatron.training.distributed import init_distributed
+    from megatron.training.optim import build_optimizer
+    from megatron.training.pipeline_step import build_pipeline_engine
+    from megatron.training.schedule import build_scheduler
+
+    init_distributed(args.device)  # one process: the pipeline module needs a process group
+
+    def optimizer_for(module):
+        optimizer = build_optimizer(cfg, module)
+        use_foreach(optimizer)  # CUDA's default; a CPU would loop over the parameters
+        return optimizer
+
+    torch.manual_seed(0)
+    vocab = vocab_size(cfg)
+    engine, _ = build_pipeline_engine(cfg, vocab, optimizer_for, lambda o: build_scheduler(cfg, o))
+    micro, seq = shape(args, cfg)
+    data = torch.randint(0, vocab, (micro, seq + 1), device=args.device)
+    batch = ((data[:, :-1],), (data[:, 1:], torch.ones(micro, seq, device=args.device)))
+    # DeepSpeed wraps the optimizer (bf16, ZeRO); the step counters are the inner one's
+    return getattr(engine.optimizer, "optimizer", engine.optimizer), lambda: engine.train_batch(itertools.repeat(batch))
+
+
 def count_ops(args, scheme: str) -> Count:
     """One step counted (after one uncounted step) at each of --count-layers depths."""
-    from benchmarks.step_ops import count_step, use_foreach
+    from benchmarks.step_ops import count_step
 
     res = Count(scheme)
     try:
         res.backend = count_backend(args, load(None, args, scheme))
         for layers in args.count_layers:
-            cfg = load(None, args, scheme, {"num-layers": layers, "attention-backend": res.backend})
-            model, vocab = build(args, cfg)
-            optimizer, step = train_step(args, cfg, model, vocab, [])
-            use_foreach(optimizer)  # CUDA's default; a CPU would loop over the parameters
+            extra = {"num-layers": layers, "attention-backend": res.backend}
+            if args.count_path == "pipe":
+                extra.update({"pipe-parallel-size": 1, "checkpoint-activations": checkpointing(args, args.cfg)})
+                optimizer, step = pipe_step(args, load(None, args, scheme, extra))
+            else:
+                optimizer, step = model_step(args, load(None, args, scheme, extra))
             res.ops[layers] = count_step(step, optimizer, args.device)
-            del model, optimizer, step
+            del optimizer, step
             release_memory(args.device)
     except Exception as e:  # one scheme's failure must not end the table
         res.notes.append(" ".join(str(e).split())[:300] or type(e).__name__)
@@ -578,14 +635,25 @@ def count_report(args, results: list[Count]) -> str:
     m = cfg.model
     micro, seq = shape(args, cfg)
     stand_in = dev.type != "cuda"
-    lines = ["## Operations per training step (`tools/bench_train_step.py --count-ops`)", ""]
+    pipe = args.count_path == "pipe"
+    title = "## Operations per training step (`tools/bench_train_step.py --count-ops`)"
+    if pipe:
+        title = ("## Operations per training step through DeepSpeed's pipeline engine "
+                 "(`tools/bench_train_step.py --count-ops --count-path pipe`)")
+    precision = f"DeepSpeed {cfg.precision.dtype} (the config's)" if pipe else args.precision
+    step = ("- a step = one train_batch of DeepSpeed's pipeline engine around GPTPipe (one stage, deepy.py's path "
+            "for pipe-parallel-size 1): forward + backward + the engine's gradient clipping and optimizer step "
+            "(the project's AdamW, foreach, inside DeepSpeed's optimizer for the precision) on random tokens"
+            if pipe else
+            "- a step = forward + backward + grad clipping + AdamW (foreach, CUDA's default) on random tokens")
+    lines = [title, ""]
     lines += environment_lines(dev, "tools/bench_train_step.py", args.argv)
     lines += [f"- model: hidden {m.hidden_size}, {m.num_attention_heads} heads, vocab {vocab_size(cfg)}, from "
               f"{' + '.join(args.configs)}" + (f" with {' '.join(args.model_overrides)}" if args.model_overrides else "")
               + f", at {', '.join(map(str, args.count_layers))} layers",
-              f"- micro-batch {micro} x {seq} tokens, {args.precision}, activation checkpointing "
+              f"- micro-batch {micro} x {seq} tokens, {precision}, activation checkpointing "
               f"{'on' if checkpointing(args, cfg) else 'off'}; one step counted after one uncounted step",
-              "- a step = forward + backward + grad clipping + AdamW (foreach, CUDA's default) on random tokens",
+              step,
               "- launches: the torch operations the step dispatches outside the attention kernels, each a kernel "
               "launch on a GPU (views, allocations and profiler markers excluded: benchmarks/step_ops.py); "
               "attention kernels: our Triton kernels' launches and torch's SDPA calls; host syncs: reads of a "
@@ -600,7 +668,24 @@ def count_report(args, results: list[Count]) -> str:
     if diffs:
         lines += ["", f"What the difference is made of ({args.count_layers[-1]} layers):", "",
                   markdown_table(["schemes", "launches", "operations (aten)"], diffs, right={1})]
+    syncs = sync_rows(results, args.count_layers[-1])
+    if syncs:
+        lines += ["", f"Where the host syncs come from ({args.count_layers[-1]} layers; benchmarks/step_ops.py "
+                      "StepOps.where, innermost frame first):", "",
+                  markdown_table(["scheme", "syncs", "where"], syncs, right={1})]
     return "\n".join(lines) + "\n"
+
+
+def sync_rows(results: list[Count], depth: int) -> list[list[str]]:
+    """Each scheme's host syncs at `depth`, by where they came from (the three innermost frames)."""
+    rows = []
+    for r in results:
+        ops = r.ops.get(depth)
+        if ops is None:
+            continue
+        where = Counter(" <- ".join(w.split(" <- ")[:3]) or "?" for w in ops.where)
+        rows += [[r.scheme, str(n), f"`{w}`"] for w, n in where.items()]
+    return rows
 
 
 def run_counts(args) -> tuple[list[Count], str]:

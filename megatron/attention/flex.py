@@ -37,11 +37,12 @@ from __future__ import annotations
 import functools
 import math
 import shutil
+from dataclasses import dataclass
 
 import torch
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-from megatron.attention.base import AttentionBackend, kv_group
+from megatron.attention.base import AttentionBackend, kv_group, partitioned
 from megatron.attention.mask import check_window, consecutive_starts
 from megatron.attention.registry import register_backend
 
@@ -134,9 +135,34 @@ def _consecutive_offset(q_pos: torch.Tensor, k_pos: torch.Tensor) -> int:
     return q0 - k0
 
 
+@dataclass(frozen=True)
+class FlexPrepared:
+    """What every layer of one forward shares: the block mask, the offset q0 - k0 (as a number,
+    and as the 0-d device tensor score_mod captures) and the scheme's kernel."""
+
+    block_mask: object
+    offset: int
+    off: torch.Tensor
+    # The scheme's DistanceKernel (its parameters clamped, a tabulated lookup covering the call's
+    # largest distance), built once per forward instead of in every layer and recomputed layer,
+    # as the triton backend's. Its tensors are the per-head parameters, not a bias over positions:
+    # shared by the layers, their gradients meet once at the clamp instead of at the parameter.
+    # None: each call builds its own (parameters partitioned under ZeRO-3, gathered only inside
+    # the layers).
+    kernel: object | None = None
+
+
+def _covering_kernel(scheme, largest_distance: int, device: torch.device):
+    """The scheme's DistanceKernel, a tabulated lookup (Sandwich) reaching `largest_distance`."""
+    kernel = scheme.fused_kernel()
+    return kernel.covering(largest_distance, device) if kernel.tabulate is not None else kernel
+
+
 @register_backend("flex", priority=30)
 class FlexAttention(AttentionBackend):
-    prepares_from_parameters = False  # its prepared state: the block mask, from positions and the window
+    # Its prepared state (FlexPrepared): the block mask, from positions and the window, and the
+    # scheme's per-head parameters (no bias over positions), so every layer shares it.
+    prepares_from_parameters = False
     eager_on_cpu: bool = False  # see the module docstring
 
     def unsupported_reason(self, scheme, device, dtype, training, dropout=False):
@@ -170,14 +196,18 @@ class FlexAttention(AttentionBackend):
             return None
         return self.priority
 
-    def prepare(self, scheme, q_pos, k_pos, window=None, row_starts=None):
-        """(block_mask, offset tensor) for these positions: the layout check's host sync once."""
+    def prepare(self, scheme, q_pos, k_pos, window=None, row_starts=None) -> FlexPrepared:
+        """The block mask and offset for these positions (the layout check's host sync, once) and
+        the scheme's kernel."""
         check_window(window)
         offset = _consecutive_offset(q_pos, k_pos)
         if row_starts is not None:  # key index of each row's first real token
             first_key = (row_starts.to(k_pos.device) - k_pos[0]).to(torch.int64)
-            return _padded_block_mask(q_pos.numel(), k_pos.numel(), offset, window, first_key)
-        return _block_mask(q_pos.numel(), k_pos.numel(), offset, window, q_pos.device)
+            block_mask, off = _padded_block_mask(q_pos.numel(), k_pos.numel(), offset, window, first_key)
+        else:
+            block_mask, off = _block_mask(q_pos.numel(), k_pos.numel(), offset, window, q_pos.device)
+        kernel = None if partitioned(scheme) else _covering_kernel(scheme, offset + q_pos.numel() - 1, q_pos.device)
+        return FlexPrepared(block_mask, offset, off, kernel)
 
     def forward(self, q, k, v, scheme, q_pos, k_pos, window=None, softmax_in_fp32=False,
                 dropout_p=0.0, prepared=None, row_starts=None):
@@ -190,14 +220,15 @@ class FlexAttention(AttentionBackend):
         if q.device.type == "cuda" and D < 16:
             raise ValueError(f"flex on CUDA needs head_dim >= 16 (Triton's dot), got {D}; use a larger "
                              "head dim or the sdpa / reference backend")
-        kernel = scheme.fused_kernel()
+        prepared = prepared or self.prepare(scheme, q_pos, k_pos, window, row_starts)
+        kernel = prepared.kernel
+        if kernel is None:
+            kernel = _covering_kernel(scheme, prepared.offset + q.shape[2] - 1, q.device)
         if q.device.type == "cpu" and torch.is_grad_enabled() and (
                 any(x.requires_grad for x in (q, k, v)) or any(t.requires_grad for t in kernel.tensors().values())):
             raise ValueError("flex on CPU is inference only (no CPU backward): run it under "
                              "torch.no_grad(), or use the sdpa or reference backend to train")
-        block_mask, off = prepared or self.prepare(scheme, q_pos, k_pos, window, row_starts)
-        if kernel.tabulate is not None:  # a tabulated lookup (Sandwich) must reach the largest distance
-            kernel = kernel.covering(int(off) + q.shape[2] - 1, q.device)
+        block_mask, off = prepared.block_mask, prepared.off
         score_mod = None if kernel.is_plain else _score_mod(kernel, off)
         fn = flex_attention if q.device.type == "cpu" and self.eager_on_cpu else _compiled_flex()
         return fn(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=1.0 / math.sqrt(D),

@@ -21,7 +21,7 @@ from megatron.positional.logn import scale_queries
 def cached_backend(backends: dict, model_cfg, scheme: nn.Module, device: torch.device, dtype: torch.dtype,
                    training: bool, tokens: int | None = None, padded: bool = False):
     """The attention backend for this (device, dtype, mode), resolved once into `backends` (a
-    model's own dict: GPTModel and every pipeline layer keep one). `tokens`: the full-sequence
+    model's own dict: GPTModel and GPTPipe keep one, a pipeline layer called on its own too). `tokens`: the full-sequence
     length (no kv-cache), which "auto" consults for long CPU inference only. `padded`: a batch
     with left-padded rows (not every backend takes them)."""
     long = long_cpu_inference(device, training, tokens)
@@ -35,8 +35,8 @@ def cached_backend(backends: dict, model_cfg, scheme: nn.Module, device: torch.d
 
 @dataclass
 class AttentionContext:
-    """Per-forward state shared by all layers: GPTModel builds it once per forward, a pipeline
-    layer once per its forward (AttentionContext.build for both)."""
+    """Per-forward state shared by all layers: GPTModel builds it once per forward, GPTPipe once per
+    forward of its stage (AttentionContext.build for both)."""
 
     scheme: nn.Module  # the shared PositionalScheme instance
     backend: object  # an AttentionBackend from megatron.attention
@@ -61,20 +61,21 @@ class AttentionContext:
     row_starts: torch.Tensor | None = None
 
     @classmethod
-    def build(cls, model_cfg, scheme: nn.Module, backends: dict, x: torch.Tensor, training: bool,
-              q_pos: torch.Tensor, k_pos: torch.Tensor | None = None,
+    def build(cls, model_cfg, scheme: nn.Module, backends: dict, device: torch.device, dtype: torch.dtype,
+              training: bool, q_pos: torch.Tensor, k_pos: torch.Tensor | None = None,
               row_starts: torch.Tensor | None = None) -> AttentionContext:
-        """The context for hidden states `x` (B, L, h) at positions q_pos (keys: k_pos, default
-        q_pos), with the backend resolved once per (device, dtype, mode) into `backends`.
+        """The context for the layers' hidden states (on `device`, of `dtype`) at positions q_pos
+        (keys: k_pos, default q_pos), with the backend resolved once per (device, dtype, mode)
+        into `backends`.
         `row_starts`: each row's first real position in a left-padded batch, or None.
 
         Build it OUTSIDE activation-checkpointed regions when layers share it: the prepared
         tensors are then inputs of every layer (one autograd node, gradient summed over layers),
         and a layer's recomputation finds exactly the ops its first forward ran."""
         # A full sequence (queries = keys = one consecutive run, no kv-cache) tells "auto" its length.
-        full = k_pos is None and long_cpu_inference(x.device, training, q_pos.numel()) and (
+        full = k_pos is None and long_cpu_inference(device, training, q_pos.numel()) and (
             consecutive_starts(q_pos, q_pos) is not None)
-        backend = cached_backend(backends, model_cfg, scheme, x.device, x.dtype, training,
+        backend = cached_backend(backends, model_cfg, scheme, device, dtype, training,
                                  tokens=q_pos.numel() if full else None, padded=row_starts is not None)
         k_pos = q_pos if k_pos is None else k_pos
         window = model_cfg.attention_window
@@ -88,11 +89,11 @@ class AttentionContext:
 def shares_prepared(scheme: nn.Module, backend) -> bool:
     """Whether the layers of one forward share one prepared state. Always for a backend whose
     prepared state holds no bias built from the scheme's parameters (flash's layout check, flex's
-    block mask; triton's positions and the per-head parameters, whose gradients it then reduces
-    once over all layers: megatron/attention/kernels/attention.py ForwardGradients): each layer
-    preparing its own costs a host sync per layer (and per recomputed layer). For a backend that prepares a bias
-    (sdpa, reference): always, except when autograd
-    records the scheme's learnable parameters (training KERPLE). There each layer prepares its own,
+    block mask and clamped per-head parameters; triton's positions and the per-head parameters,
+    whose gradients it then reduces once over all layers: megatron/attention/kernels/attention.py
+    ForwardGradients): each layer preparing its own costs a host sync per layer (and per
+    recomputed layer). For a backend that prepares a bias (sdpa, reference): always, except when
+    autograd records the scheme's learnable parameters (training KERPLE). There each layer prepares its own,
     as before: sharing would sum the layers' [H, Lq, Lk] bias gradients BEFORE the reduction to
     the per-head parameters instead of after it, the same gradient up to rounding (measured: max
     difference 4e-9 on the quickstart model) but not the same bits, and training figures (the

@@ -126,8 +126,8 @@ class GPTModel(nn.Module):
             x = x + absolute.to(x.dtype)
         x = self.embedding_dropout(x)
         # Once per forward, outside the checkpointed layers: every layer shares the scheme's bias.
-        ctx = AttentionContext.build(self.model_cfg, self.position, self._backends, x, self.training, positions, k_pos,
-                                     row_starts)
+        ctx = AttentionContext.build(self.model_cfg, self.position, self._backends, x.device, x.dtype, self.training,
+                                     positions, k_pos, row_starts)
         if cache is not None:
             return self._cached_layers(x, ctx, cache)
         ctx.dropout_rng = self.sharding.dropout_rng

@@ -8,9 +8,11 @@
     L+4      OutputPipe          `final_linear.weight` (untied) -> layer_{L+4}
 
 Built from the same blocks as GPTModel, with the same AttentionContext.build and loss
-(masked_mean in megatron/model/gpt.py). Activations between stages are tensors only: hidden states (B, L, h);
-so every layer rebuilds positions (arange(L)) and its context (a bias scheme's [H, L, L] bias
-is thus built once per layer here, once per forward in GPTModel).
+(masked_mean in megatron/model/gpt.py). Activations between stages are tensors only: hidden states
+(B, L, h). The attention context (positions, the backend, its prepared state: the positions'
+layout check, a host sync, and the scheme's clamped kernel) is built once per forward of a stage,
+as GPTModel builds it once per forward, and its layers read it from the stage (StageContext);
+building it in every layer cost a host sync and the clamps per layer and per recomputed layer.
 
 The positional scheme is ONE instance per stage, shared by that stage's layers (and the
 embedding, for absolute schemes). Each stage thus holds a replica: the replicas start equal (the
@@ -20,7 +22,7 @@ layers too), and gradient clipping counts them once (`ds_pipe_replicated`).
 """
 from __future__ import annotations
 
-from functools import partial
+import contextlib
 
 import torch
 import torch.nn.functional as F
@@ -37,37 +39,62 @@ from megatron.positional.base import positional_spec
 from megatron.positional.registry import build_scheme
 
 
+class StageContext:
+    """The AttentionContext of the forward a stage is running, for its layers to share: GPTPipe
+    builds it when its forward starts, and re-enters it for each recomputation of a checkpointed
+    range of layers (which runs in the backward, after that forward has returned)."""
+
+    def __init__(self):
+        self.current: AttentionContext | None = None
+
+    @contextlib.contextmanager
+    def use(self, ctx: AttentionContext | None):
+        saved, self.current = self.current, ctx
+        try:
+            yield
+        finally:
+            self.current = saved
+
+
 class EmbeddingPipe(nn.Module):
     """tokens (B, L) or (tokens,) -> hidden (B, L, h). Holds the stage's scheme for `embed`."""
 
-    def __init__(self, model_cfg, vocab_size: int, init, scheme: nn.Module):
+    def __init__(self, model_cfg, vocab_size: int, init, scheme: nn.Module, stage: StageContext | None = None):
         super().__init__()
         self.word_embeddings = nn.Embedding(vocab_size, model_cfg.hidden_size)
         init(self.word_embeddings.weight)
         self.position = scheme
+        self.stage = stage
         self.embedding_dropout = nn.Dropout(model_cfg.hidden_dropout)
 
     def forward(self, inputs):
         tokens = inputs[0] if isinstance(inputs, (tuple, list)) else inputs
         x = self.word_embeddings(tokens)
-        absolute = self.position.embed(torch.arange(tokens.shape[1], device=tokens.device))
+        ctx = self.stage.current if self.stage is not None else None
+        positions = ctx.q_pos if ctx is not None else torch.arange(tokens.shape[1], device=tokens.device)
+        absolute = self.position.embed(positions)
         if absolute is not None:
             x = x + absolute.to(x.dtype)
         return self.embedding_dropout(x)
 
 
 class TransformerLayerPipe(TransformerLayer):
-    """TransformerLayer whose forward takes only the hidden states (pipeline activations)."""
+    """TransformerLayer whose forward takes only the hidden states (pipeline activations); the
+    attention context is its stage's (StageContext), built once per forward of the stage."""
 
-    def __init__(self, model_cfg, init, out_init, scheme: nn.Module):
+    def __init__(self, model_cfg, init, out_init, scheme: nn.Module, stage: StageContext | None = None):
         super().__init__(model_cfg, init, out_init)
         self.model_cfg = model_cfg
         self.position = scheme  # the stage's shared instance (also a stage attribute)
-        self._backends: dict = {}
+        self.stage = stage
+        self._backends: dict = {}  # for a call outside a stage's forward only
 
     def forward(self, x):  # (B, L, h)
-        positions = torch.arange(x.shape[1], device=x.device)
-        ctx = AttentionContext.build(self.model_cfg, self.position, self._backends, x, self.training, positions)
+        ctx = self.stage.current if self.stage is not None else None
+        if ctx is None:  # called on its own, outside GPTPipe's forward: a context for this call
+            positions = torch.arange(x.shape[1], device=x.device)
+            ctx = AttentionContext.build(self.model_cfg, self.position, self._backends, x.device, x.dtype,
+                                         self.training, positions)
         return super().forward(x, ctx)
 
 
@@ -111,21 +138,22 @@ def loss_fn(logits: torch.Tensor, labels_and_mask) -> torch.Tensor:
     return masked_mean(UNSHARDED.token_cross_entropy(logits.float().flatten(0, 1), labels.flatten()), loss_mask)
 
 
-def layer_specs(model_cfg, vocab_size: int, scheme: nn.Module) -> list:
-    """The NeoX-numbered spec list (see the module docstring)."""
+def layer_specs(model_cfg, vocab_size: int, scheme: nn.Module, stage: StageContext | None = None) -> list:
+    """The NeoX-numbered spec list (see the module docstring); `stage`: the context the stage's
+    embedding and layers read (GPTPipe's)."""
     L, h = model_cfg.num_layers, model_cfg.hidden_size
     init = build_init(model_cfg.init_method, model_cfg.init_method_std, L, h)
     out_init = build_init(model_cfg.output_layer_init_method, model_cfg.init_method_std, L, h)
     tied = not model_cfg.no_weight_tying
     if tied:  # as NeoX: the same key at both ends, DeepSpeed all-reduces the tied gradient
-        embed = TiedLayerSpec("embed", EmbeddingPipe, model_cfg, vocab_size, init, scheme,
+        embed = TiedLayerSpec("embed", EmbeddingPipe, model_cfg, vocab_size, init, scheme, stage=stage,
                               tied_weight_attr=["word_embeddings.weight"])
-        output = TiedLayerSpec("embed", EmbeddingPipe, model_cfg, vocab_size, init, scheme,
+        output = TiedLayerSpec("embed", EmbeddingPipe, model_cfg, vocab_size, init, scheme, stage=stage,
                                forward_fn=_tied_logits, tied_weight_attr=["word_embeddings.weight"])
     else:
-        embed = LayerSpec(EmbeddingPipe, model_cfg, vocab_size, init, scheme)
+        embed = LayerSpec(EmbeddingPipe, model_cfg, vocab_size, init, scheme, stage=stage)
         output = LayerSpec(OutputPipe, model_cfg, vocab_size, init)
-    layers = [LayerSpec(TransformerLayerPipe, model_cfg, init, out_init, scheme) for _ in range(L)]
+    layers = [LayerSpec(TransformerLayerPipe, model_cfg, init, out_init, scheme, stage=stage) for _ in range(L)]
     return [embed, _pre_transformer_block, *layers, _post_transformer_block, LayerSpec(NormPipe, model_cfg), output]
 
 
@@ -148,20 +176,55 @@ class GPTPipe(PipelineModule):
         # The reference draws from the caller's RNG exactly as the sequential path does; the
         # stage's own construction then runs on a forked RNG, so later draws (dropout) match too.
         reference = GPTModel(model_cfg, vocab_size).state_dict()
+        stage = StageContext()
         with torch.random.fork_rng(devices=[]):
             scheme = build_scheme(model_cfg.pos_emb, positional_spec(model_cfg))
             super().__init__(
-                layers=layer_specs(model_cfg, vocab_size, scheme), topology=topology, loss_fn=loss_fn,
+                layers=layer_specs(model_cfg, vocab_size, scheme, stage), topology=topology, loss_fn=loss_fn,
                 partition_method="type:TransformerLayerPipe",  # NeoX: balance transformer layers
                 activation_checkpoint_interval=checkpoint_num_layers if checkpoint_activations else 0,
-                activation_checkpoint_func=partial(checkpoint, use_reentrant=False),
+                activation_checkpoint_func=self._checkpoint,
                 checkpointable_layers=["TransformerLayerPipe"],
             )
         self.model_cfg = model_cfg
         self.position = scheme
+        self.stage = stage
         self._backends: dict = {}
+        self._has_layers = any(isinstance(f, TransformerLayerPipe) for f in self.forward_funcs)
         self._load_sequential(reference)
         self._mark_replicated_scheme()
+
+    # ---- the attention context, once per forward -----------------------------------------------
+    def forward(self, forward_input):
+        with self.stage.use(self._context(forward_input)):
+            return super().forward(forward_input)
+
+    def _context(self, forward_input) -> AttentionContext | None:
+        """The context this stage's layers share in one forward (None without layers). Its input
+        is the token ids (B, L) on the first stage, else the hidden states (B, L, h); the layers'
+        hidden states have the dtype of the input, or on the first stage of the embedding."""
+        if not self._has_layers:
+            return None
+        first = forward_input[0] if isinstance(forward_input, (tuple, list)) else forward_input
+        dtype = first.dtype if first.is_floating_point() else self._embedding().word_embeddings.weight.dtype
+        positions = torch.arange(first.shape[1], device=first.device)
+        return AttentionContext.build(self.model_cfg, self.position, self._backends, first.device, dtype,
+                                      self.training, positions)
+
+    def _embedding(self) -> EmbeddingPipe:
+        return next(m for _, m in self.local_modules() if isinstance(m, EmbeddingPipe))
+
+    def _checkpoint(self, function, *args):
+        """Activation checkpointing of a range of layers (non-reentrant, as GPTModel) that
+        recomputes them in this forward's context, which the backward no longer holds (and with
+        several micro-batches in flight, a later forward's is current by then)."""
+        ctx = self.stage.current
+
+        def run(*inputs):
+            with self.stage.use(ctx):
+                return function(*inputs)
+
+        return checkpoint(run, *args, use_reentrant=False)
 
     def position_stats(self) -> dict[str, float]:
         """The shared scheme's logged statistics (every stage holds the same full-head copy)."""

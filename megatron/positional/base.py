@@ -193,30 +193,45 @@ class PositionalScheme(nn.Module):
 
     def stats(self) -> dict[str, float]:
         """Scalars logged every step (the paper logs bias_p_mean, bias_p_std, ... for KERPLE)."""
+        return read_at_once(self.stat_tensors())
+
+    def stat_tensors(self) -> dict[str, torch.Tensor]:
+        """stats() as 0-d tensors, not yet read: the trainer reads a step's logged values with one
+        host read. A scheme that overrides stats() itself (FIRE) has read its values there; they
+        are handed on here as host tensors."""
+        if type(self).stats is not PositionalScheme.stats:
+            return {k: torch.tensor(v, dtype=torch.float64) for k, v in self.stats().items()}
         out = {}
         for name, value in self.clamped().items():
-            out.update(summary_stats(name, value))
+            out.update(summary_tensors(name, value))
         return out
 
     def raw_stats(self) -> dict[str, float]:
         """The stored, unclamped values of the clamped parameters ({name}_raw_mean, ..._min). Under
         the straight-through clamp a parameter the optimizer pushes below its floor stays there
         while the forward (and `stats()`) sees the floor: only these show it."""
+        return read_at_once(self.raw_stat_tensors())
+
+    def raw_stat_tensors(self) -> dict[str, torch.Tensor]:
+        """raw_stats() as 0-d tensors, not yet read (as stat_tensors)."""
         out = {}
         for name in self.clamps:
             x = getattr(self, name, None)
             if x is not None:
-                out.update(summary_stats(f"{name}_raw", x))
+                out.update(summary_tensors(f"{name}_raw", x))
         return out
 
     def per_head_stats(self) -> dict[str, float]:
         """Each head's clamped value of every clamped parameter ({name}_h{i}), for the per-head
         trajectories that show whether a learned kernel has stopped drifting (the summary stats
         average heads moving in opposite directions away)."""
+        return read_at_once(self.per_head_tensors())
+
+    def per_head_tensors(self) -> dict[str, torch.Tensor]:
+        """per_head_stats() as 0-d tensors, not yet read (as stat_tensors)."""
         out = {}
         for name, value in self.clamped().items():
-            flat = value.detach().flatten().tolist()
-            out.update({head_key(name, i): v for i, v in enumerate(flat)})
+            out.update({head_key(name, i): v for i, v in enumerate(value.detach().flatten().unbind())})
         return out
 
     def clamped_parameters(self) -> list[tuple[nn.Parameter, float | None, float | None]]:
@@ -282,10 +297,23 @@ def parse_head_key(key: str) -> tuple[str, int] | None:
 
 
 def summary_stats(name: str, x: torch.Tensor) -> dict[str, float]:
-    """{name_mean, name_std, name_max, name_min} over the heads, as python floats (paper's keys).
+    """{name_mean, name_std, name_max, name_min} over the heads, as python floats (paper's keys),
+    read with one host read.
 
     std is the unbiased estimate like torch's default; with a single head it is reported as 0."""
+    return read_at_once(summary_tensors(name, x))
+
+
+def read_at_once(tensors: dict[str, torch.Tensor]) -> dict[str, float]:
+    """{name: value} of 0-d tensors of one device and dtype, with one host read (a read of a GPU
+    value waits for the device's queue: one per value was 18 for KERPLE's statistics). The same
+    values as reading each alone. (megatron/host_reads.py reads any mix; this file ships in the
+    Hugging Face export without the megatron package, so it cannot import that one.)"""
+    return dict(zip(tensors, torch.stack(list(tensors.values())).tolist())) if tensors else {}
+
+
+def summary_tensors(name: str, x: torch.Tensor) -> dict[str, torch.Tensor]:
+    """summary_stats as 0-d float32 tensors on x's device, not yet read."""
     x = x.detach().float().flatten()
-    std = x.std().item() if x.numel() > 1 else 0.0
-    return {f"{name}_mean": x.mean().item(), f"{name}_std": std,
-            f"{name}_max": x.max().item(), f"{name}_min": x.min().item()}
+    std = x.std() if x.numel() > 1 else x.new_zeros(())
+    return {f"{name}_mean": x.mean(), f"{name}_std": std, f"{name}_max": x.max(), f"{name}_min": x.min()}

@@ -14,48 +14,53 @@ import math
 import torch
 
 
-def _sum_squares(tensors) -> torch.Tensor:
-    total = torch.zeros((), dtype=torch.float64)
-    for t in tensors:
-        total += t.detach().float().pow(2).sum().double().cpu()
-    return total
-
-
-def grad_norm(model: torch.nn.Module, mpu=None) -> float:
-    """L2 norm of all gradients (p.grad), summed over the tensor-parallel group when there is one."""
+def grad_square_sums(model: torch.nn.Module, mpu=None) -> list[torch.Tensor]:
+    """Each gradient's float32 sum of squares, unread (0-d tensors on the gradients' device: the
+    trainer reads them with the step's other logged values, megatron/host_reads.py; one read per
+    parameter was a host sync per parameter between the backward and the optimizer step). Under
+    tensor parallelism a replicated parameter counts on the first rank only."""
     from deepspeed.runtime.utils import is_model_parallel_parameter
 
     first_tp = mpu is None or mpu.get_model_parallel_rank() == 0
-    grads = [p.grad for p in model.parameters()
-             if p.grad is not None and (first_tp or is_model_parallel_parameter(p))]
-    total = _sum_squares(grads)
+    return [p.grad.detach().float().pow(2).sum() for p in model.parameters()
+            if p.grad is not None and (first_tp or is_model_parallel_parameter(p))]
+
+
+def norm_of_squares(squares: list[float], mpu=None, device: torch.device | None = None) -> float:
+    """The L2 norm from grad_square_sums' values: their float64 sum in order (as the host adds),
+    summed over the tensor-parallel group on `device` when there is one."""
+    total = 0.0
+    for value in squares:
+        total += value
     if mpu is not None:
-        device = grads[0].device if grads else torch.device("cpu")
-        total = total.to(device)
-        torch.distributed.all_reduce(total, group=mpu.get_model_parallel_group())
-    return math.sqrt(float(total))
+        reduced = torch.tensor(total, dtype=torch.float64, device=device or torch.device("cpu"))
+        torch.distributed.all_reduce(reduced, group=mpu.get_model_parallel_group())
+        total = float(reduced)
+    return math.sqrt(total)
 
 
-def per_parameter_grad_norms(model: torch.nn.Module) -> dict[str, float]:
-    """{name: L2 norm of its full gradient}; call after the last backward, before the step."""
+def per_parameter_grad_norms(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """{name: L2 norm of its full gradient}, unread (0-d float32 tensors); call after the last
+    backward, before the step."""
     from deepspeed.utils import safe_get_full_grad
 
     out = {}
     for name, p in model.named_parameters():
         g = safe_get_full_grad(p)
         if g is not None:
-            out[name] = float(g.detach().float().norm())
+            out[name] = g.detach().float().norm()
     return out
 
 
-def per_parameter_norms(model: torch.nn.Module) -> dict[str, float]:
-    """{name: L2 norm of the parameter} (ZeRO-3 partitions gathered, in fp32)."""
+def per_parameter_norms(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """{name: L2 norm of the parameter} (ZeRO-3 partitions gathered, in fp32), unread (0-d
+    float32 tensors)."""
     from deepspeed.utils import safe_get_full_fp32_param
 
     out = {}
     for name, p in model.named_parameters():
         full = safe_get_full_fp32_param(p) if hasattr(p, "ds_id") else p
-        out[name] = float(full.detach().float().norm())
+        out[name] = full.detach().float().norm()
     return out
 
 

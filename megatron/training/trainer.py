@@ -21,6 +21,7 @@ from megatron.console import seconds_since_start
 from megatron.data.loader import batch_loader, loss_mask_for
 from megatron.device import describe as describe_device
 from megatron.errors import is_out_of_memory, out_of_memory
+from megatron.host_reads import read_values
 from megatron.model import GPTModel, count_parameters
 from megatron.parallel import context_for, parallelize
 from megatron.tokenizer import build_tokenizer, padded_vocab_size
@@ -159,7 +160,9 @@ class Trainer:
         self.loss_watch = health.LossWatch(cfg.training.max_nonfinite_loss_steps, self.checkpointer.resumed_from)
         self.finished = self._already_finished()
         self.log = MetricsLogger(cfg, self.run_dir, self.dist.is_rank0, cfg.training.train_iters, self.iteration)
-        self._grads: dict[str, float] = {}  # filled by _gradient_norms before each optimizer step
+        # Filled by _gradient_norms before each optimizer step, unread: _step_metrics reads them
+        self._grad_squares: list[torch.Tensor] | None = None
+        self._grads: dict[str, torch.Tensor] = {}
         self.throughput, self.runtime = self._throughput()
         # NeoX's timers only where our loop runs the micro-batches (the pipe engine runs its own)
         self.timers = Timers(cfg.logging.wall_clock_breakdown and not self.pipe, self.dist.device,
@@ -327,9 +330,14 @@ class Trainer:
             with self.timers("forward"), self.timers("batch generator"):
                 batch = next(loader)
             losses.append(self.forward_backward(batch))
-        return float(self._all_reduce_mean(torch.tensor(sum(losses) / len(losses))))
+        # One host read at the end of the step, not one after each micro-batch (each waited for
+        # the device with the next micro-batch not yet queued)
+        values = read_values(losses)
+        return float(self._all_reduce_mean(torch.tensor(sum(values) / len(values))))
 
-    def forward_backward(self, batch) -> float:
+    def forward_backward(self, batch) -> torch.Tensor:
+        """One micro-batch's forward, backward and (at the accumulation boundary) optimizer step;
+        its loss, unread (a 0-d device tensor)."""
         with self.timers("forward"):
             with self.timers("batch generator"):  # NeoX's get_batch also moves the batch and builds the mask
                 tokens, labels = batch["tokens"].to(self.dist.device), batch["labels"].to(self.dist.device)
@@ -341,42 +349,64 @@ class Trainer:
             self._gradient_norms()  # ours, not in any NeoX timer
         with self.timers("optimizer"):  # NeoX times model.step() after every micro-batch, as here
             self.engine.step()
-        return loss.item()
+        return loss.detach()
 
     def _gradient_norms(self) -> None:
-        """Between the last backward and the step: the gradient norms DeepSpeed does not give."""
-        self._grads = {}
+        """Between the last backward and the step: the gradient norms DeepSpeed does not give, as
+        device values that _step_metrics reads (nothing is read here, mid-step)."""
+        self._grad_squares, self._grads = None, {}
         if not hasattr(self.engine.optimizer, "_global_grad_norm"):  # a plain torch optimizer
-            self._grads["grad_norm"] = norms.grad_norm(self.model, getattr(self.engine, "mpu", None))
+            self._grad_squares = norms.grad_square_sums(self.model, getattr(self.engine, "mpu", None))
         if self.cfg.logging.log_grad_norm:
             self._grads.update({f"grad_norm/{k}": v for k, v in norms.per_parameter_grad_norms(self.model).items()})
 
     def _step_metrics(self, loss: float, seconds: float) -> tuple[dict, dict]:
-        """(metrics for every sink, per-parameter details for metrics.jsonl/TensorBoard/W&B only)."""
+        """(metrics for every sink, per-parameter details for metrics.jsonl/TensorBoard/W&B only).
+        Every value that comes from the device is read with one host read (megatron/host_reads.py),
+        on the rank that logs; the others only take part in the collectives (tensor parallelism,
+        ZeRO-3), reading nothing but their share of a tensor-parallel gradient norm."""
         m = {"lm_loss": loss, "learning_rate": self.engine.get_lr()[0],
              "elapsed_time_per_iteration_ms": seconds * 1000.0,
              "samples_per_sec": self.batch / max(seconds, 1e-9)}
         m.update(self.throughput.metrics(seconds))  # tokens_per_sec, and mfu on CUDA
+        squares, self._grad_squares = self._grad_squares, None
         grads, self._grads = self._grads, {}
         ds_norm = self.engine.get_global_grad_norm()
-        grad = float(ds_norm) if ds_norm is not None else grads.pop("grad_norm", None)
-        if grad is not None:
-            m["grad_norm"] = grad
-        detail = {k: v for k, v in grads.items() if k != "grad_norm"}
-        if self.cfg.logging.log_param_norm:
-            per_param = norms.per_parameter_norms(self.model)
-            m["param_norm"] = norms.total(per_param)
-            detail.update({f"param_norm/{k}": v for k, v in per_param.items()})
+        squares = squares if ds_norm is None else None  # DeepSpeed's norm first, ours without it
+        # Collectives on every rank: the parameter norms (ZeRO-3 gathers), the scheme (gathered
+        # under TP and ZeRO-3), a tensor-parallel gradient norm's sum
+        params = norms.per_parameter_norms(self.model) if self.cfg.logging.log_param_norm else {}
         clamped, raw = self._position_stats()
-        m.update(clamped)  # KERPLE: bias_p_mean, bias_a_std, ... every step, as the paper
-        detail.update(raw)  # bias_p_raw_min, ..., bias_p_h0, ...: stored values (may be below the floor), each head
-        return m, detail
+        mpu = getattr(self.engine, "mpu", None)
+        device = squares[0].device if squares else None
+        if not self.log.enabled:
+            if squares is not None and mpu is not None:
+                norms.norm_of_squares(read_values(squares), mpu, device)
+            return m, {}
+        pending = {**grads, **{f"param_norm/{k}": v for k, v in params.items()}, **clamped, **raw}
+        if torch.is_tensor(ds_norm):
+            pending["grad_norm"] = ds_norm
+        own = squares or []
+        values = read_values([*own, *pending.values()])
+        read = dict(zip(pending, values[len(own):]))
+        if squares is not None:
+            m["grad_norm"] = norms.norm_of_squares(values[:len(own)], mpu, device)
+        elif ds_norm is not None:
+            m["grad_norm"] = read.pop("grad_norm") if torch.is_tensor(ds_norm) else float(ds_norm)
+        if params:
+            m["param_norm"] = norms.total({k: read[f"param_norm/{k}"] for k in params})
+        m.update({k: read.pop(k) for k in clamped})  # KERPLE: bias_p_mean, bias_a_std, ... every step, as the paper
+        # grad_norm/*, param_norm/*, then bias_p_raw_min, ..., bias_p_h0, ...: stored values (may
+        # be below the floor), each head
+        return m, read
 
     def _position_stats(self) -> tuple[dict, dict]:
-        """(the scheme's clamped statistics, the stored values' statistics and each head's value)."""
+        """(the scheme's clamped statistics, the stored values' statistics and each head's value),
+        as 0-d tensors, unread."""
         def both():
             scheme = self.model.full_position()
-            return scheme.stats(), {**scheme.raw_stats(), **scheme.per_head_stats()}
+            with torch.no_grad():
+                return scheme.stat_tensors(), {**scheme.raw_stat_tensors(), **scheme.per_head_tensors()}
 
         if self.cfg.optimizer.zero_optimization.get("stage", 0) == 3:  # parameters are partitioned
             import deepspeed

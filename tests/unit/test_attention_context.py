@@ -156,12 +156,16 @@ def test_the_model_tells_auto_its_length_only_for_a_full_sequence(tiny_config, m
     monkeypatch.setattr(resolve, "CPU_FLEX_MIN_TOKENS", 16)
     model = GPTModel(tiny_config(pos_emb="kerple_power_ap_ap").model, 128).eval()
     x = torch.zeros(1, 16, 32)
+
+    def build(*positions):  # each with a fresh backend cache
+        return attention_mod.AttentionContext.build(model.model_cfg, model.position, {}, x.device, x.dtype, False,
+                                                    *positions)
+
     with torch.no_grad():
-        full = attention_mod.AttentionContext.build(model.model_cfg, model.position, {}, x, False, torch.arange(16))
-        short = attention_mod.AttentionContext.build(model.model_cfg, model.position, {}, x[:, :8], False, torch.arange(8))
-        gapped = attention_mod.AttentionContext.build(model.model_cfg, model.position, {}, x, False, torch.arange(16) * 2)
-        cached = attention_mod.AttentionContext.build(model.model_cfg, model.position, {}, x[:, :1], False,
-                                                      torch.tensor([15]), torch.arange(16))
+        full = build(torch.arange(16))
+        short = build(torch.arange(8))
+        gapped = build(torch.arange(16) * 2)
+        cached = build(torch.tensor([15]), torch.arange(16))
     assert full.backend.name == "flex"
     assert short.backend.name == gapped.backend.name == cached.backend.name == "reference"
 

@@ -242,6 +242,8 @@ def test_attention_bad_arguments_exit_2(capsys, argv, words):
     (["--configs", "configs/paper/missing.yml"], ["missing.yml"]),
     (["--count-layers", "2"], ["--count-layers goes with --count-ops"]),
     (["--count-ops", "--count-layers", "0"], ["--count-layers must be >= 1"]),
+    (["--count-path", "pipe"], ["--count-path goes with --count-ops"]),
+    (["--count-ops", "--count-path", "pipe", "--precision", "fp32"], ["DeepSpeed precision", "--precision"]),
 ])
 def test_train_bad_arguments_exit_2(capsys, argv, words):
     with pytest.raises(SystemExit) as e:
@@ -288,6 +290,25 @@ def test_train_step_count_ops_table(tmp_path):
     assert len(over) == 2 and over[0] == over[1] and int(over[0]) > 0
     diffs = {ln[0]: ln for ln in table_lines(text, "schemes")[1:]}
     assert int(diffs["kerple_log over alibi"][1]) == int(over[1]) and "clamp +2" in diffs["kerple_log over alibi"][2]
+
+
+def test_train_step_count_ops_through_the_pipeline_engine(tmp_path):
+    """--count-path pipe: deepy.py's path for the paper's config (DeepSpeed's pipeline engine around
+    GPTPipe, its bf16 optimizer); the same launches per layer for KERPLE-log and ALiBi, and where
+    each host sync comes from: the positions' check once per step, and DeepSpeed's optimizer."""
+    out = tmp_path / "bench.md"
+    argv = TRAIN_TINY + ["--count-ops", "--count-path", "pipe", "--schemes", "kerple_log", "alibi",
+                         "--count-layers", "3", "2", "--out", str(out), "--section", "train-ops-pipe"]
+    assert train.main(argv) == 0
+    text = out.read_text()
+    assert "<!-- bench:train-ops-pipe:begin -->" in text and "DeepSpeed's pipeline engine" in text
+    assert "DeepSpeed bf16 (the config's)" in text
+    rows = {ln[0]: ln for ln in table_lines(text)[1:]}
+    assert rows["kerple_log"][4] == rows["alibi"][4]  # the same launches per layer
+    where = table_lines(text[text.index("Where the host syncs"):], "scheme")[1:]
+    ours = [w for w in where if "consecutive_starts" in w[2]]
+    assert sorted(w[0] for w in ours) == ["alibi", "kerple_log"] and all(w[1] == "1" for w in ours)
+    assert all("deepspeed." in w[2] for w in where if w not in ours)
 
 
 def test_train_step_table4_ratios():

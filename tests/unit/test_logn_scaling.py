@@ -68,7 +68,7 @@ def test_scales_q_dot_k_before_the_bias(tiny_config):
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(D) * s[:, None] - r1 * torch.log1p(r2 * d)
         scores = scores.masked_fill(pos[:, None] < pos[None, :], float("-inf"))
         want = attn.dense((torch.softmax(scores, -1) @ v).transpose(1, 2).reshape(1, L, -1))
-        got = attn(x, AttentionContext.build(m.model_cfg, m.position, {}, x, False, pos))
+        got = attn(x, AttentionContext.build(m.model_cfg, m.position, {}, x.device, x.dtype, False, pos))
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 

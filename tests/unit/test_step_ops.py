@@ -105,3 +105,102 @@ def test_views_and_allocations_are_not_launches():
     assert is_launch("aten::add") and not is_launch("aten::empty") and not is_launch("aten::t")
     assert record.launches == 2  # add, sum
     assert record.syncs == ["aten::_local_scalar_dense"]
+
+
+# ---- the pipeline model (deepy.py's path for the paper's config: pipe-parallel-size 1) ----------
+def pipe_counted(root, pos: str, layers: int):
+    """One train_batch of DeepSpeed's pipeline engine (one stage, activation checkpointing,
+    gradient clipping, AdamW foreach) around GPTPipe, counted as count_step counts."""
+    import itertools
+
+    from megatron.config import load_config
+    from megatron.training.distributed import init_distributed
+    from megatron.training.pipeline_step import build_pipeline_engine
+    from megatron.training.schedule import build_scheduler
+    from tests.conftest import TINY_MODEL, write_yaml
+
+    init_distributed("cpu")  # one process (gloo): the pipeline module needs a process group
+    data = {**TINY_MODEL, "run-dir": str(root / "run"), "pos-emb": pos, "num-layers": layers,
+            "attention-backend": SCHEMES[pos], "pipe-parallel-size": 1, "checkpoint-activations": True,
+            "gradient-clipping": 1.0, "train-iters": 10, "optimizer": {"type": "Adam", "params": {"lr": 0.003}}}
+    cfg = load_config([write_yaml(root / f"pipe_{pos}_{layers}.yml", data)])
+
+    def optimizer_for(module):
+        optimizer = build_optimizer(cfg, module)
+        use_foreach(optimizer)
+        return optimizer
+
+    torch.manual_seed(0)
+    engine, _ = build_pipeline_engine(cfg, 128, optimizer_for, lambda o: build_scheduler(cfg, o))
+    tokens = torch.randint(0, 128, (2, 17), generator=torch.Generator().manual_seed(0))
+    batch = ((tokens[:, :-1],), (tokens[:, 1:], torch.ones(2, 16)))
+    return count_step(lambda: engine.train_batch(itertools.repeat(batch)), engine.optimizer, torch.device("cpu"))
+
+
+@pytest.fixture(scope="module")
+def pipe_counts(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pipe_ops")
+    return {(pos, n): pipe_counted(root, pos, n) for pos in SCHEMES for n in (2, 4)}
+
+
+@pytest.mark.parametrize("pos", list(SCHEMES))
+def test_the_pipeline_model_checks_positions_once_per_forward(pipe_counts, pos):
+    """GPTPipe builds the attention context once per forward of a stage, as GPTModel does, not in
+    every layer and recomputed layer: one host sync per step (the positions' layout check) at any
+    depth. Built in each layer it was 2 per layer (forward and recomputation) for every scheme."""
+    for n in (2, 4):
+        record = pipe_counts[(pos, n)]
+        assert len(record.syncs) == 1 and record.where[0].startswith("mask.consecutive_starts"), record.where
+        assert "pipeline._context" in record.where[0], record.where
+
+
+def test_the_pipeline_model_adds_no_launch_per_layer_for_kerple(pipe_counts):
+    """KERPLE-log's clamps and its gradients' reduction once per forward, as in GPTModel
+    (test_kerple_log_adds_no_launch_per_layer_over_alibi): per layer it launches what ALiBi does.
+    Beyond GPTModel's +10, the pipe engine's gradient clipping (DeepSpeed's, a norm, a scale and a
+    copy per parameter) pays for KERPLE's two parameters: +6."""
+    extra = {n: pipe_counts[("kerple_log", n)].launch_ops() - pipe_counts[("alibi", n)].launch_ops() for n in (2, 4)}
+    per_layer = {pos: (pipe_counts[(pos, 4)].launches - pipe_counts[(pos, 2)].launches) / 2 for pos in SCHEMES}
+    assert per_layer["kerple_log"] == per_layer["alibi"], extra
+    assert extra[2] == extra[4]
+    assert 0 < pipe_counts[("kerple_log", 2)].launches - pipe_counts[("alibi", 2)].launches <= KERPLE_OVER_ALIBI + 6
+
+
+# ---- FlexAttention: the scheme's kernel once per forward ---------------------------------------
+@pytest.fixture(scope="module")
+def flex_counts(tmp_path_factory):
+    """{(scheme, layers): StepOps} of one inference forward on flex (its kernel a counted stand-in)."""
+    from megatron.attention.flex import FlexAttention
+    from megatron.config import load_config
+    from tests.conftest import TINY_MODEL, write_yaml
+
+    root = tmp_path_factory.mktemp("flex_ops")
+    saved, FlexAttention.eager_on_cpu = FlexAttention.eager_on_cpu, True  # no C++ compiler needed: nothing runs
+    try:
+        out = {}
+        for pos in ("kerple_log", "alibi", "sandwich"):
+            for n in (2, 4):
+                data = {**TINY_MODEL, "run-dir": str(root / "run"), "pos-emb": pos, "num-layers": n,
+                        "attention-backend": "flex"}
+                torch.manual_seed(0)
+                model = GPTModel(load_config([write_yaml(root / "flex.yml", data)]).model, 128).eval()
+                tokens = torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(0))
+                out[(pos, n)] = count_step(torch.no_grad()(lambda m=model, t=tokens: m(t)), None, torch.device("cpu"))
+        return out
+    finally:
+        FlexAttention.eager_on_cpu = saved
+
+
+def test_flex_builds_the_scheme_kernel_once_per_forward(flex_counts):
+    """Flex's prepared state holds the scheme's kernel (FlexPrepared), as triton's does: KERPLE-log's
+    clamps run once per forward, not in every layer (3 operations per parameter per layer before),
+    and Sandwich's table covers the largest distance once, without reading the offset back from
+    the device in every layer (a host sync per layer before)."""
+    for pos in ("kerple_log", "alibi", "sandwich"):
+        for n in (2, 4):
+            record = flex_counts[(pos, n)]
+            assert record.attention == {"flex_attention": n}
+            assert len(record.syncs) == 1 and "flex.prepare" in record.where[0], (pos, n, record.where)
+    per_layer = {pos: flex_counts[(pos, 4)].launches - flex_counts[(pos, 2)].launches for pos in ("kerple_log", "alibi")}
+    assert per_layer["kerple_log"] == per_layer["alibi"], (
+        flex_counts[("kerple_log", 4)].launch_ops() - flex_counts[("alibi", 4)].launch_ops())
