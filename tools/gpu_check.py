@@ -18,6 +18,8 @@ Steps, in the order they run (each under its own share of one clock, --seconds, 
     train-ops-gpu  tools/bench_train_step.py --count-ops: the kernel launches and host syncs of one
                  162M training step (kerple_log, alibi, none; 2, 4 and 12 layers), the real kernels:
                  what KERPLE adds outside attention, counted on the device it costs on (seconds)
+    train-ops-pipe-gpu  the same through DeepSpeed's pipeline engine (deepy.py's path for the paper's
+                 config, --count-path pipe), into the same file
     throughput   the paper's config through deepy.py (DeepSpeed, bf16, activation checkpointing) on
                  random tokens: tokens/s and MFU as train.py logs them
     attention-hd128  the attention step at head dim 128, with what time is left
@@ -94,7 +96,7 @@ def steps(out: str, tiny: bool, python: str) -> list[Step]:
               "none"] if tiny \
         else ["--eval-length", "65536", "--time-budget", "65", "--profile", "kerple_log", "alibi", "none"]
     train_ops = ["tools/bench_train_step.py", "--count-ops", "--schemes", "kerple_log", "alibi", "none", "--out",
-                 os.path.join(out, "train-ops-gpu.md"), "--section", "train-ops-gpu"]
+                 os.path.join(out, "train-ops-gpu.md")]  # both counts' sections in one file (8 files come back)
     if tiny:
         train_ops += ["--quick", "--count-layers", "1", "2"]
     # test-gpu first: on 2026-11-27 (H200) it needed more than 265 s with 16 workers, so it gets the
@@ -106,7 +108,9 @@ def steps(out: str, tiny: bool, python: str) -> list[Step]:
         Step("attention", 60 * s, 130, [python, *bench_attention(out, "attention", 64, tiny, 110,
                                                                  ("kerple_power_ap_",))], ["attention.md"]),
         Step("train", 50 * s, 100, [python, *train], ["train.md"]),
-        Step("train-ops-gpu", 20 * s, 60, [python, *train_ops], ["train-ops-gpu.md"]),
+        Step("train-ops-gpu", 20 * s, 60, [python, *train_ops, "--section", "train-ops-gpu"], ["train-ops-gpu.md"]),
+        Step("train-ops-pipe-gpu", 20 * s, 60, [python, *train_ops, "--count-path", "pipe", "--section",
+                                                 "train-ops-pipe-gpu"], ["train-ops-gpu.md"]),
         Step("throughput", 50 * s, 70, [python, "tools/gpu_throughput.py", "--out",
                                         os.path.join(out, "throughput.json"), *(["--tiny"] if tiny else [])],
              ["throughput.json"]),

@@ -26,6 +26,8 @@ from megatron.errors import UserError
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 BENCH_FILES = ["attention", "attention-hd128", "train", "train-ops-gpu"]  # file stem = section name
+# Sections a file holds besides its own (the device tool returns at most 8 files: the two step counts share one)
+MORE_SECTIONS = {"train-ops-gpu": ["train-ops-pipe-gpu"]}
 EXTRA_ATTENTION = re.compile(r"attention-[a-z0-9-]+\.md$")  # a re-run's own section (e.g. attention-inline)
 # Issue 32's goals.
 FB_LENGTHS = (2048, 16384)  # KERPLE-log fwd+bwd >= 1.0x FlexAttention ALiBi over this range
@@ -312,10 +314,11 @@ def main() -> int:
                         f"{args.doc}; run the check on a GPU, or pass --allow-tiny for a scratch copy of the docs")
     folded = []
     for name in dict.fromkeys([*BENCH_FILES, *attention_files(args.out)]):
-        body = section_body(os.path.join(args.out, f"{name}.md"), name)
-        if body:
-            replace_section(args.doc, name, body)
-            folded.append(name)
+        for section in [name, *MORE_SECTIONS.get(name, [])]:
+            body = section_body(os.path.join(args.out, f"{name}.md"), section)
+            if body:
+                replace_section(args.doc, section, body)
+                folded.append(section)
     check, status = report(args.out, summary)
     replace_section(args.doc, "gpu-check", check)
     replace_section(args.readme, "gpu-status", status)

@@ -91,13 +91,13 @@ def test_tiny_check_then_results_fold_into_the_docs(tmp_path):
     """The real command on CPU (two cheap steps), then gpu_results on its directory."""
     out = tmp_path / "out"
     proc = subprocess.run(["sh", "tools/gpu_check.sh", str(out), "--tiny", "--only", "test-gpu", "train",
-                           "train-ops-gpu"],
+                           "train-ops-gpu", "train-ops-pipe-gpu"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHON": sys.executable, "GPU_CHECK_NO_BUNDLE": "1"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.load(open(out / "summary.json"))
     assert {s["name"]: s["status"] for s in summary["steps"]} == {"test-gpu": "ok", "train": "ok",
-                                                                   "train-ops-gpu": "ok"}
+                                                                   "train-ops-gpu": "ok", "train-ops-pipe-gpu": "ok"}
     assert (out / "test-gpu.xml").is_file() and (out / "train.md").is_file() and (out / "train-ops-gpu.md").is_file()
     doc, readme = tmp_path / "benchmarks.md", tmp_path / "README.md"
     doc.write_text("# Benchmarks\n\nhand-written\n")
@@ -111,7 +111,8 @@ def test_tiny_check_then_results_fold_into_the_docs(tmp_path):
     text = doc.read_text()
     assert "hand-written" in text and markers("train")[0] in text and markers("gpu-check")[0] in text
     assert "Where a step's time goes" in text  # the train step's --profile table came through
-    assert markers("train-ops-gpu")[0] in text and "kerple_log" in text.split(markers("train-ops-gpu")[0])[1]
+    for section in ("train-ops-gpu", "train-ops-pipe-gpu"):  # two counts from one returned file
+        assert markers(section)[0] in text and "kerple_log" in text.split(markers(section)[0])[1]
     assert "make test-gpu: 0 passed, 0 failed, 0 errors" in text  # tests/gpu all skip without CUDA
     status = readme.read_text()
     assert "old" not in status and "a --tiny run" in status and status.endswith("tail\n")
