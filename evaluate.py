@@ -51,11 +51,27 @@ import sys
 import time
 
 from megatron.atomic_io import atomic_output
+from megatron.checkpoint.trust import add_load_flags, apply_trust_flag
 from megatron.cli_args import ArgumentParser, int_at_least
-from megatron.errors import OutOfMemory, UserError, is_out_of_memory, out_of_memory, run_cli, writing
-from megatron.evaluation.outputs import check_output_dir, output_locks, refuse_earlier_results
-from megatron.evaluation.spread import ONE_PROCESS, EvalGroup
+from megatron.data.identity import check_tokenizer
+from megatron.device import add_device_flag, describe, resolve_device
+from megatron.errors import DataError, OutOfMemory, UserError, is_out_of_memory, out_of_memory, run_cli, writing
+from megatron.evaluation.harness.cli import add_eval_flags, limit_value, progress_bars, results_path
+from megatron.evaluation.outputs import (
+    check_output_dir,
+    checkpoint_name,
+    output_lock,
+    output_locks,
+    refuse_earlier_results,
+    results_dirs,
+)
+from megatron.evaluation.report import RESULT_FILES, attention_label, build_record, markdown_table, write_outputs
+from megatron.evaluation.results import parse_result
+from megatron.evaluation.spread import ONE_PROCESS, EvalGroup, quiet_peers, rank0_speaks, rank_device
 from megatron.evaluation.windows import WINDOW_ORDERS
+from megatron.outputs_vs_inputs import refuse_overlap
+from megatron.ranks import launch_ranks
+from megatron.training.metrics_file import read_metrics
 
 PARTIAL = "eval.partial.json"  # not eval.json: globs and run_matrix's "done" check must not take it
 
@@ -105,14 +121,8 @@ def parse_args(argv=None, cfg=None):
     p.add_argument("--plots", action=argparse.BooleanOptionalAction, default=os.environ.get(PLOTS_ENV, "1") != "0",
                    help="write ppl_vs_length.png, positionwise.png and (for a score-bias scheme) kernels.png beside "
                         f"eval.json (default on; {PLOTS_ENV}=0 makes --no-plots the default, e.g. in batch jobs)")
-    from megatron.device import add_device_flag
-
     add_device_flag(p)
-    from megatron.evaluation.harness.cli import add_eval_flags, limit_value
-
     add_eval_flags(p, batch_size=False)  # --tasks: downstream tasks instead of the perplexity sweep; --quiet
-    from megatron.checkpoint.trust import add_load_flags
-
     add_load_flags(p)
     args = p.parse_args(argv)
     from_config = cfg is not None or args.resolved_config
@@ -135,6 +145,7 @@ def parse_args(argv=None, cfg=None):
         p.error("--eval_results_prefix names one results file: give one --checkpoint (or use --out)")
     args.limit = limit_value(args.limit)
     if from_config:
+        # lazy: the config and torch, only for deepy.py's --resolved-config; --help needs neither
         from megatron.config import NeoXConfig
         from megatron.evaluation.load import config_checkpoint
 
@@ -174,8 +185,6 @@ def train_speed(cfg) -> dict | None:
     path = os.path.join(cfg.logging.run_dir, "metrics.jsonl")
     if not os.path.isfile(path):
         return None
-    from megatron.errors import DataError
-    from megatron.training.metrics_file import read_metrics
 
     try:
         rows = read_metrics(path)  # skips a killed writer's partial last line
@@ -188,8 +197,6 @@ def train_speed(cfg) -> dict | None:
 
 
 def output_dir(args, ckpt: str) -> str:
-    from megatron.evaluation.outputs import results_dirs
-
     return results_dirs(args.checkpoint, args.out)[ckpt]
 
 
@@ -207,6 +214,7 @@ def run_lengths(args, model, cfg, lengths, prefix, split, partial: str, save_par
                 group: EvalGroup = ONE_PROCESS) -> list:
     """Evaluate every length in order, its windows shared by the group's ranks; `save_partial(results)`
     after each (on rank 0) keeps the finished ones. block: blockwise causal attention's block size, or None."""
+    # lazy: torch (the model's evaluation); the flag and output checks need none
     from megatron.evaluation.lengths import evaluate_length
     from megatron.evaluation.strided import evaluate_strided
 
@@ -252,7 +260,7 @@ def say_length(args, r, results: list, save_partial) -> None:
 
 
 def checkpoint_overrides(args) -> dict:
-    from megatron.launcher import parse_overrides
+    from megatron.launcher import parse_overrides  # lazy: megatron.config (yaml, the schemes' torch); --help needs none
 
     overrides = parse_overrides(args.override)
     if args.window is not None:
@@ -264,8 +272,8 @@ def checkpoint_overrides(args) -> dict:
 
 def evaluate_tasks(args, ckpt: str) -> None:
     """--tasks: the harness on this checkpoint; harness.json beside the perplexity results."""
+    # lazy: megatron.config and lm-eval's task checks; --help needs neither
     from megatron.checkpoint.tags import tag_or_latest
-    from megatron.evaluation.harness.cli import results_path
     from megatron.evaluation.harness.run import evaluate_tasks as run_tasks
 
     run_tasks(ckpt, args.eval_tasks, output_dir(args, ckpt), tag=tag_or_latest(args.iteration),
@@ -277,6 +285,7 @@ def evaluate_tasks(args, ckpt: str) -> None:
 
 def load_for_sweep(args, ckpt: str):
     """The model and everything the sweep needs from the checkpoint, refused before any length."""
+    # lazy: torch (the model); --help and the checks of check_command need none
     from megatron.checkpoint.tags import tag_or_latest
     from megatron.evaluation.blockwise import check_block
     from megatron.evaluation.lengths import default_lengths
@@ -292,17 +301,12 @@ def load_for_sweep(args, ckpt: str):
         raise UserError(f"pos-emb {cfg.model.pos_emb} cannot represent lengths {[x for x in lengths if x > limit]} "
                         f"(max {limit}); drop them from --lengths")
     prefix, split = data_source(cfg, args.split)
-    from megatron.data.identity import check_tokenizer
 
     check_tokenizer(prefix, cfg.data)  # data written by another tokenizer: refused before any length
     return model, cfg, client, overrides, block, lengths, prefix, split
 
 
 def evaluate_checkpoint(args, ckpt: str, group: EvalGroup = ONE_PROCESS) -> None:
-    from megatron.device import describe
-    from megatron.evaluation.outputs import checkpoint_name
-    from megatron.evaluation.report import attention_label, build_record, markdown_table, write_outputs
-
     # every rank loads the model (a failure on any one is agreed: spread.py)
     model, cfg, client, overrides, block, lengths, prefix, split = group.agree(load_for_sweep, args, ckpt)
     train_len = cfg.model.seq_length
@@ -366,9 +370,9 @@ def write_plots(eval_json: str, model, cfg, max_length: int, out_dir: str, name:
     length on an axis spanning at least PPL_MIN_SPAN, the position-wise loss averaged over at least
     MIN_TOKENS_PER_POINT tokens a point, and the learned kernel f_h(d) of a score-bias scheme up to the
     longest length evaluated, titled with the run (`name`) and its step."""
+    # lazy: matplotlib and torch, only with --plots
     from megatron.evaluation import plots
     from megatron.evaluation.kernels import kernel_of_scheme
-    from megatron.evaluation.results import parse_result
 
     run = parse_result(eval_json)
     step = f", step {run.iteration}" if run.iteration is not None else ""
@@ -385,17 +389,10 @@ def write_plots(eval_json: str, model, cfg, max_length: int, out_dir: str, name:
 
 
 def main(argv=None) -> int:
-    from megatron.evaluation.spread import quiet_peers
-
     return quiet_peers(run, argv)  # several ranks: rank 0 says the group's failures, once
 
 
 def run(argv=None) -> int:
-    from megatron.checkpoint.trust import apply_trust_flag
-    from megatron.device import resolve_device
-    from megatron.evaluation.spread import rank0_speaks, rank_device
-    from megatron.ranks import launch_ranks
-
     ranks = launch_ranks()  # one process, or this rank of a launch (DeepSpeed, torchrun, srun)
     with rank0_speaks():
         args = parse_args(argv)
@@ -429,21 +426,19 @@ def check_command(args, several: bool = False) -> None:
                             "over ranks), and several ranks would each run every task into the same harness.json: "
                             "run it as one process (python evaluate.py --tasks ..., or deepy.py with num-gpus: 1 "
                             "and no hostfile); the perplexity sweep (without --tasks) is the one spread over ranks")
-        from megatron.evaluation.harness.run import check_max_length_value
+        from megatron.evaluation.harness.run import check_max_length_value  # lazy: megatron.config, lm-eval's checks
 
         check_max_length_value(args.max_length)  # before any checkpoint is loaded
-    from megatron.outputs_vs_inputs import refuse_overlap
 
     refuse_overlap("--eval_results_prefix", args.eval_results_prefix,
                    [("the checkpoint being evaluated (--checkpoint)", c) for c in args.checkpoint])
-    from megatron.evaluation.outputs import output_lock
 
     for ckpt in args.checkpoint:  # every output directory (none inside a checkpoint), before hours of evaluation
         check_output_dir(output_dir(args, ckpt))
         refuse_earlier_results(output_dir(args, ckpt), result_names(args), args.overwrite)
         output_lock(output_dir(args, ckpt)).check_free()  # an evaluation writing there now
     if len(args.checkpoint) == 1:  # a missing checkpoint is answered before torch loads (several: skipped)
-        from megatron.checkpoint.tags import resolve_tag, tag_or_latest
+        from megatron.checkpoint.tags import resolve_tag, tag_or_latest  # lazy: megatron.config (yaml, the schemes' torch)
 
         resolve_tag(args.checkpoint[0], tag_or_latest(args.iteration))
 
@@ -451,16 +446,12 @@ def check_command(args, several: bool = False) -> None:
 def result_names(args) -> list[str]:
     """The files the perplexity sweep writes into its output directory, the one written last first
     (--tasks checks its harness.json itself, once the task names are known to be right)."""
-    from megatron.evaluation.report import RESULT_FILES
-
     if args.eval_tasks:
         return []
     return [RESULT_FILES["json"], *(n for k, n in RESULT_FILES.items() if k != "json")]
 
 
 def evaluate_all(args, group: EvalGroup = ONE_PROCESS) -> int:
-    from megatron.evaluation.harness.cli import progress_bars
-
     failed = []
     for ckpt in args.checkpoint:
         try:

@@ -16,8 +16,11 @@ import argparse
 import sys
 import time
 
+from megatron.checkpoint.trust import add_load_flags, apply_trust_flag
 from megatron.cli_args import ArgumentParser, int_at_least
+from megatron.device import add_device_flag, device_from_flag
 from megatron.errors import UserError, run_cli
+from megatron.tokenizer import build_tokenizer
 
 
 def parse_args(argv=None):
@@ -35,13 +38,9 @@ def parse_args(argv=None):
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus: smallest set with probability >= p")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--stop-at-eod", action="store_true", help="stop a sequence at the tokenizer's eod")
-    from megatron.device import add_device_flag
-
     add_device_flag(p)
     p.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key of the checkpoint, e.g. -o vocab-file=data/tok.json")
-    from megatron.checkpoint.trust import add_load_flags
-
     add_load_flags(p)
     args = p.parse_args(argv)
     if args.temperature <= 0 or not 0 < args.top_p <= 1 or args.top_k < 0 or args.max_new_tokens < 1:
@@ -52,7 +51,7 @@ def parse_args(argv=None):
 
 def filter_logits(logits, temperature=1.0, top_k=0, top_p=1.0):
     """(B, V) float logits -> temperature-scaled logits with everything outside top-k / top-p at -inf."""
-    import torch
+    import torch  # lazy: a mistyped flag is answered before torch loads
 
     logits = logits / temperature
     if top_k and top_k < logits.shape[-1]:
@@ -71,7 +70,7 @@ def generate_tokens(model, prompt: list[int], max_new_tokens: int, greedy=True, 
                     on_token=None):
     """Continue `prompt` (token ids) with the kv cache; returns the new ids. `on_token(id)` is
     called with each one as it comes (generate.py streams its text)."""
-    import torch  # here, not at the top: a mistyped flag is answered before torch loads
+    import torch  # lazy: a mistyped flag is answered before torch loads
 
     device = next(model.parameters()).device
     cache = model.new_cache()
@@ -122,24 +121,21 @@ def interactive_prompts():
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from megatron.checkpoint.trust import apply_trust_flag
-
     apply_trust_flag(args)
     texts = prompts(args)
-    from megatron.checkpoint.tags import resolve_tag, tag_or_latest
+    from megatron.checkpoint.tags import resolve_tag, tag_or_latest  # lazy: megatron.config (flag errors need none)
 
     resolve_tag(args.checkpoint, tag_or_latest(args.iteration))  # a missing checkpoint: answered before torch loads
-    from megatron.device import device_from_flag
 
     args.device = device_from_flag(args.device, "generate.py")
+    # lazy: the model's modules pull in torch; a missing checkpoint is answered above without it
     from megatron.evaluation.load import load_checkpoint_model
     from megatron.generation import TokenStream, check_new_tokens_fit
     from megatron.launcher import parse_overrides
-    from megatron.tokenizer import build_tokenizer
 
     model, cfg, client = load_checkpoint_model(args.checkpoint, tag_or_latest(args.iteration),
                                                parse_overrides(args.override) or None, args.device, args.allow_nonfinite)
-    import torch
+    import torch  # lazy: kept off the module's top, as above (loaded by now)
 
     d = cfg.data
     if client.get("tokenizer", "") is None and d.vocab_file is None:  # tools/import_hf.py found none to copy

@@ -7,6 +7,9 @@ import argparse
 import torch
 import yaml
 
+from megatron.config.untrusted_yaml import YamlLimitError, safe_load
+from megatron.device import DeviceError, resolve_device
+
 
 def check_names(parser: argparse.ArgumentParser, values: list[str], valid: list[str], what: str) -> None:
     unknown = [v for v in values if v not in valid]
@@ -24,8 +27,6 @@ def check_positive(parser: argparse.ArgumentParser, **values) -> None:
 
 def pick_device(parser: argparse.ArgumentParser, name: str) -> torch.device:
     """--device as every entry point reads it (megatron/device.py); a bad one is argparse's error."""
-    from megatron.device import DeviceError, resolve_device
-
     try:
         return resolve_device(name)
     except DeviceError as e:
@@ -34,8 +35,6 @@ def pick_device(parser: argparse.ArgumentParser, name: str) -> torch.device:
 
 def parse_overrides(parser: argparse.ArgumentParser, items: list[str]) -> dict:
     """KEY=VALUE pairs (YAML values, as deepy.py -o) -> {key: value}."""
-    from megatron.config.untrusted_yaml import YamlLimitError, safe_load
-
     out = {}
     for item in items:
         if "=" not in item:

@@ -24,6 +24,8 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from megatron.attention.kernels import attention_bwd, attention_fwd  # noqa: E402
+from megatron.attention.kernels.tuning import default_config  # noqa: E402
+from megatron.config.precision import torch_dtype  # noqa: E402
 
 KERNELS = {
     "fwd": attention_fwd.attention_fwd_kernel,
@@ -112,9 +114,6 @@ def _aligned_attrs(fn, sig: dict) -> dict:
 def default_launch(kernel: str, head_dim: int, dtype: str) -> tuple[tuple[int, int], int, int]:
     """((BLOCK_M, BLOCK_N), num_warps, num_stages) an untuned call of this kernel launches with
     (kernels/tuning.py default_config; dq takes the mirror tile; no stages: Triton's CUDA default, 3)."""
-    from megatron.attention.kernels.tuning import default_config
-    from megatron.config.precision import torch_dtype
-
     cfg = default_config("fwd" if kernel == "fwd" else "bwd", head_dim, torch_dtype(dtype))
     blocks = cfg.dq_blocks() if kernel == "bwd_dq" else (cfg.block_m, cfg.block_n)
     return blocks, cfg.num_warps, cfg.num_stages or 3

@@ -8,6 +8,9 @@ from collections import defaultdict
 from collections.abc import Callable
 
 import torch
+from torch.profiler import ProfilerActivity, profile
+
+from benchmarks.report import markdown_table
 
 # (category, substrings of a kernel's name, lower case), first match wins; the rest is "other".
 CATEGORIES = [
@@ -32,8 +35,6 @@ def category(name: str) -> str:
 def kernel_times(step: Callable[[], None], device: torch.device, calls: int = 3) -> dict[str, float]:
     """Seconds per call of `step` by kernel name (CUDA: device time of each kernel; CPU: each
     operator's self time). One untraced call first, so the trace holds no compilation."""
-    from torch.profiler import ProfilerActivity, profile
-
     cuda = device.type == "cuda"
     step()
     if cuda:
@@ -70,8 +71,6 @@ def profile_tables(profiles: dict[str, dict[str, float]], wall: dict[str, float]
     timed seconds per step and what the profiled work leaves of it: on a GPU, time the device sat
     idle waiting for the host), then the first scheme's `top` kernels with the same kernels'
     time in the others."""
-    from benchmarks.report import markdown_table
-
     schemes = list(profiles)
     cats = {s: by_category(t) for s, t in profiles.items()}
     names = [c for c, _ in CATEGORIES] + [OTHER]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import platform
 import re
 import shlex
 
@@ -45,7 +46,6 @@ def cpu_model() -> str:
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    import platform
 
     return platform.processor() or "unknown CPU"
 

@@ -181,7 +181,7 @@ def source_mentions(word: str) -> Callable[[tuple[str, int]], bool]:
 
 def tool(name: str) -> str:
     """Path of nvdisasm / cuobjdump inside the installed triton wheel."""
-    import triton
+    import triton  # lazy: triton (~0.15 s) only to find its tools; sass_mix.py's --help imports this module
 
     path = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
     if not os.path.exists(path):

@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
+from megatron.attention import flex
+
 # Operations that launch no kernel on a GPU (allocations, autograd bookkeeping); views are
 # recognised by their schema (OpOverload.is_view).
 NO_KERNEL = {"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
@@ -167,7 +169,7 @@ def counted_kernels(counts: Counter, run: bool):
     FlexAttention's kernel replaced by a counted stand-in (_flex_stand_in, on every device). With
     stand-ins (run False) the triton backend is allowed on a CPU too: nothing is launched or
     interpreted there, so its refusal (no CPU driver) does not apply."""
-    from megatron.attention import flex
+    # lazy: the Triton kernels read TRITON_INTERPRET once, when imported (attention/kernels/__init__.py)
     from megatron.attention import triton as backend
     from megatron.attention.kernels import attention as site
 

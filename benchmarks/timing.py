@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 
 def synchronize(device: torch.device) -> None:
@@ -71,7 +72,6 @@ def call_peak_bytes(fn: Callable[[], object], device: torch.device) -> int:
         fn()
         torch.cuda.synchronize(device)
         return torch.cuda.max_memory_allocated(device) - start
-    from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()

@@ -23,6 +23,7 @@ class ArgumentParser(argparse.ArgumentParser):
         super().error(message + self._suggestions())
 
     def _suggestions(self) -> str:
+        # lazy: megatron.config (yaml, the schemes' torch) only for a mistyped flag
         from megatron.config.errors import close_matches
 
         known = [s for action in self._actions for s in action.option_strings if s.startswith("--")]

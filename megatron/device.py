@@ -12,12 +12,13 @@ CUDA tensors, so a CPU run on a GPU machine gets gloo.
 from __future__ import annotations
 
 import os
+import sys
 from typing import TYPE_CHECKING
 
 from megatron.errors import UserError
 
 if TYPE_CHECKING:  # torch is imported where it is used: `add_device_flag` serves CLIs before their heavy imports
-    import torch
+    import torch  # lazy: torch; entry points import this module for --device before they parse flags
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 DEVICE_HELP = ("auto (the GPU when torch sees one, unless DS_ACCELERATOR=cpu is set; else the CPU), "
@@ -38,7 +39,7 @@ def resolve_device(name: str | torch.device | None = "auto", what: str = "--devi
     """'auto' | 'cpu' | 'cuda' | 'cuda:N' (or a torch.device) -> the torch.device to use.
 
     `what` names the setting in errors (`--device` for a CLI flag, `device:` for the config key)."""
-    import torch
+    import torch  # lazy: torch; entry points import this module for --device before they parse flags
 
     text = "auto" if name is None else str(name).strip().lower()
     if text == "auto":
@@ -76,16 +77,16 @@ def select_deepspeed_accelerator(device: torch.device) -> None:
     CUDA whenever torch sees a GPU, and a CPU run on a GPU machine then fails in
     deepspeed.initialize; a process that already trained on one device (a test session) may also
     hold the other one."""
-    from deepspeed.accelerator import real_accelerator
+    from deepspeed.accelerator import real_accelerator  # lazy: DeepSpeed, only where a process group starts
 
     want = accelerator_name(device)
     current = real_accelerator.ds_accelerator
     if current is not None and current.device_name() == want:
         return
     if want == "cpu":
-        from deepspeed.accelerator.cpu_accelerator import CPU_Accelerator as Accelerator
+        from deepspeed.accelerator.cpu_accelerator import CPU_Accelerator as Accelerator  # lazy: as above
     else:
-        from deepspeed.accelerator.cuda_accelerator import CUDA_Accelerator as Accelerator
+        from deepspeed.accelerator.cuda_accelerator import CUDA_Accelerator as Accelerator  # lazy: as above
     real_accelerator.set_accelerator(Accelerator())
 
 
@@ -102,7 +103,7 @@ def worker_environment(device: torch.device) -> None:
 
 def describe(device: torch.device) -> str:
     """'cuda:0 (NVIDIA H100 80GB HBM3)' or 'cpu (N threads)': printed by every entry point at start."""
-    import torch
+    import torch  # lazy: torch; entry points import this module for --device before they parse flags
 
     if device.type == "cuda":
         return f"{device} ({torch.cuda.get_device_name(device)})"
@@ -116,8 +117,6 @@ def add_device_flag(parser, help_extra: str = "") -> None:
 
 def device_from_flag(name: str, prog: str) -> torch.device:
     """`--device` resolved, and said once on stderr (stdout stays the program's output)."""
-    import sys
-
     device = resolve_device(name)
     print(f"{prog}: device {describe(device)}", file=sys.stderr, flush=True)
     return device
@@ -127,7 +126,7 @@ def collective_device() -> torch.device:
     """Where a tensor handed to the default process group's collectives must live: nccl moves CUDA
     tensors only, gloo (a CPU run) CPU ones. A flag or a loss built with torch.tensor(...) lands on
     the CPU, which nccl refuses as soon as there are two ranks."""
-    import torch
+    import torch  # lazy: torch; entry points import this module for --device before they parse flags
 
     if torch.distributed.is_available() and torch.distributed.is_initialized() \
             and torch.distributed.get_backend() == "nccl":

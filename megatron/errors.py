@@ -15,8 +15,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import sys
 import traceback
+
+from megatron.console import prefix_rank_output, quiet_third_party
 
 DEBUG_ENV = "KERPLE_DEBUG"
 DEBUG_FLAG = "--debug"
@@ -59,8 +62,6 @@ def is_disk_full(e: BaseException) -> bool:
 
 def free_space(path: str) -> str:
     """'N MiB free there' for the disk holding `path` (or its nearest existing parent), '' if unknown."""
-    import shutil
-
     probe = os.path.abspath(path)
     while not os.path.exists(probe) and os.path.dirname(probe) != probe:
         probe = os.path.dirname(probe)
@@ -101,7 +102,7 @@ def is_out_of_memory(e: BaseException) -> bool:
     if isinstance(e, MemoryError):
         return True
     try:
-        import torch
+        import torch  # lazy: torch; every entry point imports this module
 
         if isinstance(e, torch.OutOfMemoryError):
             return True
@@ -201,7 +202,6 @@ def run_cli(main, prog: str, expected: tuple = ()) -> None:
     if DEBUG_FLAG in sys.argv[1:]:
         sys.argv = [a for a in sys.argv if a != DEBUG_FLAG]
         os.environ[DEBUG_ENV] = "1"
-    from megatron.console import prefix_rank_output, quiet_third_party
 
     quiet_third_party(keep_all=debug_enabled())
     prefix_rank_output()

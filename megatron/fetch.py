@@ -93,7 +93,7 @@ def _deb_data_tar(deb_path: str) -> tarfile.TarFile:
         body = blob[pos + 60:pos + 60 + size]
         if name.startswith("data.tar"):
             if name.endswith(".zst"):
-                import zstandard
+                import zstandard  # lazy: zstandard (lm-dataformat's) only for a .zst data tarball
                 body = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(body)).read()
             return tarfile.open(fileobj=io.BytesIO(body), mode="r:*")
         pos += 60 + size + (size % 2)

@@ -30,7 +30,7 @@ def available_bytes(device) -> int:
     device = torch.device(device)
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
-    import psutil
+    import psutil  # lazy: psutil is DeepSpeed's requirement, not ours
 
     return psutil.virtual_memory().available
 

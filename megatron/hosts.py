@@ -14,8 +14,10 @@ launching (megatron/config/inputs.py), where the runner would stop with a ValueE
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as LookupTimeout
 
 from megatron.errors import UserError
 
@@ -38,6 +40,7 @@ def missing_hostfile_warning(hostfile: str | None) -> str | None:
 
 def active_slots(hostfile: str, include: str | None, exclude: str | None) -> dict[str, list[int]]:
     """host -> the slots (process indices) DeepSpeed's runner will use there, after include/exclude."""
+    # lazy: DeepSpeed; deepy.py's --help and config refusals need none
     from deepspeed.launcher.runner import fetch_hostfile, parse_inclusion_exclusion
 
     try:
@@ -96,9 +99,6 @@ def unreachable(host: str, port: int | None = None) -> str | None:
 def unresolved(hosts: list[str], timeout_s: float = 5.0) -> dict[str, str]:
     """host -> why its name does not resolve on this machine (getaddrinfo), for each that does not;
     a lookup still running after `timeout_s` counts as not resolving."""
-    import socket
-    from concurrent.futures import TimeoutError as LookupTimeout
-
     def lookup(host: str) -> str | None:
         try:
             socket.getaddrinfo(host, None)

@@ -51,8 +51,11 @@ from megatron.hosts import (
     unresolved,
 )
 from megatron.tokenizer import build_tokenizer, padded_vocab_size
+from megatron.training.heartbeat import EXIT_LOST_HOST
+from megatron.training.launch_signals import StopReport, Supervisor, launcher_in_own_group
 from megatron.training.op_cache import set_op_cache_dir
 from megatron.training.run_lock import training_locks
+from megatron.training.shm_buffers import remove_launch_buffers
 
 # Tokenizer vocab sizes for a dry run when the vocab files are not on this machine.
 KNOWN_VOCAB = {"GPT2BPETokenizer": 50257, "CharLevelTokenizer": 512, "HFGPT2Tokenizer": 50257}
@@ -308,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     if given:
         raise UserError(f"{' '.join(a for a in given if a.startswith('--'))}: only {EVAL_SCRIPT} takes these "
                         f"flags, not {args.user_script}")
-    from megatron.training.disk import check_run_room
+    from megatron.training.disk import check_run_room  # lazy: pulls in torch; --help and config refusals need none
 
     for lock in training_locks(cfg):  # a live run's resolved config and configs/ are not replaced
         lock.check_free()
@@ -316,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     launched = needs_launcher(cfg)
     if launched:
         check_launch_hosts(cfg)  # slots and ssh to every host, before anything is written
-    from megatron.training.disk import first_missing, remove_created
+    from megatron.training.disk import first_missing, remove_created  # lazy: as above
 
     created = first_missing(cfg.logging.run_dir)  # removed again if the launch is refused
     check_run_room(cfg)  # a full disk named now, not by the first write that fails
@@ -341,6 +344,7 @@ def check_training_start(cfg) -> None:
     process or process group starts (a refused launch on many processes took 90 s to say it): data
     written by another tokenizer, and about `load`/`save`: a changed model, a taken save directory,
     a missing step, another parallel layout (the same checks the trainer runs again)."""
+    # lazy: the trainer's checks pull in torch; --help and config refusals need none
     from megatron.training.checkpoint import Checkpointer
     from megatron.training.data_setup import check_data_tokenizer
 
@@ -379,8 +383,7 @@ def remote_hosts(cfg) -> list[str]:
 
 def processes_per_node(cfg) -> int:
     """num_gpus, else every visible GPU (NeoX), else one process (a CPU run: no GPU, or device: cpu)."""
-    import torch
-
+    import torch  # lazy: torch; --help and config refusals need none
 
     if cfg.parallel.num_gpus:
         return cfg.parallel.num_gpus
@@ -426,9 +429,7 @@ def launch_with_deepspeed(cfg, user_script: str, resolved: str, script_args: lis
 
     set_op_cache_dir()  # workers inherit the op cache
     worker_environment(resolve_device(cfg.parallel.device, "device:"))  # and DeepSpeed's accelerator
-    from deepspeed.launcher import runner
-
-    from megatron.training.launch_signals import StopReport, Supervisor, launcher_in_own_group
+    from deepspeed.launcher import runner  # lazy: DeepSpeed, only to launch
 
     hosts = remote_hosts(cfg)
     # Across hosts the rendezvous is the first host unless set (the runner would ask it over ssh
@@ -459,8 +460,6 @@ def launch_with_deepspeed(cfg, user_script: str, resolved: str, script_args: lis
         raise UserError(f"DeepSpeed's runner could not launch: {' '.join(str(e).split())[:400]}; check `hostfile:`, "
                         "`include:`/`exclude:`, `num-gpus:` and `master-addr:`") from e
     finally:
-        from megatron.training.shm_buffers import remove_launch_buffers
-
         remove_launch_buffers(cfg.parallel.master_port)  # the workers have exited: DeepSpeed leaves these
     return supervisor.exit_code or last_words(relays) or int(rc or 0)
 
@@ -468,8 +467,6 @@ def launch_with_deepspeed(cfg, user_script: str, resolved: str, script_args: lis
 def last_words(relays: list) -> int | None:
     """Print what ends a remote launch's output (the lost host's line, else the launcher's own exit
     lines); EXIT_LOST_HOST when a host was lost."""
-    from megatron.training.heartbeat import EXIT_LOST_HOST
-
     lost = None
     for relay in relays:
         for line in relay.last_words():

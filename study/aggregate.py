@@ -35,6 +35,7 @@ from megatron.evaluation.stats import (
     paired_test,
 )
 from megatron.evaluation.windows import windows_line
+from study.results import load_results
 
 MISSING = "–"
 FIG5_FACTOR = 8  # the paper's Fig. 5: length 4096 at train length 512
@@ -248,7 +249,7 @@ def speed_markdown(runs: list[RunResult], reference: str) -> str:
 def write_report(runs: list[RunResult], out_dir: str, reference: str = "kerple_log", alpha: float = 0.05,
                  digits: int = 2, log=print) -> dict[str, str]:
     """Write every table and plot for these runs into out_dir; returns {name: path}."""
-    from megatron.evaluation import plots  # matplotlib only when plotting
+    from megatron.evaluation import plots  # lazy: matplotlib, only when plotting
 
     os.makedirs(out_dir, exist_ok=True)
     cells = table3_cells(runs, reference, alpha)
@@ -300,8 +301,6 @@ def add_common_args(p) -> None:
 
 def build_report(results, args, log=print) -> dict:
     """Table 3/4 and the plots of `results` (eval.json files, directories, globs) into args.out."""
-    from study.results import load_results
-
     runs = load_results(results, args.meta_from_path)
     if args.speed:
         apply_speed(runs, load_speed_file(args.speed))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 
 from megatron.errors import UserError
 
@@ -93,6 +93,7 @@ def write_matrix(schemes, data: dict[str, str], seeds, out_dir: str, runs_root: 
     if unknown_vocab:
         raise ValueError(f"--vocab for datasets not in --data: {', '.join(unknown_vocab)}; "
                          f"the datasets are {', '.join(data)}")
+    # lazy: torch (the schemes); make_experiments.py's and run_matrix.py's --help import this module
     from megatron.positional.registry import scheme_names
 
     unknown = [s for s in schemes if s not in scheme_names()]
@@ -159,7 +160,7 @@ def read_matrix(path: str) -> tuple[list[str], list[Run]]:
 
 
 def _unknown(word: str, known) -> str:
-    from megatron.config.errors import did_you_mean  # the one home of "did you mean"
+    from megatron.config.errors import did_you_mean  # lazy: megatron.config (yaml, the schemes' torch), for a refusal only
 
     hint = did_you_mean(word, known).removeprefix("; ")
     return f"unknown field {word!r}" + (f" ({hint})" if hint else "")
@@ -201,8 +202,6 @@ def _parse_matrix(blob) -> tuple[list[str], list[Run], list[str]]:
 
 
 def _parse_run(r) -> tuple[Run | None, list[str]]:
-    from dataclasses import MISSING, fields
-
     if not isinstance(r, dict):
         return None, [f"must be an object with the fields {', '.join(f.name for f in fields(Run))}"]
     known = {f.name: f for f in fields(Run)}

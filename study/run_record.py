@@ -24,6 +24,7 @@ import os
 import shutil
 
 from megatron.atomic_io import atomic_output
+from megatron.evaluation.kernels import learned_kernels
 from megatron.positional.base import parse_head_key
 from megatron.training.metrics_file import read_metrics
 
@@ -65,8 +66,6 @@ def training_devices(metrics_path: str) -> list[dict]:
 
 def kernel_record(checkpoint_dir: str, max_distance: int) -> dict | None:
     """The learned kernel as JSON-ready lists (5 significant digits), or None without a score bias."""
-    from megatron.evaluation.kernels import learned_kernels
-
     out = learned_kernels(checkpoint_dir, max_distance)
     if out is None:
         return None

@@ -22,6 +22,7 @@ import numpy as np
 from scipy import stats as sps
 
 from megatron.evaluation.stats import holm
+from study.experiments import read_matrix
 
 REFERENCE = "kerple_log"
 GAPS = {"windowed - full": None, "power - log": "kerple_power_ap_", "alibi - log": "alibi"}  # None: windowed@L
@@ -72,8 +73,6 @@ def gap_points(runs, planned: set | None = None, min_lengths: int = 2) -> dict[t
 
 def planned_runs(matrices) -> set:
     """{(dataset, train length, report name, seed)} of the matrix.json files' runs that name a train length."""
-    from study.experiments import read_matrix
-
     out = set()
     for path in matrices:
         for r in read_matrix(path)[1]:

@@ -50,6 +50,7 @@ from benchmarks.timing import (
     reset_peak_memory,
 )
 from megatron.attention import backend_names, resolve_backend
+from megatron.attention.kernels.bias_table import bias_path
 from megatron.attention.registry import backend_classes
 from megatron.cli_args import ArgumentParser
 from megatron.config.precision import DTYPE_NAMES, torch_dtype
@@ -194,7 +195,6 @@ def variants(scheme: str, backend: str, args) -> list[str | None]:
     option does not change), or the paths asked for."""
     if backend != "triton" or args.triton_bias == "default":
         return [None]
-    from megatron.attention.kernels.bias_table import bias_path
 
     kernel = build(scheme, args, 16, device="cpu").fused_kernel()
     if kernel is None or bias_path(kernel, "table") == bias_path(kernel, "inline"):

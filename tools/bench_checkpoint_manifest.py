@@ -27,10 +27,20 @@ import time
 
 import torch
 
+import megatron.training.checkpoint as training_checkpoint
 from benchmarks.cli import check_positive, parse_overrides, set_threads
 from benchmarks.report import SECTION_NAME, environment_lines, markdown_table, replace_section
+from megatron.checkpoint import manifest
+from megatron.checkpoint.safe_load import allowed_globals
 from megatron.cli_args import ArgumentParser
+from megatron.config import load_config
 from megatron.errors import run_cli
+from megatron.model import GPTModel
+from megatron.training.checkpoint import Checkpointer
+from megatron.training.distributed import init_distributed
+from megatron.training.optim import build_optimizer
+from megatron.training.pipeline_step import build_pipeline_engine
+from megatron.training.schedule import build_scheduler
 
 DEFAULT_CONFIGS = ["configs/paper/local_setup.yml", "configs/paper/train.yml"]
 # the paper's GPT-2 tokenizer, padded (local_setup.yml); the files need not exist to build the model
@@ -40,13 +50,6 @@ QUICK = ["num-layers=2", "hidden-size=64", "num-attention-heads=4", "padded-voca
 
 def build(configs: list[str], overrides: dict, save_dir: str):
     """(engine, Checkpointer) of the configured model on the CPU, its optimizer state filled in."""
-    from megatron.config import load_config
-    from megatron.training.checkpoint import Checkpointer
-    from megatron.training.distributed import init_distributed
-    from megatron.training.optim import build_optimizer
-    from megatron.training.pipeline_step import build_pipeline_engine
-    from megatron.training.schedule import build_scheduler
-
     cfg = load_config(configs, {**FIXED, **overrides, "save": save_dir, "run-dir": os.path.join(save_dir, "run")})
     init_distributed("cpu", cfg.parallel.distributed_backend)
     vocab = cfg.model.padded_vocab_size
@@ -54,9 +57,8 @@ def build(configs: list[str], overrides: dict, save_dir: str):
         engine, _ = build_pipeline_engine(cfg, vocab, lambda m: build_optimizer(cfg, m),
                                           lambda o: build_scheduler(cfg, o))
     else:
+        # lazy: DeepSpeed picks (and logs) its accelerator on import: after init_distributed chose one
         import deepspeed
-
-        from megatron.model import GPTModel
 
         model = GPTModel(cfg.model, vocab)
         optimizer = build_optimizer(cfg, model)
@@ -84,9 +86,6 @@ def _files(tag_dir: str) -> list[str]:
 
 def measure(engine, checkpointer, repeats: int) -> dict:
     """Median seconds of saves with and without the manifest (interleaved), and of the manifest's parts."""
-    import megatron.training.checkpoint as training_checkpoint
-    from megatron.checkpoint import manifest
-
     real = training_checkpoint.write_manifest
     inside: list[float] = []  # seconds spent in write_manifest during the current save
 
@@ -124,7 +123,6 @@ def measure(engine, checkpointer, repeats: int) -> dict:
     for p in files:
         manifest.verify_file(p)
     verify_s = time.perf_counter() - start
-    from megatron.checkpoint.safe_load import allowed_globals
 
     start = time.perf_counter()  # the read the check sits beside: weights_only with our allow-list
     with torch.serialization.safe_globals(allowed_globals(with_deepspeed=True)):

@@ -28,6 +28,8 @@ import time
 import torch
 
 from megatron.cli_args import ArgumentParser
+from megatron.config import load_config
+from megatron.model import GPTModel
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -49,9 +51,6 @@ def parse_args(argv):
 
 
 def build_ours(args, scheme: str, backend: str):
-    from megatron.config import load_config
-    from megatron.model import GPTModel
-
     cfg = load_config([os.path.join(ROOT, "configs", "quickstart.yml")], overrides={
         "num-layers": args.layers, "hidden-size": args.hidden, "num-attention-heads": args.heads,
         "pos-emb": scheme, "attention-backend": backend,
@@ -62,7 +61,7 @@ def build_ours(args, scheme: str, backend: str):
 
 
 def build_hf(args):
-    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM  # lazy: transformers (~0.7 s) only for the hf_neox row
 
     cfg = GPTNeoXConfig(vocab_size=args.vocab, hidden_size=args.hidden, num_hidden_layers=args.layers,
                         num_attention_heads=args.heads, intermediate_size=4 * args.hidden,

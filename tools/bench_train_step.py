@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import os
 import sys
 from collections import Counter
@@ -44,7 +45,9 @@ import torch
 
 from benchmarks.budget import TimeBudget
 from benchmarks.cli import check_names, check_positive, parse_overrides, pick_device, set_threads
+from benchmarks.profile import kernel_times, profile_tables
 from benchmarks.report import SECTION_NAME, environment_lines, mark_partial, markdown_table, replace_section
+from benchmarks.step_ops import count_step, use_foreach
 from benchmarks.timing import (
     error_cell,
     median_seconds,
@@ -52,9 +55,19 @@ from benchmarks.timing import (
     release_memory,
     reset_peak_memory,
 )
+from megatron.attention import backend_names, resolve_backend
 from megatron.cli_args import ArgumentParser
+from megatron.config import ConfigError, load_config
 from megatron.errors import run_cli
-from megatron.positional.registry import scheme_names
+from megatron.launcher import KNOWN_VOCAB
+from megatron.model import GPTModel, count_parameters
+from megatron.positional.base import positional_spec
+from megatron.positional.registry import build_scheme, scheme_names
+from megatron.tokenizer import padded_vocab_size
+from megatron.training.distributed import init_distributed
+from megatron.training.optim import build_optimizer
+from megatron.training.pipeline_step import build_pipeline_engine
+from megatron.training.schedule import build_scheduler
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -157,8 +170,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error(f"--profile {' '.join(args.profile)}: profile only schemes measured in this run "
                 f"(--schemes {' '.join(args.schemes)})")
     if args.attention_backend != "auto":
-        from megatron.attention import backend_names
-
         check_names(p, [args.attention_backend], ["auto", *backend_names()], "attention backend")
     missing = [c for c in args.configs if not os.path.isfile(os.path.join(ROOT, c)) and not os.path.isfile(c)]
     if missing:
@@ -184,8 +195,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def load(parser, args, scheme: str, extra: dict | None = None):
     """The merged config for one scheme (`extra`: keys set last); a bad file or override exits 2
     with every problem listed."""
-    from megatron.config import ConfigError, load_config
-
     over = dict(args.overrides)
     over["pos-emb"] = scheme
     over["attention-backend"] = args.attention_backend
@@ -206,9 +215,6 @@ def load(parser, args, scheme: str, extra: dict | None = None):
 
 def vocab_size(cfg) -> int:
     """The padded vocab without reading a vocab file (random tokens need no tokenizer)."""
-    from megatron.launcher import KNOWN_VOCAB
-    from megatron.tokenizer import padded_vocab_size
-
     m = cfg.model
     if m.padded_vocab_size:
         return m.padded_vocab_size
@@ -240,8 +246,6 @@ def failed(res: Result, exc: Exception, what: str) -> str:
 
 def build(args, cfg):
     """(model, vocab size) for one config, on the run's device and precision, in training mode."""
-    from megatron.model import GPTModel
-
     torch.manual_seed(0)
     vocab = vocab_size(cfg)
     model = GPTModel(cfg.model, vocab, checkpoint_activations=checkpointing(args, cfg)).to(args.device)
@@ -258,8 +262,6 @@ def autocast_context(args):
 
 def train_step(args, cfg, model, vocab: int, losses: list):
     """(optimizer, step): step() is one optimizer step on random tokens, its loss appended to `losses`."""
-    from megatron.training.optim import build_optimizer
-
     dev = args.device
     micro, seq = shape(args, cfg)
     optimizer = build_optimizer(cfg, model)
@@ -282,8 +284,6 @@ def train_step(args, cfg, model, vocab: int, losses: list):
 
 
 def measure(args, scheme: str) -> Result:
-    from megatron.model import count_parameters
-
     res = Result(scheme)
     cfg = load(None, args, scheme)
     dev = args.device
@@ -310,8 +310,6 @@ def measure(args, scheme: str) -> Result:
     except Exception as e:  # still try the evaluation below
         res.cell = failed(res, e, "train:" if args.eval_length else "")
     if scheme in args.profile and res.sec_per_step is not None:
-        from benchmarks.profile import kernel_times
-
         try:
             res.profile = kernel_times(step, dev)
         except Exception as e:  # the profile is extra: its failure must not cost the table
@@ -445,8 +443,6 @@ def report(args, results: list[Result]) -> str:
         lines += ["", "The paper's Table 4 as ratios (same run; the paper's from its sec/step column):", "", ratios]
     profiles = {r.scheme: r.profile for r in results if r.profile}
     if profiles:
-        from benchmarks.profile import profile_tables
-
         what = "each kernel's device time" if dev.type == "cuda" else "each operator's own CPU time"
         lines += ["", f"Where a step's time goes (`--profile`: torch.profiler over 3 steps, {what}, ms per step; "
                   "the total is the profiled work; wall clock - total: on a GPU, time the device waited for the host):", "",
@@ -501,9 +497,6 @@ def count_backend(args, cfg) -> str:
     dtype, as the model asks it (fp32 under autocast)."""
     if args.attention_backend != "auto" or args.device.type == "cuda":
         return args.attention_backend
-    from megatron.attention import resolve_backend
-    from megatron.positional.base import positional_spec
-    from megatron.positional.registry import build_scheme
 
     if args.count_path == "pipe":  # the layers' hidden states have the engine's dtype
         dtype = cfg.precision.torch_dtype
@@ -515,8 +508,6 @@ def count_backend(args, cfg) -> str:
 
 def model_step(args, cfg):
     """(optimizer, step) for --count-path model: train_step's, AdamW foreach."""
-    from benchmarks.step_ops import use_foreach
-
     model, vocab = build(args, cfg)
     optimizer, step = train_step(args, cfg, model, vocab, [])
     use_foreach(optimizer)  # CUDA's default; a CPU would loop over the parameters
@@ -526,14 +517,6 @@ def model_step(args, cfg):
 def pipe_step(args, cfg):
     """(optimizer, step) for --count-path pipe: step() is one train_batch of DeepSpeed's pipeline
     engine around GPTPipe (one stage) on random tokens, as deepy.py trains with pipe-parallel-size 1."""
-    import itertools
-
-    from benchmarks.step_ops import use_foreach
-    from megatron.training.distributed import init_distributed
-    from megatron.training.optim import build_optimizer
-    from megatron.training.pipeline_step import build_pipeline_engine
-    from megatron.training.schedule import build_scheduler
-
     init_distributed(args.device)  # one process: the pipeline module needs a process group
 
     def optimizer_for(module):
@@ -553,8 +536,6 @@ def pipe_step(args, cfg):
 
 def count_ops(args, scheme: str) -> Count:
     """One step counted (after one uncounted step) at each of --count-layers depths."""
-    from benchmarks.step_ops import count_step
-
     res = Count(scheme)
     try:
         res.backend = count_backend(args, load(None, args, scheme))

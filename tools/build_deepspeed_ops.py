@@ -9,26 +9,24 @@ any machine: the CPU runs of a GPU machine (its test suite's included) load it t
 import os
 import time
 
+import torch
+
+from megatron.device import select_deepspeed_accelerator
 from megatron.errors import run_cli
-from megatron.training.op_cache import set_op_cache_dir
+from megatron.training.op_cache import cache_state, set_op_cache_dir
 
 
 def main() -> int:
-    import torch
-
-    from megatron.device import select_deepspeed_accelerator
-
     set_op_cache_dir()
     select_deepspeed_accelerator(torch.device("cpu"))
     start = time.perf_counter()
+    # lazy: DeepSpeed picks (and logs) its accelerator on import: after the CPU one is selected
     from deepspeed.accelerator import get_accelerator
 
     builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
     if builder is None:
         print("DeepSpeed accelerator has no shared-memory comm op to build; nothing to do")
     else:
-        from megatron.training.op_cache import cache_state
-
         cached, reason = cache_state()
         builder.load(verbose=False)
         how = "a first build" if not cached else f"built again: ninja says {reason}" if reason else "cached"

@@ -18,6 +18,7 @@ from decimal import Decimal
 
 from megatron.cli_args import ArgumentParser
 from megatron.errors import UserError, run_cli
+from megatron.evaluation.results import parse_result
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -33,7 +34,7 @@ def load_figures(path: str = FIGURES) -> dict:
 def this_machine() -> dict:
     """What decides whether runs repeat to the digit: CPU vendor, torch's thread count and its CPU
     capability (the kernels it dispatches)."""
-    import torch
+    import torch  # lazy: torch only to name this machine; --help and file refusals need none
 
     vendor = None
     try:
@@ -77,8 +78,6 @@ def judge(name: str, spec: dict, machines: dict, here: dict, measured: dict[int,
 
 
 def measured_ppl(path: str) -> dict[int, float]:
-    from megatron.evaluation.results import parse_result
-
     try:
         return parse_result(path).ppl
     except ValueError as e:

@@ -35,6 +35,7 @@ def main(argv=None) -> int:
             ap.error(f"--arch {arch}: known compute capabilities are {', '.join(map(str, SHARED_LIMIT))}")
     if os.environ.get("TRITON_INTERPRET", "0") == "1":
         ap.error("TRITON_INTERPRET=1 is set: interpreted kernels cannot be compiled; unset it")
+    # lazy: torch and triton; the flag checks above need none
     from benchmarks.compile_check import QUICK, all_variants, compile_variant
 
     if args.quick:

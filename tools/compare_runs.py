@@ -22,6 +22,8 @@ import shlex
 from megatron.atomic_io import atomic_output
 from megatron.cli_args import ArgumentParser
 from megatron.errors import UserError, run_cli
+from megatron.evaluation.outputs import checkpoint_name
+from megatron.evaluation.results import parse_result
 
 
 def eval_json_of(run: str) -> str:
@@ -31,8 +33,6 @@ def eval_json_of(run: str) -> str:
 
 def run_label(run: str, result) -> str:
     """The run's name (its directory) and scheme: `quickstart (kerple_log)`."""
-    from megatron.evaluation.outputs import checkpoint_name
-
     path = os.path.abspath(run)
     name = checkpoint_name(os.path.dirname(os.path.dirname(path)) if run.endswith(".json") else path)
     return f"{name} ({result.scheme})"
@@ -40,7 +40,7 @@ def run_label(run: str, result) -> str:
 
 def comparison_table(runs: dict) -> str:
     """Markdown: one row per length, each run's perplexity and change from its 1x length."""
-    from megatron.evaluation.plots import reference_length
+    from megatron.evaluation.plots import reference_length  # lazy: matplotlib (through plots.py), as in main
 
     lengths = sorted({L for r in runs.values() for L in r.ppl})
     head = "| length | " + " | ".join(f"{label} | change" for label in runs) + " |"
@@ -89,8 +89,8 @@ def main(argv=None) -> int:
             print(message)
             return 0
         raise UserError(message)
+    # lazy: matplotlib; --help and the missing-run answer need none
     from megatron.evaluation.plots import PPL_MIN_SPAN, plot_ppl_vs_length
-    from megatron.evaluation.results import parse_result
 
     runs = {}
     for run in args.runs:

@@ -9,8 +9,15 @@ from __future__ import annotations
 
 import argparse
 
+from megatron.checkpoint.errors import CheckpointError
+from megatron.checkpoint.layout import detect_layout, is_neox
+from megatron.checkpoint.output import check_output
+from megatron.checkpoint.tags import tag_dir_of, tag_or_latest
+from megatron.checkpoint.trust import add_load_flags
 from megatron.cli_args import ArgumentParser, int_at_least
+from megatron.config.precision import DTYPE_NAMES, torch_dtype
 from megatron.errors import run_cli
+from megatron.outputs_vs_inputs import refuse_overlap
 
 
 def main(argv=None) -> int:
@@ -22,23 +29,14 @@ def main(argv=None) -> int:
     p.add_argument("--iteration", type=int_at_least(0), default=None, help="convert global_step<N> instead of latest")
     p.add_argument("--config", nargs="+", default=None,
                    help="the NeoX YAML files (default: the checkpoint's global_step<N>/configs/*.yml)")
-    from megatron.checkpoint.trust import add_load_flags
-    from megatron.config.precision import DTYPE_NAMES, torch_dtype
-
     p.add_argument("--dtype", choices=DTYPE_NAMES, default="fp32")
-
     add_load_flags(p)
     args = p.parse_args(argv)
-    from megatron.checkpoint.errors import CheckpointError
-    from megatron.checkpoint.layout import detect_layout, is_neox
-    from megatron.checkpoint.output import check_output
+    # lazy: pulls in torch: --help and flag errors need none
     from megatron.checkpoint.reader import read_tp1_state
-    from megatron.checkpoint.tags import tag_dir_of, tag_or_latest
     from megatron.checkpoint.writer import write_tp1_checkpoint
 
     check_output(args.output, args.overwrite, args.input)  # before the (long) read
-    from megatron.outputs_vs_inputs import refuse_overlap
-
     refuse_overlap("--output", args.output, [("a NeoX config being read (--config)", c) for c in args.config or []],
                    replaced_whole=True)
     dtype = torch_dtype(args.dtype)

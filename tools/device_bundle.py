@@ -29,6 +29,7 @@ import importlib.metadata as md
 import os
 import subprocess
 import sys
+import sysconfig
 import tarfile
 
 from megatron.cli_args import ArgumentParser
@@ -123,7 +124,6 @@ def main() -> int:
     missing = [n for n in PURE + COMPILED if not _installed(n)]
     if missing:
         p.error(f"not installed in this environment: {', '.join(missing)}; run `make setup` and use .venv/bin/python")
-    import sysconfig
 
     site = sysconfig.get_paths()["purelib"]
     os.makedirs(OUT, exist_ok=True)

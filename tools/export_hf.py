@@ -16,8 +16,15 @@ from __future__ import annotations
 
 import argparse
 
+from megatron.atomic_io import refuse_existing_output
+from megatron.checkpoint.tags import resolve_tag, tag_or_latest
+from megatron.checkpoint.trust import add_load_flags, apply_trust_flag
 from megatron.cli_args import ArgumentParser, int_at_least
+from megatron.config.precision import DTYPE_NAMES
+from megatron.device import add_device_flag, device_from_flag
 from megatron.errors import run_cli
+from megatron.launcher import parse_overrides
+from megatron.outputs_vs_inputs import refuse_overlap
 
 
 def main(argv=None) -> int:
@@ -25,34 +32,23 @@ def main(argv=None) -> int:
     p.add_argument("--checkpoint", required=True, help="directory holding `latest` and global_step<N>/")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--iteration", type=int_at_least(0), default=None)
-    from megatron.config.precision import DTYPE_NAMES
-
     p.add_argument("--dtype", choices=DTYPE_NAMES, default="fp32")
     p.add_argument("--no-tokenizer", action="store_true", help="do not write tokenizer files")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing --out directory (all of it; without this flag it is refused)")
-    from megatron.device import add_device_flag
-
     add_device_flag(p, " (the checkpoint is loaded there; the files written are the same)")
     p.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key of the checkpoint, e.g. -o vocab-file=data/tok.json")
-    from megatron.checkpoint.trust import add_load_flags, apply_trust_flag
-
     add_load_flags(p)
     args = p.parse_args(argv)
     apply_trust_flag(args)
-    from megatron.atomic_io import refuse_existing_output
-    from megatron.checkpoint.tags import resolve_tag, tag_or_latest
-    from megatron.outputs_vs_inputs import refuse_overlap
-
     resolve_tag(args.checkpoint, tag_or_latest(args.iteration))  # a missing checkpoint: answered before torch loads
     # --out is replaced whole: never the checkpoint it reads, inside it or above it (--overwrite would delete it)
     refuse_overlap("--out", args.out, [("the checkpoint being read (--checkpoint)", args.checkpoint)], replaced_whole=True)
     refuse_existing_output(args.out, args.overwrite, "--out")  # and an earlier export
-    from megatron.device import device_from_flag
+    # lazy: pulls in torch: a missing checkpoint or a taken --out is refused above without it
     from megatron.evaluation.load import load_checkpoint_model
     from megatron.interop.hf_export import export_hf
-    from megatron.launcher import parse_overrides
 
     device = device_from_flag(args.device, "export_hf.py")
     model, cfg, _ = load_checkpoint_model(args.checkpoint, tag_or_latest(args.iteration), parse_overrides(args.override) or None,

@@ -43,6 +43,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from megatron.atomic_io import atomic_output
 from megatron.cli_args import ArgumentParser
 from megatron.errors import UserError
 
@@ -203,8 +204,6 @@ def run(out: str, total: float, tiny: bool, python: str, only: list[str] | None 
 
 
 def write_summary(out: str, summary: dict) -> None:
-    from megatron.atomic_io import atomic_output
-
     with atomic_output(os.path.join(out, SUMMARY), fsync=False) as tmp, open(tmp, "w") as f:
         json.dump(summary, f, indent=1)
 

@@ -21,8 +21,10 @@ import sys
 import tempfile
 
 import numpy as np
+import yaml
 
 from megatron.cli_args import ArgumentParser
+from megatron.data.indexed import MMapIndexedDatasetBuilder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -35,8 +37,6 @@ TINY = {"num-layers": 2, "hidden-size": 64, "num-attention-heads": 4, "seq-lengt
 
 
 def write_corpus(prefix: str, tokens: int, vocab: int, seed: int = 0) -> str:
-    from megatron.data.indexed import MMapIndexedDatasetBuilder
-
     rng = np.random.default_rng(seed)
     builder = MMapIndexedDatasetBuilder(prefix + ".bin", np.uint16)
     for _ in range(max(1, tokens // 1024)):  # documents of 1,024 tokens, the last one an end-of-document
@@ -49,8 +49,6 @@ def write_corpus(prefix: str, tokens: int, vocab: int, seed: int = 0) -> str:
 
 
 def experiment(tmp: str, iters: int, log_interval: int, tiny: bool) -> str:
-    import yaml
-
     steps_tokens = (TINY["train_micro_batch_size_per_gpu"] * TINY["seq-length"]) if tiny else 32 * 512
     data = write_corpus(os.path.join(tmp, "random_text_document"), 2 * iters * steps_tokens + 65536,
                         512 if tiny else VOCAB)
@@ -90,6 +88,7 @@ def main() -> int:
     log_interval = args.log_interval or (2 if args.tiny else 10)
     if iters < 2 * log_interval:
         p.error(f"--iters {iters} must be at least twice --log-interval {log_interval} (the first window is warmup)")
+    # lazy: pulls in torch (training/distributed.py); --help and flag errors need none
     from megatron.training.distributed import free_port
 
     with tempfile.TemporaryDirectory(prefix="gpu_throughput_") as tmp:

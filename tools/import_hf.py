@@ -25,7 +25,7 @@ def main(argv=None) -> int:
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing --output directory (all of it; without this flag it is refused)")
     args = p.parse_args(argv)
-    from megatron.interop.hf_import import import_hf
+    from megatron.interop.hf_import import import_hf  # lazy: pulls in torch and the config: --help and flag errors need none
 
     step, cfg = import_hf(args.input, args.output, args.overwrite)
     m = cfg.model

@@ -16,11 +16,10 @@ import os
 
 from megatron.cli_args import ArgumentParser
 from megatron.errors import run_cli
+from megatron.evaluation.harness.local_tasks import DATA_DIR, build_task_files
 
 
 def main(argv=None) -> int:
-    from megatron.evaluation.harness.local_tasks import DATA_DIR, build_task_files
-
     p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=DATA_DIR, help=f"output directory (default: {os.path.relpath(DATA_DIR)})")
     p.add_argument("--lastword", type=int, default=500, help="at most this many last-word documents")

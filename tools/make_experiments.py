@@ -50,7 +50,7 @@ def parse_settings(items: list[str], base: list[str]) -> dict:
         except ValueError:
             out[key.strip()] = text
     if out:
-        from megatron.config import load_config
+        from megatron.config import load_config  # lazy: megatron.config (yaml, the schemes' torch) only for --set
 
         try:
             load_config(base, overrides=out)

@@ -30,18 +30,26 @@ from __future__ import annotations
 
 import argparse
 import glob
+import json
 import os
 
 from megatron.atomic_io import atomic_output
 from megatron.cli_args import ArgumentParser
 from megatron.errors import run_cli
-from study.aggregate import add_common_args, build_report
+from study.aggregate import _safe, add_common_args, build_report, group_slug, group_title, table3_cells
+from study.flat_kernels import flat_markdown, head_values
+from study.growth import growth_markdown, growth_rows
+from study.results import load_results
+from study.train_length_quality import quality_markdown, quality_points
+from study.train_test import pairs, train_test_markdown
+from study.trend import gap_points, has_points, planned_runs, trend_markdown
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STUDY_RECORDS = os.path.join(REPO, "docs", "results", "runs")
 
 
 def kernel_plot(patterns, max_distance: int, out_dir: str, log=print) -> str | None:
+    # lazy: torch (the kernels) and matplotlib, only for the plots; --help needs none
     from megatron.evaluation.kernels import learned_kernels
     from megatron.evaluation.plots import plot_kernels
 
@@ -72,10 +80,8 @@ def kernel_plot(patterns, max_distance: int, out_dir: str, log=print) -> str | N
 def records_report(records_dir: str, out_dir: str, log=print) -> None:
     """Kernel plots, drift table and trajectory plots (per dataset and train length), the flat-kernel
     assessment, the train/test check and the train-length trend, from run records."""
-    import json
-
+    # lazy: matplotlib (the plots) and torch (the records' kernels); --help needs none
     from megatron.evaluation.plots import plot_kernels
-    from study.aggregate import group_slug, group_title
     from study.convergence import (
         drift_markdown,
         drift_rows,
@@ -124,8 +130,6 @@ def records_report(records_dir: str, out_dir: str, log=print) -> None:
         f.write("# Do the learned positional parameters still move? (last 20% of training)\n\n")
         f.write(drift_markdown(rows) if rows else "No record has per-head positional parameters.\n")
     log(f"wrote {path}")
-    from study.flat_kernels import flat_markdown, head_values
-    from study.train_test import pairs, train_test_markdown
 
     _write(os.path.join(out_dir, "flat_kernels.md"), "# Do KERPLE heads learn flat kernels? (the paper's §5.4)\n\n"
            + flat_markdown(head_values(records)), log)
@@ -141,13 +145,11 @@ def _write(path: str, text: str, log) -> None:
 
 def trend_report(runs, args, log=print) -> None:
     """trend.md and trend_<dataset>.png from the evaluations (study/trend.py)."""
-    from study.aggregate import _safe, table3_cells
+    # lazy: torch (records), matplotlib (plots), megatron.config (replicates.py reads YAML with it)
     from study.convergence import load_records
     from study.gap_vs_quality import gap_quality_markdown, gap_quality_points
     from study.plots import plot_gap_vs_quality, plot_trend
     from study.replicates import identities
-    from study.train_length_quality import quality_markdown, quality_points
-    from study.trend import gap_points, has_points, planned_runs, trend_markdown
 
     matrices = sorted({m for pat in args.planned for m in glob.glob(pat)})
     gaps = gap_points(runs, planned_runs(matrices))
@@ -171,14 +173,13 @@ def trend_report(runs, args, log=print) -> None:
 def growth_report(runs, args, log=print) -> None:
     """growth.md: each scheme's gap to the reference at 1x and kx and the growth gap between them
     (study/growth.py)."""
-    from study.growth import growth_markdown, growth_rows
-
     _write(os.path.join(args.out, "growth.md"), "# How much of each lead is extrapolation? The gap at 1x and its growth\n\n"
            + growth_markdown(growth_rows(runs, args.reference, args.alpha), args.reference, args.alpha), log)
 
 
 def claims_report(runs, args, log=print) -> None:
     """README.md and claims.md from the templates; the root README's study paragraph with --root-readme."""
+    # lazy: torch (records); --help needs none
     from study.claims import report_texts, with_block
     from study.convergence import load_records
 
@@ -224,7 +225,6 @@ def main(argv=None) -> int:
     if not args.results:
         raise ValueError("give --results (eval.json globs or directories) or --records (run records)")
     build_report(args.results, args)
-    from study.results import load_results
 
     runs = load_results(args.results, args.meta_from_path) if args.records or args.checkpoints else []  # read once
     if args.records:

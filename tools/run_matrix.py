@@ -64,7 +64,7 @@ def window_size(windowed: str | None, full_eval: str) -> int | None:
 def run_one(base: list[str], r, eval_args: list[str], windowed: str | None, records: str | None = None) -> str:
     """Train (resuming), evaluate, optionally evaluate windowed and write the run's record; each
     step skipped when done."""
-    from study.run_record import record_complete, write_record  # torch: after the CLI is parsed
+    from study.run_record import record_complete, write_record  # lazy: torch, after the CLI is parsed
 
     record = os.path.join(records, r.name) if records else None
     if record and record_complete(record):
@@ -124,6 +124,7 @@ def select_runs(runs, matrix: str, index: int | None, only: str | None, shard: t
     if only:
         matched = [r for r in runs if only in r.name]
         if not matched:
+            # lazy: megatron.config (yaml, the schemes' torch) only for this refusal
             from megatron.config.errors import did_you_mean
 
             words = dict.fromkeys([r.name for r in runs] + [w for r in runs for w in (r.scheme, r.label, r.dataset) if w])
@@ -148,7 +149,7 @@ def check_windowed_only(windowed: str | None, scheme: str | None, runs, matrix: 
                         "evaluated windowed; add --windowed W (or L), or drop --windowed-only")
     schemes = list(dict.fromkeys(r.scheme for r in runs))
     if scheme not in schemes:
-        from megatron.config.errors import did_you_mean
+        from megatron.config.errors import did_you_mean  # lazy: megatron.config (yaml, the schemes' torch) only for this refusal
 
         raise UserError(f"--windowed-only {scheme!r} is no scheme of {matrix} ({', '.join(schemes)})"
                         f"{did_you_mean(scheme, schemes)}; no run would be evaluated windowed")

@@ -27,6 +27,8 @@ import datetime
 import os
 import sys
 
+from benchmarks import sass
+from benchmarks.tile_counts import kernel_tiles
 from megatron.cli_args import ArgumentParser
 from megatron.errors import run_cli
 
@@ -49,7 +51,7 @@ def measure(kernel: str, scheme: str, dtype: str, head_dim: int) -> list[dict]:
     """Compile one variant and count its hot loop: a dict of the row's figures. A variant whose
     unmasked band is split (KERPLE-log: far tiles, the hot loop at long lengths, and the near
     ones, kernels/bands.py far_split) gives a second row for its near tiles."""
-    from benchmarks import sass
+    # lazy: torch and triton; --help and flag errors need none
     from benchmarks.compile_check import compile_variant, default_launch
 
     (block_m, block_n), num_warps, stages = default_launch(kernel, head_dim, dtype)
@@ -80,7 +82,7 @@ def mufu_cell(counts) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    from benchmarks.report import markdown_table
+    from benchmarks.report import markdown_table  # lazy: torch (benchmarks/report.py); --help needs none
 
     plain = {r["kernel"]: r["counts"]["total"] for r in rows if r["scheme"] == "plain"}
     headers = ["kernel", "scheme", "bias path", "regs", "stack B", "loop instr", "skipped", "per score", "vs plain",
@@ -98,10 +100,11 @@ def table(rows: list[dict]) -> str:
 
 
 def section(rows: list[dict], dtype: str, head_dim: int, argv: list[str]) -> str:
+    # lazy: torch and triton, for the section's versions
     import torch
     import triton
 
-    from benchmarks.report import command_line
+    from benchmarks.report import command_line  # lazy: torch (benchmarks/report.py); --help needs none
 
     configs = sorted({(r["kernel"], r["config"]) for r in rows}, key=lambda kc: KERNELS.index(kc[0]))
     return "\n".join([
@@ -162,7 +165,7 @@ def tile_costs(kernel: str, scheme: str, dtype: str, head_dim: int, exact_pv: bo
     """Compile one variant; the instructions of each kind of tile's loop (one iteration), the ones
     outside every band loop (a program's own: loading its block, storing its results), the
     forward's lazily skipped rescale per loop, and the launch (blocks, warps)."""
-    from benchmarks import sass
+    # lazy: torch and triton; --help and flag errors need none
     from benchmarks.compile_check import compile_variant, default_launch
 
     (block_m, block_n), num_warps, _ = default_launch(kernel, head_dim, dtype)
@@ -188,8 +191,6 @@ def tile_costs(kernel: str, scheme: str, dtype: str, head_dim: int, exact_pv: bo
 
 def kernel_estimate(cost: dict, kernel: str, length: int, r2: float) -> float:
     """Warp instructions of one kernel per (batch, head) at `length`."""
-    from benchmarks.tile_counts import kernel_tiles
-
     t = kernel_tiles(kernel, length, *cost["blocks"], far="far" in cost, r2=r2)
     per_warp = t.masked * cost["masked"] + t.near * cost["near"] + t.far * cost.get("far", 0)
     return cost["warps"] * (per_warp + t.programs * cost["outside"])
@@ -226,7 +227,7 @@ def millions(x: float) -> str:
 
 
 def model_table(costs: dict, hd: int, lengths: list[int], r2: float) -> str:
-    from benchmarks.report import markdown_table
+    from benchmarks.report import markdown_table  # lazy: torch (benchmarks/report.py); --help needs none
 
     rows = []
     for mode in ("fwd", "fwd+bwd"):
@@ -251,7 +252,7 @@ def model_table(costs: dict, hd: int, lengths: list[int], r2: float) -> str:
 
 
 def tile_table(costs: dict, head_dims: list[int]) -> str:
-    from benchmarks.report import markdown_table
+    from benchmarks.report import markdown_table  # lazy: torch (benchmarks/report.py); --help needs none
 
     rows = []
     for hd in head_dims:
@@ -268,10 +269,11 @@ def tile_table(costs: dict, head_dims: list[int]) -> str:
 
 def model_section(costs: dict, head_dims: list[int], lengths: list[int], r2: float, dtype: str,
                   argv: list[str]) -> str:
+    # lazy: torch and triton, for the section's versions
     import torch
     import triton
 
-    from benchmarks.report import command_line
+    from benchmarks.report import command_line  # lazy: torch (benchmarks/report.py); --help needs none
 
     lines = [
         "## Estimated kernel cost per length (`tools/sass_mix.py --model`)",
@@ -324,7 +326,7 @@ def main(argv=None) -> int:
     args.section = args.section or ("sass-model" if args.model else "sass")
     if os.environ.get("TRITON_INTERPRET", "0") == "1":
         ap.error("TRITON_INTERPRET=1 is set: interpreted kernels cannot be compiled; unset it")
-    from benchmarks.compile_check import SCHEMES as KNOWN
+    from benchmarks.compile_check import SCHEMES as KNOWN  # lazy: torch and triton; --help and flag errors need none
 
     unknown = [s for s in args.schemes if s not in KNOWN]
     if unknown:
@@ -338,7 +340,7 @@ def main(argv=None) -> int:
                              args.dtype, argv)
         print(text)
         if args.out:
-            from benchmarks.report import replace_section
+            from benchmarks.report import replace_section  # lazy: torch (benchmarks/report.py); --help needs none
 
             replace_section(args.out, args.section, text)
         return 0
@@ -351,7 +353,7 @@ def main(argv=None) -> int:
     text = section(rows, args.dtype, args.head_dim, argv)
     print(text)
     if args.out:
-        from benchmarks.report import replace_section
+        from benchmarks.report import replace_section  # lazy: torch (benchmarks/report.py); --help needs none
 
         replace_section(args.out, args.section, text)
     return 0

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 
 from megatron.attention.base import AttentionBackend
@@ -28,9 +29,7 @@ def register_backend(name: str, priority: int):
 def _load_all() -> None:
     # A backend with optional dependencies (triton, flash-attn) must import without them and say
     # so in unsupported_reason; an ImportError here is a bug, not a reason to skip the backend.
-    import megatron.attention as pkg
-
-    for mod in pkgutil.iter_modules(pkg.__path__):
+    for mod in pkgutil.iter_modules([os.path.dirname(__file__)]):  # this package's modules
         if mod.name not in _NOT_BACKENDS:
             importlib.import_module(f"megatron.attention.{mod.name}")
 

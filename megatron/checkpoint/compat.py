@@ -12,6 +12,7 @@ import os
 from megatron.checkpoint.client import CHECKED_ARGS
 from megatron.checkpoint.errors import CheckpointError
 from megatron.checkpoint.layout import RESOLVED_CONFIG
+from megatron.config import NeoXConfig
 
 SHAPE_KEYS = CHECKED_ARGS + ("padded_vocab_size",)  # keys that change the weights' shapes or names
 
@@ -35,7 +36,6 @@ def saved_model(tag_dir: str):
     path = os.path.join(tag_dir, RESOLVED_CONFIG)
     if not os.path.isfile(path):
         return None
-    from megatron.config import NeoXConfig
 
     return NeoXConfig.from_file(path).model
 

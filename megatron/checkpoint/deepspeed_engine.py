@@ -89,7 +89,7 @@ def safe_zero_to_fp32(trust: bool = False, allow_nonfinite: bool = False, tag_di
 
     zero_to_fp32 unpickles fully itself (no checkpoint engine, weights_only off); its module
     global `torch` is swapped for a proxy whose `load` is ours, and restored on exit."""
-    from deepspeed.utils import zero_to_fp32
+    from deepspeed.utils import zero_to_fp32  # lazy: DeepSpeed (its import picks an accelerator), only for a ZeRO-3 checkpoint
 
     def load(path, map_location=None, **kwargs):
         return safe_load.read_checkpoint_file(_check_inside(path, tag_dir), trust, allow_nonfinite, map_location or "cpu",

@@ -28,9 +28,13 @@ import dataclasses
 import json
 import os
 
+from megatron.atomic_io import atomic_output
 from megatron.checkpoint.digest import content_problem, file_digest
 from megatron.checkpoint.errors import CheckpointError
 from megatron.checkpoint.layout import RESOLVED_CONFIG
+from megatron.config import NeoXConfig
+from megatron.config.untrusted_json import json_type, read_json
+from megatron.errors import UserError
 
 MANIFEST = "manifest.json"
 FORMAT = "kerple-checkpoint-manifest/1"
@@ -58,8 +62,6 @@ def write_manifest(tag_dir: str, tag: str, layout: dict, model: dict | None, ite
     """Hash every file under `tag_dir` (the step `tag`, maybe still under its staging name) and
     write its manifest (atomically); returns its path. `model`: model_keys() of the config saved
     beside the weights (None without one)."""
-    from megatron.atomic_io import atomic_output
-
     files = {}
     for root, _, names in os.walk(tag_dir):
         for name in names:
@@ -84,8 +86,6 @@ def read_manifest(tag_dir: str) -> dict | None:
     """The manifest of `tag_dir`, or None when it has none. Every field check_step and verify_file
     use is checked here (a field of the wrong JSON type is one CheckpointError naming it, never an
     AttributeError further on)."""
-    from megatron.config.untrusted_json import read_json
-
     path = os.path.join(tag_dir, MANIFEST)
     try:
         record = read_json(path, "a checkpoint manifest", MAX_MANIFEST_BYTES, CheckpointError, _DAMAGED,
@@ -104,8 +104,6 @@ def read_manifest(tag_dir: str) -> dict | None:
 
 def _schema_problem(record: dict) -> str | None:
     """The first field of `record` that is not what write_manifest writes, or None."""
-    from megatron.config.untrusted_json import json_type
-
     def wrong(key: str, value, want: str) -> str:
         return f"{key} is {json_type(value)} ({str(value)[:60]}), not {want}"
 
@@ -194,8 +192,6 @@ def _config_problem(tag_dir: str, record: dict) -> str | None:
     built = (record.get("config") or {}).get("model")
     if built is None:
         return f"{RESOLVED_CONFIG} was changed since the save"
-    from megatron.config import NeoXConfig
-    from megatron.errors import UserError
 
     try:
         now = model_keys(NeoXConfig.from_file(path))

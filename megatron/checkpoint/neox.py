@@ -17,18 +17,20 @@ import re
 import torch
 
 from megatron.checkpoint import safe_load
-from megatron.checkpoint.client import client_state
+from megatron.checkpoint.client import CHECKED_ARGS, client_state
+from megatron.checkpoint.compat import differences
 from megatron.checkpoint.errors import CheckpointError
 from megatron.checkpoint.layout import DESCRIPTIONS, config_files, layer_files, shard_files
 from megatron.checkpoint.neox_keys import our_key
+from megatron.config import load_config
+from megatron.model import GPTModel
+from megatron.parallel.merge import merge_plan, merge_state_dicts
 
 # Buffers fully determined by the config: recomputed in fp32 rather than taken from a bf16 copy.
 DERIVED_BUFFERS = ("position.inv_freq", "position.slopes")
 
 
 def read_config(tag_dir: str, files=None, overrides: dict | None = None):
-    from megatron.config import load_config
-
     files = list(files or config_files(tag_dir))
     if not files:
         raise CheckpointError(f"{tag_dir} has no configs/*.yml (NeoX copies the training YAML there); "
@@ -91,9 +93,6 @@ def _refuse_another_block(tag_dir: str, client: dict, cfg) -> None:
     """NeoX saves its arguments in the client state: a config that describes another block than the
     one trained (gpt-j-residual dropped, another activation, ...) would load every tensor and be a
     different model, so it is refused naming each key."""
-    from megatron.checkpoint.client import CHECKED_ARGS
-    from megatron.checkpoint.compat import differences
-
     args = client.get("args")
     if not isinstance(args, dict):
         return
@@ -134,7 +133,6 @@ def _check_shapes(shards: list[dict], wheres: list[dict], expected: dict, plan, 
 def _merge(shards: list[dict], plan, tag_dir: str) -> dict:
     if len(shards) == 1:
         return dict(shards[0])
-    from megatron.parallel.merge import merge_state_dicts
 
     try:
         merged = merge_state_dicts(shards, plan)
@@ -167,9 +165,6 @@ def read_neox_state(tag_dir: str, layout: str, config=None, overrides: dict | No
     TP=1 and no pipeline, padded vocab size) of one NeoX step directory. `config`: YAML files to use
     instead of global_stepN/configs/. `trust`: allow the full unpickler (see safe_load.py).
     `allow_nonfinite`: accept NaN/inf tensors (see finite.py)."""
-    from megatron.model import GPTModel
-    from megatron.parallel.merge import merge_plan
-
     cfg = read_config(tag_dir, config, overrides)
     raw, client = _raw_shards(tag_dir, layout, trust, allow_nonfinite)
     _refuse_another_block(tag_dir, client, cfg)

@@ -21,6 +21,7 @@ import torch
 from megatron.checkpoint import safe_load
 from megatron.checkpoint.client import CHECKED_ARGS, client_state
 from megatron.checkpoint.compat import refuse_shape_change
+from megatron.checkpoint.deepspeed_engine import safe_zero_to_fp32
 from megatron.checkpoint.errors import CheckpointError
 from megatron.checkpoint.layout import (
     MODEL_FILE,
@@ -31,7 +32,11 @@ from megatron.checkpoint.layout import (
     zero3_model_files,
 )
 from megatron.checkpoint.manifest import check_step
+from megatron.checkpoint.neox import read_neox_state
+from megatron.checkpoint.pipeline import merge_pipeline_to_sequential
 from megatron.checkpoint.tags import tag_dir_of
+from megatron.checkpoint.tp_merge import merge_blobs
+from megatron.config import NeoXConfig
 from megatron.errors import UserError
 
 
@@ -61,8 +66,6 @@ def read_tp1_state(ckpt_dir: str, tag: str | None = None, *, config=None, overri
     check_step(tag_dir)  # the manifest: no missing, changed or foreign file, the config still the weights'
     layout = detect_layout(tag_dir)
     if is_neox(layout):
-        from megatron.checkpoint.neox import read_neox_state
-
         state, client, cfg, _ = read_neox_state(tag_dir, layout, config, overrides, trust,
                                                 dtype or torch.float32, allow_nonfinite)
         return Tp1Checkpoint(state, client, cfg, tag_dir, layout)
@@ -80,14 +83,10 @@ def _read_ours(tag_dir: str, layout: str, trust: bool, allow_nonfinite: bool) ->
     if not os.path.isfile(path):
         raise CheckpointError(f"{path} is missing: {tag_dir} is not a complete sequential checkpoint")
     if layout == "ours-pipeline":  # pipeline engine: weights in layer files
-        from megatron.checkpoint.pipeline import merge_pipeline_to_sequential
-
         client = client_state(read(path))
         print(f"[checkpoint] read pipeline layer files of {tag_dir} into the sequential model", flush=True)
         return merge_pipeline_to_sequential(tag_dir, read), client
     if layout == "ours-tp":  # saved with tensor parallelism: merge to TP=1 in memory
-        from megatron.checkpoint.tp_merge import merge_blobs
-
         paths = shard_files(tag_dir)
         blobs = [read(p) for p in paths]
         _check_shard_count(tag_dir, blobs[0], len(paths))
@@ -114,9 +113,8 @@ def _check_shard_count(tag_dir: str, blob: dict, found: int) -> None:
 def _read_zero3(tag_dir: str, trust: bool, allow_nonfinite: bool) -> tuple[dict, dict]:
     """ZeRO-3: the weights are partitioned over the optimizer files; DeepSpeed's zero_to_fp32
     consolidates them, with its reads routed through the safe reader."""
+    # lazy: DeepSpeed (its import picks an accelerator), only for a ZeRO-3 checkpoint
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
-
-    from megatron.checkpoint.deepspeed_engine import safe_zero_to_fp32
 
     client = client_state(safe_load.read_checkpoint_file(zero3_model_files(tag_dir)[0], trust, allow_nonfinite))
     print(f"[checkpoint] consolidated the ZeRO-3 partitions of {tag_dir}", flush=True)
@@ -137,7 +135,6 @@ def _our_config(tag_dir: str, overrides: dict | None):
     resolved = os.path.join(tag_dir, RESOLVED_CONFIG)
     if not os.path.isfile(resolved):
         return None
-    from megatron.config import NeoXConfig
 
     cfg = NeoXConfig.from_file(resolved)
     if cfg.parallel.model_parallel_size != 1:

@@ -22,6 +22,7 @@ import zipfile
 
 import numpy as np
 import torch
+from numpy._core.multiarray import _reconstruct
 
 from megatron.checkpoint.digest import ZIP_MAGIC
 from megatron.checkpoint.errors import CheckpointError, UnsafeCheckpointError
@@ -43,8 +44,6 @@ DEEPSPEED_GLOBALS = (
 
 def _numpy_globals() -> list:
     """numpy pieces of a pickled RNG state / array, under both numpy 1.x and 2.x module names."""
-    from numpy._core.multiarray import _reconstruct
-
     out = [_reconstruct, np.ndarray, np.dtype, (_reconstruct, "numpy.core.multiarray._reconstruct")]
     for name in ("UInt32DType", "Int64DType", "Int32DType", "Float64DType", "Float32DType",
                  "BoolDType", "UInt8DType", "Float16DType"):

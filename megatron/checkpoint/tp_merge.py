@@ -10,6 +10,7 @@ import dataclasses
 
 from megatron.checkpoint.client import client_state
 from megatron.checkpoint.errors import CheckpointError
+from megatron.config.model import ModelConfig
 from megatron.parallel.merge import merge_state_dicts
 
 
@@ -33,8 +34,6 @@ def _model_source(client: dict, args: dict, where: str):
     """What describes the saved model for the merge: the ModelConfig of the client state's flat
     config (every checkpoint our Checkpointer writes has one); else, for a client state with only
     args, its pos_emb (the merge then uses the scheme's reference model, any depth)."""
-    from megatron.config.model import ModelConfig
-
     flat = client.get("config")
     if isinstance(flat, dict) and all(flat.get(f.name) is not None for f in dataclasses.fields(ModelConfig)
                                       if f.metadata.get("required")):

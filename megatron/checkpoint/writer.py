@@ -13,6 +13,7 @@ tools/export_hf.py and `load:` (with finetune: true, as it holds no optimizer st
 from __future__ import annotations
 
 import errno
+import glob
 import os
 import shutil
 
@@ -24,6 +25,7 @@ from megatron.checkpoint.errors import CheckpointSaveError
 from megatron.checkpoint.layout import CONFIGS_DIR, MODEL_FILE, RESOLVED_CONFIG, is_neox
 from megatron.checkpoint.manifest import model_keys, write_manifest
 from megatron.checkpoint.output import check_output
+from megatron.checkpoint.safe_load import read_checkpoint_file
 from megatron.checkpoint.tags import write_latest
 
 # torch.save's C++ writer reports a failed write (ENOSPC included) as a RuntimeError with these words
@@ -75,10 +77,6 @@ def torch_save_file(obj, path: str) -> None:
 def holds_optimizer_state(tag_dir: str, trust: bool = False) -> bool:
     """False for a weights-only step (what write_tp1_checkpoint writes: `optimizer` None and no
     ZeRO optimizer partitions). Reads the model file: call it on a failure path only."""
-    import glob
-
-    from megatron.checkpoint.safe_load import read_checkpoint_file
-
     if glob.glob(os.path.join(tag_dir, "*optim_states.pt")):
         return True
     path = os.path.join(tag_dir, MODEL_FILE)

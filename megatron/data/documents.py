@@ -135,7 +135,7 @@ def _read_jsonl(path: str) -> Iterator[Document]:
 
 
 def _read_other(path: str) -> Iterator[Document]:
-    import lm_dataformat  # imported lazily: it pulls jsonlines/ujson, only needed for these formats
+    import lm_dataformat  # lazy: it pulls jsonlines/ujson, only needed for these formats
 
     try:
         for i, text in enumerate(lm_dataformat.Reader(path).stream_data(), start=1):

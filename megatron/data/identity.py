@@ -34,6 +34,7 @@ import sys
 
 from megatron.atomic_io import atomic_output
 from megatron.errors import DataError
+from megatron.tokenizer import build_tokenizer
 
 FORMAT = "kerple-dataset-identity/1"
 BLOCK_BYTES = 1 << 16
@@ -162,7 +163,6 @@ def check_tokenizer(prefix: str, data_cfg) -> None:
         if record is not None:  # a pair written without a tokenizer (the builder used directly)
             note_unchecked(prefix, "its writer recorded no tokenizer")
         return
-    from megatron.tokenizer import build_tokenizer
 
     try:
         ours = tokenizer_identity(build_tokenizer(data_cfg.tokenizer_type, data_cfg.vocab_file, data_cfg.merge_file))

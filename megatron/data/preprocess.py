@@ -64,7 +64,7 @@ def _tokenize(texts: list[str]) -> list[list[int]]:
     st = _worker_state
     tok = st["tokenizer"]
     if st["ftfy"]:
-        import ftfy
+        import ftfy  # lazy: only with --ftfy (an optional package)
         texts = [ftfy.fix_text(t) for t in texts]
     encoded = tok.tokenize_batch(texts)
     return [ids + [tok.eod] for ids in encoded] if st["append_eod"] else list(encoded)
@@ -135,7 +135,7 @@ def preprocess(inputs, tokenizer, output_prefix: str, key: str = "text", append_
     inputs = _check_inputs(inputs)
     if ftfy:
         try:
-            import ftfy as _  # noqa: F401
+            import ftfy as _  # noqa: F401  (lazy: probes for the optional ftfy package)
         except ImportError as e:
             raise DataError("--ftfy needs the ftfy package, which is not installed; install ftfy or drop --ftfy") from e
     if workers < 1:

@@ -16,6 +16,8 @@ from megatron.checkpoint.compat import strict_load_error
 from megatron.checkpoint.errors import CheckpointError
 from megatron.checkpoint.reader import read_tp1_state
 from megatron.checkpoint.tags import read_latest, resolve_tag
+from megatron.checkpoint.trust import trusted_from_env
+from megatron.device import resolve_device
 from megatron.errors import UserError
 from megatron.model import GPTModel
 
@@ -31,8 +33,6 @@ def load_checkpoint_model(ckpt_dir: str, tag: str | None = None, overrides: dict
     `tag` None: the step `latest` names (see the module docstring). allow_nonfinite: accept
     NaN/inf weights (refused by default, megatron/checkpoint/finite.py). device: as `--device`
     (megatron/device.py), `auto` included."""
-    from megatron.device import resolve_device
-
     device = resolve_device(device)
     if tag is not None:
         tag_dir = os.path.join(ckpt_dir, resolve_tag(ckpt_dir, tag))
@@ -74,8 +74,6 @@ def _moved_on(ckpt_dir: str, tag: str) -> bool:
 
 
 def _load_tag(ckpt_dir: str, tag: str, overrides: dict | None, device, allow_nonfinite: bool):
-    from megatron.checkpoint.trust import trusted_from_env
-
     ck = read_tp1_state(ckpt_dir, tag, overrides=overrides, trust=trusted_from_env(), allow_nonfinite=allow_nonfinite)
     if ck.cfg is None:
         raise CheckpointError(f"{os.path.join(ck.tag_dir, 'resolved_config.yml')} is missing: {ck.tag_dir} was not "

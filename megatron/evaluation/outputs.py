@@ -12,7 +12,9 @@ import tempfile
 
 from megatron.atomic_io import OutputExists
 from megatron.errors import UserError
+from megatron.evaluation.report import default_output_dir
 from megatron.outputs_vs_inputs import refuse_overlap, refuse_shared_outputs
+from megatron.training.run_lock import RunLock
 
 LOCK_NAME = "eval.lock"
 GENERIC_NAMES = ("checkpoints", "ckpt")  # a run's checkpoint directory: its run directory names it
@@ -37,8 +39,6 @@ def results_dirs(checkpoints: list[str], out: str | None) -> dict[str, str]:
     y/run1) take as many parent directories as tell them apart (x_run1, y_run1), so no result
     replaces another's. Refused: the same checkpoint twice, or results inside any checkpoint."""
     if len(checkpoints) == 1:
-        from megatron.evaluation.report import default_output_dir
-
         dirs = {checkpoints[0]: out or default_output_dir(checkpoints[0])}
     else:
         parts = {c: _name_parts(c) for c in checkpoints}
@@ -104,8 +104,6 @@ def output_lock(out_dir: str):
     """The output directory's eval.lock (megatron/training/run_lock.py), not yet taken: check_free()
     asks whether an evaluation is writing there now without creating anything. Released, the file
     is deleted: a finished evaluation leaves only its results."""
-    from megatron.training.run_lock import RunLock
-
     return RunLock(out_dir, path=os.path.join(out_dir, LOCK_NAME), what=f"output directory {out_dir!r}",
                    holder="evaluation", fix="wait for it to finish, or give this evaluation its own "
                    "output directory (--out)", remove_on_release=True)

@@ -17,9 +17,11 @@ import contextlib
 import datetime
 import io
 import os
+import sys
 
 import numpy as np
 
+from megatron.device import DeviceError, describe, device_from_flag, process_group_backend, resolve_device
 from megatron.errors import OutOfMemory, UserError, expected_message, is_out_of_memory
 from megatron.ranks import LaunchRanks, claimed_rank
 
@@ -66,9 +68,7 @@ class EvalGroup:
         MASTER_ADDR:MASTER_PORT; one process starts none."""
         if ranks.world_size == 1:
             return cls(ranks)
-        import torch.distributed as dist
-
-        from megatron.device import process_group_backend
+        import torch.distributed as dist  # lazy: torch; evaluate.py imports this module for its --help
 
         addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
         if not addr or not (port or "").isdigit():
@@ -91,7 +91,7 @@ class EvalGroup:
     def close(self) -> None:
         """Leave the group while the interpreter is whole (megatron/training/distributed.py says why)."""
         if self.started:
-            from megatron.training.distributed import shutdown_distributed
+            from megatron.training.distributed import shutdown_distributed  # lazy: pulls in torch
 
             shutdown_distributed()
             self.started = False
@@ -108,7 +108,7 @@ class EvalGroup:
         anywhere ends every rank alike: the failing rank re-raises its own exception (marked as
         said by rank 0, see quiet_peers), the others a PeerFailure with its message (prefixed with
         its rank unless 0)."""
-        import torch.distributed as dist
+        import torch.distributed as dist  # lazy: torch; evaluate.py imports this module for its --help
 
         gathered = [None] * self.world_size
         dist.all_gather_object(gathered, ("failed", _outcome(error, self.rank)) if error is not None
@@ -169,13 +169,11 @@ def rank_device(flag: str, ranks: LaunchRanks, prog: str):
     """--device for this rank (call it inside EvalGroup.agree: one rank's missing GPU is then said by
     rank 0). With several ranks a GPU run puts rank r on cuda:LOCAL_RANK (the launcher started one
     process per GPU), so a GPU index in the flag is refused."""
-    from megatron.device import DeviceError, describe, device_from_flag, resolve_device
-
     if ranks.world_size == 1:
         return device_from_flag(flag, prog)
     device = resolve_device(flag)
     if device.type == "cuda":
-        import torch
+        import torch  # lazy: torch, as in EvalGroup.start
 
         if ":" in str(flag):
             raise DeviceError(f"--device {flag} with {ranks.world_size} ranks: each rank takes the GPU of its "
@@ -187,8 +185,6 @@ def rank_device(flag: str, ranks: LaunchRanks, prog: str):
         device = torch.device("cuda", ranks.local_rank)
         torch.cuda.set_device(device)  # nccl's collectives (and all_gather_object's tensors) use it
     if ranks.rank == 0:
-        import sys
-
         print(f"{prog}: {ranks.world_size} ranks, rank 0 on {describe(device)}", file=sys.stderr, flush=True)
     return device
 

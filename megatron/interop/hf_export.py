@@ -23,10 +23,17 @@ import os
 import shutil
 
 import torch
+from safetensors.torch import save_file
 
 from megatron.atomic_io import atomic_directory, refuse_existing_output
 from megatron.config.precision import torch_dtype
 from megatron.errors import UserError
+from megatron.interop.hf_adapters import adapter
+from megatron.interop.hf_stock import stock_class, stock_config
+from megatron.positional.base import positional_spec
+from megatron.positional.registry import scheme_class
+from megatron.tokenizer import build_tokenizer
+from megatron.tokenizer.hf import EOD_TOKEN
 
 TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hf_modeling")
 REMOTE_FILES = ("configuration_kerple.py", "modeling_kerple.py")
@@ -62,8 +69,6 @@ def hf_config(model_cfg, vocab_size: int, dtype: str = "fp32", tokenizer=None) -
 
 def _spec_fields(model_cfg) -> dict:
     """The full-model (TP=1) PositionalSpec the remote code builds its scheme from."""
-    from megatron.positional.base import positional_spec
-
     spec = dataclasses.asdict(positional_spec(model_cfg))
     for key in ("tp_rank", "tp_size"):
         del spec[key]
@@ -74,8 +79,6 @@ def positional_sources(pos_emb: str) -> dict[str, str]:
     """{file name: path} of the megatron/positional files scheme `pos_emb` needs: its own module
     and, transitively, every module it imports relatively (plus base and registry, which the
     remote code imports). They are copied flat next to modeling_kerple.py."""
-    from megatron.positional.registry import scheme_class
-
     todo = [scheme_class(pos_emb).__module__, f"{POSITIONAL_PACKAGE}.base", f"{POSITIONAL_PACKAGE}.registry"]
     files: dict[str, str] = {}
     while todo:
@@ -110,8 +113,6 @@ def positional_sources(pos_emb: str) -> dict[str, str]:
 
 def write_positional_files(pos_emb: str, out_dir: str) -> list[str]:
     """Copy the scheme's positional files into out_dir and name its class in positional_scheme.py."""
-    from megatron.positional.registry import scheme_class
-
     files = positional_sources(pos_emb)
     for name, path in files.items():
         shutil.copy(path, os.path.join(out_dir, name))
@@ -147,8 +148,6 @@ def _check_supported(model_cfg, stock_why: str = "") -> None:
 
 def save_tokenizer(cfg, out_dir: str) -> str | None:
     """Write HF tokenizer files when the training tokenizer has an HF equivalent; else None."""
-    from megatron.tokenizer.hf import EOD_TOKEN
-
     d = cfg.data
     # eod as eos/bos, as config.json says: tools that read the tokenizer alone (the harness's `hf`
     # model: its end-of-text and empty-context prefix token) need them named. And as pad: a batch of
@@ -158,11 +157,11 @@ def save_tokenizer(cfg, out_dir: str) -> str | None:
     special = dict(eos_token=EOD_TOKEN, bos_token=EOD_TOKEN, pad_token=EOD_TOKEN, padding_side="left")
     try:
         if d.tokenizer_type == "HFTokenizer" and d.vocab_file:
-            from transformers import PreTrainedTokenizerFast
+            from transformers import PreTrainedTokenizerFast  # lazy: transformers (~0.7 s) only to save a tokenizer
 
             tok = PreTrainedTokenizerFast(tokenizer_file=d.vocab_file, **special)
         elif d.tokenizer_type == "GPT2BPETokenizer" and d.vocab_file and d.merge_file:
-            from transformers import GPT2TokenizerFast
+            from transformers import GPT2TokenizerFast  # lazy: as above
 
             tok = GPT2TokenizerFast(vocab_file=d.vocab_file, merges_file=d.merge_file, **special)
         else:
@@ -185,8 +184,6 @@ def export_hf(model, cfg, out_dir: str, dtype: str = "fp32", tokenizer: bool = T
     directory is written whole (temporary directory, then renamed): an earlier export there is
     refused unless `overwrite`, and then replaced entirely, so none of its files (an old tokenizer,
     a scheme file the new model does not use) survive next to the new weights."""
-    from megatron.interop.hf_stock import stock_class
-
     arch, why = stock_class(cfg.model)
     if arch is None:
         _check_supported(cfg.model, why)
@@ -201,11 +198,6 @@ def export_hf(model, cfg, out_dir: str, dtype: str = "fp32", tokenizer: bool = T
 def _write_stock(model, cfg, out_dir: str, dtype: str, tokenizer: bool, arch: str) -> dict:
     """A stock transformers class (megatron/interop/hf_stock.py): config.json and weights, no code;
     AutoModelForCausalLM.from_pretrained(out) loads it without trust_remote_code."""
-    from safetensors.torch import save_file
-
-    from megatron.interop.hf_adapters import adapter
-    from megatron.interop.hf_stock import stock_config
-
     tok_obj = _tokenizer_of(cfg)
     hf_cfg = stock_config(arch, cfg.model, model.vocab_size, str(torch_dtype(dtype)).replace("torch.", ""))
     if tok_obj is not None:
@@ -225,7 +217,6 @@ def _write_stock(model, cfg, out_dir: str, dtype: str, tokenizer: bool, arch: st
 def _tokenizer_of(cfg):
     if not cfg.data.tokenizer_type:
         return None
-    from megatron.tokenizer import build_tokenizer
 
     try:
         return build_tokenizer(cfg.data.tokenizer_type, cfg.data.vocab_file, cfg.data.merge_file)
@@ -234,8 +225,6 @@ def _tokenizer_of(cfg):
 
 
 def _write_export(model, cfg, out_dir: str, dtype: str, tokenizer: bool) -> dict:
-    from safetensors.torch import save_file
-
     tok_obj = _tokenizer_of(cfg)
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(hf_config(cfg.model, model.vocab_size, dtype, tok_obj), f, indent=2)

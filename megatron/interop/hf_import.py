@@ -30,20 +30,25 @@ import os
 
 import torch
 
+from megatron.checkpoint.client import model_args
 from megatron.checkpoint.finite import nonfinite_tensors
+from megatron.checkpoint.output import check_output
+from megatron.checkpoint.writer import write_checkpoint
+from megatron.config import load_config
 from megatron.errors import UserError
 from megatron.interop.hf_adapters import adapter
 from megatron.interop.hf_config import SUPPORTED, model_keys, name_hf_keys, read_hf_config
 from megatron.interop.hf_tokenizer import check_vocab, find_tokenizer, token_count, tokenizer_keys
 from megatron.interop.hf_weights import WeightFiles, check_against, check_config_dtype
+from megatron.model import GPTModel
+from megatron.positional.base import positional_spec
+from megatron.positional.registry import build_scheme
 
 __all__ = ["SUPPORTED", "import_hf", "read_hf_config"]
 
 
 def _config(flat: dict, config_path: str, src: dict):
     """load_config of the NeoX keys made from config.json; its refusals name config.json's keys."""
-    from megatron.config import load_config
-
     try:
         return load_config([], flat)
     except UserError as e:
@@ -54,9 +59,6 @@ def _config(flat: dict, config_path: str, src: dict):
 def _position_buffers(model_cfg) -> dict:
     """The positional scheme's derived buffers (rotary inv_freq) as GPTModel holds them, without
     building (and randomly initialising) the whole model."""
-    from megatron.positional.base import positional_spec
-    from megatron.positional.registry import build_scheme
-
     scheme = build_scheme(model_cfg.pos_emb, positional_spec(model_cfg))
     return {f"position.{k}": v for k, v in scheme.state_dict().items()}
 
@@ -64,11 +66,6 @@ def _position_buffers(model_cfg) -> dict:
 def import_hf(hf_dir: str, output_dir: str, overwrite: bool = False) -> tuple[str, object]:
     """Write the HF model in `hf_dir` as our TP=1 checkpoint `output_dir` (step 0); returns (the
     step directory, its NeoXConfig). Everything is checked before anything is written."""
-    from megatron.checkpoint.client import model_args
-    from megatron.checkpoint.output import check_output
-    from megatron.checkpoint.writer import write_checkpoint
-    from megatron.model import GPTModel
-
     check_output(output_dir, overwrite, hf_dir, "the Hugging Face model being read (--input)")
     hf = read_hf_config(hf_dir)
     config_path, arch = os.path.join(hf_dir, "config.json"), hf["architectures"][0]

@@ -40,11 +40,11 @@ def token_count(path: str, kind: str) -> int:
                         f"limit): is it the file you meant? {fix}")
     try:
         if kind == "HFTokenizer":
-            from tokenizers import Tokenizer
+            from tokenizers import Tokenizer  # lazy: only the library of the tokenizer file found
 
             ids = Tokenizer.from_str(raw.decode("utf-8")).get_vocab(with_added_tokens=True).values()
             return max(ids, default=-1) + 1
-        import sentencepiece as spm
+        import sentencepiece as spm  # lazy: as above
 
         sp = spm.SentencePieceProcessor()
         sp.LoadFromSerializedProto(raw)

@@ -18,9 +18,10 @@ import re
 
 import torch
 
+from megatron.checkpoint.safe_load import not_a_torch_file
 from megatron.config.untrusted_json import read_json
 from megatron.errors import UserError
-from megatron.interop.safetensors_file import FLOATS, RESAVE, SafetensorsError, read_header, read_tensors
+from megatron.interop.safetensors_file import DTYPES, FLOATS, RESAVE, SafetensorsError, read_header, read_tensors
 
 MAX_INDEX_BYTES = 64 << 20  # a 400B model's index names ~2,000 tensors: ~200 KiB
 SAFETENSORS, BIN = "model.safetensors", "pytorch_model.bin"
@@ -129,8 +130,6 @@ def read_index(path: str, single: str) -> dict[str, str]:
 
 def load_bin(path: str) -> dict[str, torch.Tensor]:
     """A pytorch_model.bin's tensors, unpickled weights-only (no code runs)."""
-    from megatron.checkpoint.safe_load import not_a_torch_file
-
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
@@ -190,8 +189,6 @@ def check_against(weights: WeightFiles, expected: dict[str, torch.Tensor], arch:
 
 
 def _st(dtype: torch.dtype) -> str:
-    from megatron.interop.safetensors_file import DTYPES
-
     return next((k for k, v in DTYPES.items() if v == dtype), str(dtype).replace("torch.", ""))
 
 

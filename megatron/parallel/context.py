@@ -43,7 +43,7 @@ class ParallelContext:
     def megatron_config(self, params_dtype: torch.dtype = torch.float32):
         """megatron-core's layer config: CPU initialisation and no fused kernels (the flags
         measured to work on CPU/gloo, deps_measured.md section 2)."""
-        from megatron.core import ModelParallelConfig
+        from megatron.core import ModelParallelConfig  # lazy: megatron-core (~2 s to import), only for tensor parallelism
 
         return ModelParallelConfig(
             tensor_model_parallel_size=self.tp_size, sequence_parallel=False,
@@ -107,7 +107,7 @@ def init_parallel(tp_size: int, pp_size: int = 1, sequence_parallel: bool = Fals
     world = torch.distributed.get_world_size()
     if world % tp_size:
         raise ValueError(f"model-parallel-size {tp_size} does not divide the {world} processes")
-    from megatron.core import parallel_state as ps
+    from megatron.core import parallel_state as ps  # lazy: as above
 
     if ps.model_parallel_is_initialized():  # a second model in the same process (tests)
         ps.destroy_model_parallel()

@@ -19,6 +19,8 @@ from torch import nn
 # (megatron/parallel/__init__.py, imported first as this module's package, filters the warnings
 # megatron-core prints at import)
 from megatron.core import tensor_parallel as mtp
+from megatron.parallel.layout import scheme_dims
+from megatron.positional.registry import build_scheme
 
 
 class _NoExtraState:
@@ -164,9 +166,6 @@ class TensorParallelOps:
     def full_scheme(self, scheme: nn.Module) -> nn.Module:
         """A TP=1 copy of this rank's positional scheme holding every head (all-gathered over the TP
         group), e.g. to log KERPLE's per-head statistics over all heads. Collective: call on every rank."""
-        from megatron.parallel.layout import scheme_dims
-        from megatron.positional.registry import build_scheme
-
         with torch.random.fork_rng(devices=[]):  # the copy's own init draws must leave no trace
             full = build_scheme(scheme.name, dataclasses.replace(scheme.spec, tp_rank=0, tp_size=1))
         dims = scheme_dims(scheme)

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from megatron.config.model import ModelConfig
+from megatron.model.gpt import GPTModel
 from megatron.parallel.layout import REPLICATED, ungroup_shards
 from megatron.parallel.plan import shard_dims, shard_groups
 
@@ -52,8 +54,6 @@ class MergePlan:
 
 def _meta_gpt(model_cfg) -> nn.Module:
     """GPTModel of `model_cfg` on the meta device, TP=1 (the plan says how TP ranks split it)."""
-    from megatron.model.gpt import GPTModel
-
     with torch.random.fork_rng(devices=[]), torch.device("meta"):  # leave no trace in the RNG
         return GPTModel(model_cfg, vocab_size=8)  # the vocab size changes shapes, not split dims
 
@@ -68,8 +68,6 @@ def _config_plan(model_cfg) -> MergePlan:
 def _reference_plan(pos_emb: str) -> MergePlan:
     """For a caller that knows only the scheme: one layer of every tensor our GPTModel can have
     with `pos_emb` (untied output layer, every bias, layernorm); it stands for every layer index."""
-    from megatron.config.model import ModelConfig
-
     cfg = ModelConfig(num_layers=1, hidden_size=32, num_attention_heads=4, seq_length=16, pos_emb=pos_emb,
                       no_weight_tying=True, norm="layernorm", use_bias_in_norms=True,
                       use_bias_in_attn_linear=True, use_bias_in_mlp=True)

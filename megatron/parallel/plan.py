@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from megatron.parallel.layout import REPLICATED, group_shards, scheme_dims
+from megatron.positional.registry import build_scheme
 
 
 def _dims(module: nn.Module, known: dict[str, int | None], style: str) -> dict[str, int | None]:
@@ -65,7 +66,7 @@ class Colwise:
         return _dims(module, {"weight": 0, "bias": 0}, "column-wise")
 
     def shard(self, module: nn.Linear, parallel) -> nn.Module:
-        from megatron.parallel.layers import column_parallel
+        from megatron.parallel.layers import column_parallel  # lazy: megatron-core's layers (~2 s to import), only for TP > 1
 
         weight, bias = module.weight, module.bias
         if self.groups is not None:
@@ -84,7 +85,7 @@ class Rowwise:
         return _dims(module, {"weight": 1, "bias": REPLICATED}, "row-wise")
 
     def shard(self, module: nn.Linear, parallel) -> nn.Module:
-        from megatron.parallel.layers import row_parallel
+        from megatron.parallel.layers import row_parallel  # lazy: megatron-core's layers (~2 s to import), only for TP > 1
 
         return row_parallel(module, parallel)
 
@@ -98,6 +99,7 @@ class VocabRows:
         return _dims(module, {"weight": 0}, "vocabulary-row")
 
     def shard(self, module: nn.Embedding, parallel) -> nn.Module:
+        # lazy: megatron-core's layers (~2 s to import), only for TP > 1
         from megatron.parallel.layers import vocab_parallel_embedding
 
         return vocab_parallel_embedding(module, parallel)
@@ -112,6 +114,7 @@ class PerHead:
         return scheme_dims(scheme)
 
     def shard(self, scheme: nn.Module, parallel) -> nn.Module:
+        # lazy: megatron-core's layers (~2 s to import), only for TP > 1
         from megatron.parallel.layers import copy_to_tp, mark_tensor_parallel
 
         local = scheme_shard(scheme, parallel.tp_rank, parallel.tp_size)
@@ -129,8 +132,6 @@ def scheme_shard(scheme: nn.Module, tp_rank: int, tp_size: int) -> nn.Module:
     spec (per-head constants, such as sandwich's, come from there) and loaded with the whole
     tensors' slices along the dims the scheme declares. A declaration that does not match what the
     scheme builds for a rank is an error naming the tensor."""
-    from megatron.positional.registry import build_scheme
-
     with torch.random.fork_rng(devices=[]):  # the rank's build draws its own init: leave no trace
         local = build_scheme(scheme.name, dataclasses.replace(scheme.spec, tp_rank=tp_rank, tp_size=tp_size))
     built, dims, state = local.state_dict(), scheme_dims(scheme), {}
@@ -171,7 +172,7 @@ def parallelize(model: nn.Module, parallel) -> nn.Module:
     Without tensor parallelism (parallel None or tp_size 1) the model is returned untouched."""
     if parallel is None or not parallel.is_tensor_parallel:
         return model
-    from megatron.parallel.layers import TensorParallelOps
+    from megatron.parallel.layers import TensorParallelOps  # lazy: megatron-core's layers (~2 s to import), only for TP > 1
 
     for path, style in gpt_plan(model).items():
         owner_path, _, name = path.rpartition(".")

@@ -6,28 +6,28 @@
 from __future__ import annotations
 
 from megatron.tokenizer.base import AbstractTokenizer
+from megatron.tokenizer.char_level import CharLevelTokenizer
 from megatron.tokenizer.types import TOKENIZER_TYPES
 
 __all__ = ["TOKENIZER_TYPES", "AbstractTokenizer", "build_tokenizer", "padded_vocab_size"]
 
 
 def build_tokenizer(tokenizer_type: str, vocab_file: str | None = None, merge_file: str | None = None) -> AbstractTokenizer:
-    # Each class is imported when asked for: the package (and so the config, which reads
-    # TOKENIZER_TYPES) must not load tiktoken, tokenizers and sentencepiece up front.
+    # Each class with a third-party library is imported when asked for: the package (and so the
+    # config, which reads TOKENIZER_TYPES) must not load tiktoken, tokenizers and sentencepiece up front.
     if tokenizer_type == "GPT2BPETokenizer":
-        from megatron.tokenizer.gpt2_bpe import GPT2BPETokenizer
+        from megatron.tokenizer.gpt2_bpe import GPT2BPETokenizer  # lazy: tokenizers, tiktoken
         return GPT2BPETokenizer(vocab_file, merge_file)
     if tokenizer_type == "HFTokenizer":
-        from megatron.tokenizer.hf import HFTokenizer
+        from megatron.tokenizer.hf import HFTokenizer  # lazy: tokenizers
         return HFTokenizer(vocab_file)
     if tokenizer_type == "TiktokenTokenizer":
-        from megatron.tokenizer.tiktoken_bpe import TiktokenTokenizer
+        from megatron.tokenizer.tiktoken_bpe import TiktokenTokenizer  # lazy: tiktoken
         return TiktokenTokenizer(vocab_file)
     if tokenizer_type == "SPMTokenizer":
-        from megatron.tokenizer.spm import SPMTokenizer
+        from megatron.tokenizer.spm import SPMTokenizer  # lazy: sentencepiece
         return SPMTokenizer(vocab_file)
     if tokenizer_type == "CharLevelTokenizer":
-        from megatron.tokenizer.char_level import CharLevelTokenizer
         return CharLevelTokenizer(512)
     if tokenizer_type == "HFGPT2Tokenizer":  # NeoX type that downloads "gpt2" from the HF hub
         raise ValueError("tokenizer-type HFGPT2Tokenizer needs a download, which this stack never does; use "

@@ -33,9 +33,11 @@ from megatron.atomic_io import fsync_path, remove_quietly
 from megatron.checkpoint import writer
 from megatron.checkpoint.client import CHECKED_ARGS, model_args
 from megatron.checkpoint.compat import differences, refuse_shape_change, saved_model, strict_load_error
+from megatron.checkpoint.deepspeed_engine import install_safe_loading, safe_zero_to_fp32
 from megatron.checkpoint.errors import CheckpointError, CheckpointSaveError
 from megatron.checkpoint.layout import detect_layout, is_neox
 from megatron.checkpoint.manifest import check_step, model_keys, run_layout, write_manifest
+from megatron.checkpoint.reader import read_tp1_state
 from megatron.checkpoint.tags import (
     LATEST,
     clean_stale_tmp,
@@ -48,7 +50,10 @@ from megatron.checkpoint.tags import (
     tag_for,
     write_latest,
 )
+from megatron.checkpoint.trust import TRUST_HINT, trusted_from_env
 from megatron.console import say
+from megatron.device import collective_device
+from megatron.outputs_vs_inputs import refuse_overlap
 
 INCOMPLETE = ".incomplete"  # suffix of a tag directory that is still being written
 
@@ -220,8 +225,6 @@ class Checkpointer:
         """A run that starts from `load`'s weights at iteration 0 (finetune, a NeoX checkpoint) is a
         new run: its `save` must stay out of `load` (megatron/outputs_vs_inputs.py), or its first
         save would replace a step it was started from and move `latest` back to it."""
-        from megatron.outputs_vs_inputs import refuse_overlap
-
         c = self.ccfg
         if not c.save:  # a fine-tune that saves nothing cannot overwrite anything
             return
@@ -289,9 +292,6 @@ class Checkpointer:
 
     def _engine_load(self, engine, tag: str):
         """engine.load_checkpoint with every file read by the safe reader (megatron/checkpoint/deepspeed_engine.py)."""
-        from megatron.checkpoint.deepspeed_engine import install_safe_loading, safe_zero_to_fp32
-        from megatron.checkpoint.trust import TRUST_HINT, trusted_from_env
-
         c = self.ccfg
         trust = trusted_from_env()
         if engine.load_universal_checkpoint() and not trust:
@@ -368,9 +368,6 @@ class Checkpointer:
         """Module weights only, as a fine-tune start at iteration 0: a NeoX / KERPLE checkpoint (its
         optimizer state is DeepSpeed's from another codebase), or any checkpoint whose positional
         scheme this run replaces (finetune-new-pos-emb)."""
-        from megatron.checkpoint.reader import read_tp1_state
-        from megatron.checkpoint.trust import trusted_from_env
-
         c = self.ccfg
         if self.cfg.parallel.model_parallel_size > 1 or self.cfg.parallel.pipe_parallel_size >= 1:
             raise CheckpointError(f"load: {c.load!r} is read as weights only (a NeoX checkpoint, or "
@@ -442,7 +439,6 @@ def _all_ranks_ok(ok: bool) -> bool:
     """True when `ok` on every rank (a barrier that also carries one bit: did anyone fail?)."""
     if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
         return ok
-    from megatron.device import collective_device
 
     flag = torch.tensor([1 if ok else 0], device=collective_device())
     torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MIN)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import tempfile
 
 from megatron.checkpoint.writer import DISK_FULL_BYTES, free_bytes
@@ -60,8 +61,6 @@ def first_missing(path: str) -> str | None:
 
 def remove_created(top: str | None) -> None:
     if top:
-        import shutil
-
         shutil.rmtree(top, ignore_errors=True)
 
 

@@ -6,9 +6,16 @@ import atexit
 import datetime
 import os
 import socket
+import subprocess
 from dataclasses import dataclass
 
 import torch
+
+from megatron.console import quiet_op_load
+from megatron.device import DeviceError, process_group_backend, resolve_device, select_deepspeed_accelerator
+from megatron.ranks import launch_ranks
+from megatron.training.heartbeat import start_heartbeat, stop_heartbeat
+from megatron.training.op_cache import set_op_cache_dir
 
 
 @dataclass(frozen=True)
@@ -41,15 +48,11 @@ def ranks_from_slurm(env=os.environ) -> None:
     that would each run as WORLD_SIZE=1), as torch's env:// rendezvous expects them; without them
     every task trained alone and the second found the run directory locked. MASTER_ADDR is the
     step's first node unless set (deepy.py sets it, and MASTER_PORT from the config)."""
-    from megatron.ranks import launch_ranks
-
     rank, world, local = launch_ranks(env)
     if world <= 1 or "RANK" in env:
         return
     env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"] = str(rank), str(world), str(local)
     if "MASTER_ADDR" not in env:
-        import subprocess
-
         nodes = subprocess.run(["scontrol", "show", "hostnames", env.get("SLURM_STEP_NODELIST", "")],
                                capture_output=True, text=True, check=False).stdout.split()
         env["MASTER_ADDR"] = nodes[0] if nodes else "127.0.0.1"
@@ -66,9 +69,6 @@ def init_distributed(device: str | torch.device = "auto", backend: str = "nccl",
 
     One process joins an existing group if its backend fits the device; a test process that
     trained on the CPU and now trains on the GPU (or back) gets a new one."""
-    from megatron.device import process_group_backend, resolve_device, select_deepspeed_accelerator
-    from megatron.training.op_cache import set_op_cache_dir
-
     set_op_cache_dir()
     ranks_from_slurm()
     set_single_process_env()
@@ -76,8 +76,6 @@ def init_distributed(device: str | torch.device = "auto", backend: str = "nccl",
     chosen = resolve_device(device, what="device:")
     if chosen.type == "cuda":
         if local_rank >= torch.cuda.device_count():
-            from megatron.device import DeviceError
-
             raise DeviceError(f"rank with LOCAL_RANK {local_rank} needs GPU cuda:{local_rank}, but torch sees "
                               f"{torch.cuda.device_count()}: use num-gpus <= {torch.cuda.device_count()}, or device: cpu")
         chosen = torch.device("cuda", local_rank)
@@ -91,9 +89,7 @@ def init_distributed(device: str | torch.device = "auto", backend: str = "nccl",
         shutdown_distributed()
         os.environ["MASTER_PORT"] = str(free_port())  # the old group's store may still hold its port
     if not torch.distributed.is_initialized():
-        import deepspeed
-
-        from megatron.console import quiet_op_load
+        import deepspeed  # lazy: DeepSpeed; evaluate.py imports this module (shutdown) without it
 
         with quiet_op_load("starting the process group", is_rank0=os.environ.get("RANK", "0") == "0"):
             deepspeed.init_distributed(dist_backend=wanted, auto_mpi_discovery=False,
@@ -101,8 +97,6 @@ def init_distributed(device: str | torch.device = "auto", backend: str = "nccl",
         atexit.register(shutdown_distributed)
     info = DistInfo(torch.distributed.get_rank(), torch.distributed.get_world_size(), local_rank, chosen)
     if lost_host_timeout is not None:
-        from megatron.training.heartbeat import start_heartbeat
-
         start_heartbeat(info.rank, info.world_size, lost_host_timeout, describe_stop)
     return info
 
@@ -112,8 +106,6 @@ def shutdown_distributed() -> None:
     teardown, gloo's worker threads can outlive it and a rank that finished its work aborts with
     "terminate called without an active exception" (SIGABRT, pytorch/pytorch#190489): seen on
     2-rank CPU runs under load, the launcher then reports the whole run as failed."""
-    from megatron.training.heartbeat import stop_heartbeat
-
     stop_heartbeat()  # first: the others must not take the store's end for a lost host
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import torch
 
+from megatron.device import collective_device
 from megatron.errors import UserError
 
 LIKELY_CAUSES = ("a learning rate too high for this model (lower `lr` or lengthen `warmup`), "
@@ -38,8 +39,6 @@ def weights_finite(model: torch.nn.Module) -> bool:
     ok = all(bool(torch.isfinite(getattr(p, "ds_tensor", p)).all()) for p in model.parameters())
     flag = torch.tensor([1 if ok else 0], dtype=torch.int32)
     if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
-        from megatron.device import collective_device
-
         flag = flag.to(collective_device())
         torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MIN)
     return bool(flag.item())

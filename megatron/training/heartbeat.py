@@ -35,6 +35,8 @@ import sys
 import threading
 import time
 
+from megatron.errors import add_failure_hook, debug_enabled
+
 EXIT_LOST_HOST = 75  # EX_TEMPFAIL: nothing is wrong with the run itself; run it again to resume
 STALE_BEATS = 5  # beats a rank may miss after a collective failed before it counts as gone
 VERDICT_MARK = "[run stopped]"
@@ -50,7 +52,7 @@ def beat_interval(timeout_s: float) -> float:
 
 
 def _client(addr: str, port: int, timeout_s: float):
-    from torch.distributed import TCPStore
+    from torch.distributed import TCPStore  # lazy: torch; deepy.py's supervisor and run_matrix.py import this module
 
     return TCPStore(addr, port, is_master=False, wait_for_workers=False,
                     timeout=datetime.timedelta(seconds=timeout_s))
@@ -147,7 +149,7 @@ class Heartbeat:
             if signum == KILL_NOW:
                 _say(f"[signal] the launcher gave up waiting: rank {self.rank} exits now")
                 os._exit(128 + signal.SIGKILL)
-            from megatron.training.signals import deliver
+            from megatron.training.signals import deliver  # lazy: pulls in torch (see _client)
 
             deliver(signum)  # to the trainer's own handler, as a local signal would go
 
@@ -228,7 +230,7 @@ class Heartbeat:
 
 def _is_collective_failure(error: BaseException) -> bool:
     """gloo/nccl's errors when a peer's connection closes or a collective times out."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # lazy: torch (see _client)
 
     if isinstance(error, getattr(dist, "DistError", ())):
         return True
@@ -248,7 +250,6 @@ def start_heartbeat(rank: int, world_size: int, timeout_s: float, describe_stop=
     if _active is None:
         _active = Heartbeat(rank, world_size, os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
                             timeout_s, describe_stop).start()
-        from megatron.errors import add_failure_hook
 
         add_failure_hook(_active.after_failure)
     return _active
@@ -267,8 +268,6 @@ def _without_cpp_warnings():
     hostname of the client socket cannot be retrieved") would be deepy.py's only line after the
     signal's; torch reads its log level once at import, so stderr is closed for the connect (a few
     ms) instead, unless --debug."""
-    from megatron.errors import debug_enabled
-
     if debug_enabled():
         yield
         return

@@ -29,6 +29,12 @@ import subprocess
 import sys
 import threading
 import time
+import types
+
+from megatron.errors import UserError, debug_enabled
+from megatron.training.heartbeat import KILL_NOW, post_signal
+from megatron.training.launch_output import OutputRelay
+from megatron.training.run_lock import RunDirInUse, training_locks
 
 GRACE_S = float(os.environ.get("KERPLE_STOP_GRACE_S", 600))  # the slowest save we expect, and its step
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
@@ -59,9 +65,6 @@ class _OwnGroupPopen(subprocess.Popen):
             kwargs.update(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
         super().__init__(args, *rest, **kwargs)
         if remote:
-            from megatron.errors import debug_enabled
-            from megatron.training.launch_output import OutputRelay
-
             _OwnGroupPopen.relays.append(OutputRelay(self.stdout, keep_all=debug_enabled()).start())
 
 
@@ -85,8 +88,6 @@ def launcher_in_own_group(runner_module):
     """While active, `runner_module` (deepspeed.launcher.runner) starts its launchers in new process
     groups, relays a remote launcher's output and leaves the signal handlers to the Supervisor;
     only that module's names `subprocess` and `signal` are replaced."""
-    import types
-
     shim = types.ModuleType("subprocess")
     shim.__dict__.update(vars(subprocess))
     shim.Popen = _OwnGroupPopen
@@ -104,7 +105,7 @@ def launcher_in_own_group(runner_module):
 def _targets():
     """The processes a signal goes to: the workers, i.e. the children of DeepSpeed's per-node
     launcher; else the launcher itself (not started them yet, or another launcher)."""
-    import psutil
+    import psutil  # lazy: psutil, a DeepSpeed requirement (not ours), only to signal processes
 
     out = []
     for child in psutil.Process().children():
@@ -133,7 +134,7 @@ class Supervisor:
         self._lock = threading.Lock()
 
     def _remember_tree(self) -> None:
-        import psutil
+        import psutil  # lazy: psutil, as in _targets
 
         with contextlib.suppress(psutil.Error):
             for p in psutil.Process().children(recursive=True):
@@ -142,7 +143,7 @@ class Supervisor:
     def _forward(self, signum, frame) -> None:
         if self.rendezvous is not None:
             return self._post(signum)
-        import psutil
+        import psutil  # lazy: psutil, as in _targets
 
         targets = _targets()
         if not targets:  # nothing started yet, so nothing to save: end as the signal would have
@@ -165,8 +166,6 @@ class Supervisor:
     def _post(self, signum) -> None:
         """Across hosts: post the signal in the run's store, from a thread that retries until the
         workers have started it (or the grace period ends); each worker's heartbeat delivers it."""
-        from megatron.training.heartbeat import post_signal
-
         name = signal.Signals(signum).name
         _say(f"[signal] deepy.py: received {name}: passing it to every training process on every host (through "
              f"the run's rendezvous store), which save at the end of their step and exit; waiting for them (at most "
@@ -195,7 +194,7 @@ class Supervisor:
                 os.killpg(os.getpgid(p.pid), signal.SIGCONT)
 
     def _alive(self) -> list:
-        import psutil
+        import psutil  # lazy: psutil, as in _targets
 
         out = []
         for p in self.tree.values():
@@ -205,7 +204,7 @@ class Supervisor:
         return out
 
     def _kill_alive(self) -> None:
-        import psutil
+        import psutil  # lazy: psutil, as in _targets
 
         with self._lock:
             for p in self._alive():
@@ -224,8 +223,6 @@ class Supervisor:
         self._remember_tree()
         self._wait(self.deadline)
         if self.rendezvous is not None and self._alive():
-            from megatron.training.heartbeat import KILL_NOW, post_signal
-
             if post_signal(*self.rendezvous, KILL_NOW):
                 self._wait(time.monotonic() + 10)
         self._remember_tree()  # a process started meanwhile is killed too
@@ -267,8 +264,8 @@ class Supervisor:
 
 def latest_and_resume(save: str | None) -> str:
     """What a run that stopped keeps, and how to go on: for the last line of a stopped run."""
+    # lazy: megatron.config (yaml, the schemes' torch); run_matrix.py's --help needs none
     from megatron.checkpoint.tags import read_latest
-    from megatron.errors import UserError
 
     if not save:
         return "nothing was saved (no `save` directory): the run starts over when run again"
@@ -290,8 +287,7 @@ class StopReport:
         self.before: str | None = None
 
     def _latest(self) -> str | None:
-        from megatron.checkpoint.tags import read_latest
-        from megatron.errors import UserError
+        from megatron.checkpoint.tags import read_latest  # lazy: as in latest_and_resume
 
         try:
             return read_latest(self.cfg.checkpoint.save) if self.cfg.checkpoint.save else None
@@ -302,8 +298,6 @@ class StopReport:
         self.before = self._latest()
 
     def summary(self) -> str:
-        from megatron.training.run_lock import RunDirInUse, training_locks
-
         save, now = self.cfg.checkpoint.save, self._latest()
         if not save:
             saved = "nothing was saved (no `save` directory)"

@@ -68,7 +68,7 @@ class MetricsLogger:
                             file=sys.stdout, disable=None, mininterval=2.0)
         tb_dir = tensorboard_dir(self.cfg)
         if tb_dir:
-            from torch.utils.tensorboard import SummaryWriter
+            from torch.utils.tensorboard import SummaryWriter  # lazy: TensorBoard only when it is on
 
             # purge_step: a resumed run hides the events the interrupted one logged past its checkpoint
             self.tb = SummaryWriter(log_dir=tb_dir, purge_step=start_iter + 1 if start_iter else None)
@@ -76,7 +76,7 @@ class MetricsLogger:
             self._init_wandb(cfg, self.cfg.log_dir or run_dir)
 
     def _init_wandb(self, cfg, wandb_dir: str) -> None:
-        import wandb
+        import wandb  # lazy: wandb only when it is on
 
         os.makedirs(wandb_dir, exist_ok=True)
         os.environ.setdefault("WANDB_DIR", wandb_dir)
@@ -91,7 +91,7 @@ class MetricsLogger:
         same seed on another CPU thread count or GPU trains differently (float sums in another order;
         docs/results/README.md), so a record names every device its run trained on (run_record.py)."""
         if self.enabled:
-            import torch
+            import torch  # lazy: torch; eval.py's refusals import this module (through harness/run.py)
 
             self._row({"iteration": iteration, "kind": "start", "device": device, "processes": processes,
                        "torch": torch.__version__})

@@ -19,6 +19,7 @@ def grad_square_sums(model: torch.nn.Module, mpu=None) -> list[torch.Tensor]:
     trainer reads them with the step's other logged values, megatron/host_reads.py; one read per
     parameter was a host sync per parameter between the backward and the optimizer step). Under
     tensor parallelism a replicated parameter counts on the first rank only."""
+    # lazy: DeepSpeed picks (and logs) its accelerator on import: after init_distributed chose one
     from deepspeed.runtime.utils import is_model_parallel_parameter
 
     first_tp = mpu is None or mpu.get_model_parallel_rank() == 0
@@ -42,7 +43,7 @@ def norm_of_squares(squares: list[float], mpu=None, device: torch.device | None 
 def per_parameter_grad_norms(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """{name: L2 norm of its full gradient}, unread (0-d float32 tensors); call after the last
     backward, before the step."""
-    from deepspeed.utils import safe_get_full_grad
+    from deepspeed.utils import safe_get_full_grad  # lazy: DeepSpeed, as in grad_square_sums
 
     out = {}
     for name, p in model.named_parameters():
@@ -55,7 +56,7 @@ def per_parameter_grad_norms(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 def per_parameter_norms(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """{name: L2 norm of the parameter} (ZeRO-3 partitions gathered, in fp32), unread (0-d
     float32 tensors)."""
-    from deepspeed.utils import safe_get_full_fp32_param
+    from deepspeed.utils import safe_get_full_fp32_param  # lazy: DeepSpeed, as in grad_square_sums
 
     out = {}
     for name, p in model.named_parameters():

@@ -18,6 +18,7 @@ def uses_pipeline(cfg) -> bool:
 
 
 def pipeline_topology(cfg, world_size: int):
+    # lazy: DeepSpeed picks (and logs) its accelerator on import: after init_distributed chose one
     from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
 
     pp, mp = cfg.parallel.pipe_parallel_size, cfg.parallel.model_parallel_size
@@ -39,6 +40,7 @@ def _check_zero(cfg) -> None:
 def build_pipeline_engine(cfg, vocab_size: int, optimizer_factory: Callable, scheduler_factory: Callable):
     """(engine, GPTPipe). Call after seeding, as for GPTModel: the initial weights are the same.
     optimizer_factory(module) -> optimizer; scheduler_factory(optimizer) -> scheduler."""
+    # lazy: as in pipeline_topology; GPTPipe is DeepSpeed's PipelineModule
     import deepspeed
 
     from megatron.model.pipeline import GPTPipe

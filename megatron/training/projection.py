@@ -19,6 +19,7 @@ def project_positional(scheme, optimizer=None) -> None:
     params = scheme.clamped_parameters()
     if not params:
         return
+    # lazy: DeepSpeed picks (and logs) its accelerator on import: after init_distributed chose one
     import deepspeed
     from deepspeed.utils import safe_get_full_fp32_param, safe_set_full_fp32_param
 

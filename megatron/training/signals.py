@@ -27,6 +27,7 @@ import sys
 
 import torch
 
+from megatron.device import collective_device
 from megatron.errors import EXIT_INTERRUPTED
 
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP, signal.SIGINT)
@@ -101,8 +102,6 @@ class PreemptionHandler:
         flag = torch.tensor([self.received or 0, int(self.interrupted)], dtype=torch.int32)
         if torch.distributed.is_available() and torch.distributed.is_initialized() \
                 and torch.distributed.get_world_size() > 1:
-            from megatron.device import collective_device
-
             flag = flag.to(collective_device())
             torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
         signum, interrupted = (int(v) for v in flag.tolist())

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from megatron.device import collective_device
+
 # (substring of the device name, bf16/fp16 dense peak, fp32 peak without TF32) in FLOP/s, from the
 # vendors' data sheets. More specific names first: "H100 PCIe" before "H100".
 PEAKS: tuple[tuple[str, float, float], ...] = (
@@ -68,6 +70,7 @@ def full_parameter_count(model: torch.nn.Module, mpu, dp_size: int) -> int:
     """N of one whole model replica, from the pieces this rank holds (tensor-parallel shards,
     pipeline stages, ZeRO-3 partitions): a tensor-parallel replicated parameter counts once. A
     collective over all ranks."""
+    # lazy: DeepSpeed picks (and logs) its accelerator on import: after init_distributed chose one
     from deepspeed.runtime.utils import is_model_parallel_parameter
 
     first_tp = mpu is None or mpu.get_model_parallel_rank() == 0
@@ -75,7 +78,6 @@ def full_parameter_count(model: torch.nn.Module, mpu, dp_size: int) -> int:
                 if first_tp or is_model_parallel_parameter(p))
     if not (torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1):
         return local
-    from megatron.device import collective_device
 
     total = torch.tensor([local], dtype=torch.int64, device=collective_device())
     torch.distributed.all_reduce(total)

@@ -10,6 +10,9 @@ import torch
 from megatron.device import collective_device
 
 GROUP_DEVICE = torch.device("meta")  # stands for cuda:N: a device no CPU code path creates by itself
+# megatron.device itself for the trainer, which imports collective_device when it calls it
+COLLECTIVE_CALLERS = ("megatron.device", "megatron.training.signals", "megatron.training.checkpoint",
+                      "megatron.training.throughput", "megatron.training.health")
 
 
 class Sent(Exception):
@@ -28,7 +31,8 @@ def nccl_pair(monkeypatch):
     monkeypatch.setattr(torch.distributed, "get_backend", lambda group=None: "nccl")
     monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: 2)
     monkeypatch.setattr(torch.distributed, "all_reduce", all_reduce)
-    monkeypatch.setattr("megatron.device.collective_device", lambda: GROUP_DEVICE)
+    for module in COLLECTIVE_CALLERS:  # each looks collective_device up where it imported it
+        monkeypatch.setattr(f"{module}.collective_device", lambda: GROUP_DEVICE)
     return sent
 
 

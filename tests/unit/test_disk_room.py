@@ -72,9 +72,8 @@ def test_a_full_disk_without_a_file_name_still_says_where(tmp_path):
 def test_evaluate_on_a_full_disk_names_the_results_it_kept(tmp_path, monkeypatch):
     import evaluate
     from megatron.atomic_io import atomic_output
-    from megatron.evaluation import report
 
-    monkeypatch.setattr(report, "write_outputs", _no_space)  # every length done, eval.json cannot be written
+    monkeypatch.setattr(evaluate, "write_outputs", _no_space)  # every length done, eval.json cannot be written
     argv = ["--checkpoint", str(tmp_path / "ck"), "--lengths", "32,64", "--out", str(tmp_path / "eval"), "--quiet"]
     with pytest.raises(errors.DiskFull, match=rf"the disk is full writing the results into '{tmp_path}/eval' "
                                               r"\(.* MiB free there\); lengths 32, 64 finished and are kept in "

@@ -18,6 +18,8 @@ import os
 
 import torch
 import triton
+from triton.runtime.errors import OutOfResources
+from triton.testing import do_bench
 
 from megatron.attention.base import kv_group
 from megatron.attention.kernels.attention_bwd import attention_bwd_dkdv_kernel, attention_bwd_dq_kernel
@@ -43,15 +45,12 @@ def _launch(pass_name: str, q, lk: int, run):
     """run(config) for this call's configuration (timed first only when autotuning), on a smaller
     one if the GPU refuses it (tuning.Tuner.run_fitting); returns what run returns."""
     def measure(cfg: LaunchConfig) -> float:
-        from triton.testing import do_bench
-
         return do_bench(lambda: run(cfg), warmup=5, rep=25) / 1000.0  # ms -> s
 
     gpu, length = _gpu_name(q.device), max(q.shape[2], lk)
     cfg = _TUNER.config(pass_name, gpu, q.dtype, q.shape[-1], length, measure=measure, interpreter=_INTERPRET)
     if _INTERPRET:
         return run(cfg)
-    from triton.runtime.errors import OutOfResources
 
     key = cache_key(pass_name, gpu, q.dtype, q.shape[-1], length)
     return _TUNER.run_fitting(key, cfg, run, (OutOfResources,))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import os
 
+from megatron.data.corpora import Corpus
 from megatron.data.corpora.clean import iter_clean
 from megatron.data.documents import read_documents
 from megatron.errors import DataError
@@ -15,8 +16,6 @@ from megatron.errors import DataError
 
 def pile_corpus(inputs: list[str], name: str):
     """A Corpus named `name` over the given files (checked to exist)."""
-    from megatron.data.corpora import Corpus
-
     inputs = [p.strip() for p in inputs if p.strip()]
     if not inputs:
         raise DataError("pile: no input given; pass --input FILE.jsonl.zst[,FILE2...]")

@@ -22,6 +22,7 @@ from megatron.data.corpora import Corpus, get_corpus
 from megatron.data.indexed import IndexedDatasetError, MMapIndexedDataset
 from megatron.data.preprocess import iter_documents, output_prefix_for, preprocess
 from megatron.errors import DataError
+from megatron.outputs_vs_inputs import refuse_overlap
 from megatron.tokenizer import build_tokenizer
 from megatron.tokenizer.hf import HFTokenizer
 from megatron.tokenizer.offline import OFFLINE_TOKENIZERS, fetch_tokenizer
@@ -100,7 +101,6 @@ def prepare_corpus(name: str, data_dir: str = "data", vocab_size: int = 8192, ma
     corpus, t0 = corpus or get_corpus(name), time.time()
     out_dir = os.path.join(data_dir, name)
     archive = os.path.join(out_dir, f"{name}.jsonl.zst")
-    from megatron.outputs_vs_inputs import refuse_overlap
 
     for output in (archive, os.path.join(out_dir, "tokenizer.json"), os.path.join(out_dir, f"{name}_text_document.bin"),
                    os.path.join(out_dir, f"{name}_text_document.idx")):  # e.g. --input data/x/x.jsonl.zst --name x

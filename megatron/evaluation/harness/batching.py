@@ -17,6 +17,8 @@ from collections.abc import Callable
 
 import torch
 
+from megatron.evaluation.lengths import NonFiniteLoss
+
 Request = tuple[list[int], list[int]]  # (input tokens, targets): the last len(targets) inputs predict them
 PAD_ID = 0  # any id: padding is never attended to by a real token, and its outputs are never read
 
@@ -42,8 +44,6 @@ def _score_batch(model, rows: list[Request], device) -> list[tuple[float, bool]]
     pick = torch.stack([torch.arange(len(i) - n, len(i)).clamp_min(0) for i, _ in rows]).to(device)  # (B, n)
     hidden = model.hidden_states(tokens)
     if not bool(torch.isfinite(hidden).all()):  # lm-eval would rank NaN log-likelihoods silently
-        from megatron.evaluation.lengths import NonFiniteLoss
-
         raise NonFiniteLoss(f"the model's outputs are not finite on a batch of inputs of up to {width} tokens: "
                             "its computation overflows at this length and the task scores would be meaningless; "
                             "lower --max-length")

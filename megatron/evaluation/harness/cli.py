@@ -50,7 +50,7 @@ def progress_bars(enabled: bool):
     if enabled:
         yield
         return
-    from tqdm import std
+    from tqdm import std  # lazy: tqdm (~40 ms) only to silence bars; every entry point's --help imports this module
 
     init = std.tqdm.__init__
 

@@ -23,6 +23,10 @@ import os
 import random
 import re
 
+import yaml
+
+from megatron.data.corpora.stdlib import iter_documents
+
 DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tasks")
 TASK_SEED = 1234
 SOURCE_SPLIT = "90,5,5"  # the quickstart's split (configs/quickstart.yml): documents of its valid+test ranges
@@ -60,8 +64,6 @@ def data_file(task: str) -> str:
 def write_task_dir(out_dir: str) -> str:
     """Write one harness YAML per local task into `out_dir` (absolute data_files); returns it.
     `lm_eval --include_path OUT_DIR --tasks kerple_local` then runs them outside this stack too."""
-    import yaml
-
     os.makedirs(out_dir, exist_ok=True)
     for name, conf in TASKS.items():
         conf = dict(conf, dataset_kwargs={"data_files": {"test": data_file(name)}})
@@ -100,7 +102,7 @@ def prose_paragraphs(source: str) -> list[str]:
 def held_out_paragraphs() -> list[str]:
     """Prose paragraphs of the stdlib corpus's valid- and test-split documents (never trained on by
     the quickstart), in corpus order, deduplicated."""
-    from megatron.data.corpora.stdlib import iter_documents
+    # lazy: pulls in torch; eval.py's task refusals (task_checks.py) import this module
     from megatron.data.gpt_dataset import split_ranges
 
     docs = [text for text, _ in iter_documents()]

@@ -11,8 +11,12 @@ import json
 import os
 import time
 
+from megatron.atomic_io import atomic_output
 from megatron.errors import UserError
 from megatron.evaluation.harness.task_checks import check_include_paths, check_task_docs, check_tasks, task_manager
+from megatron.evaluation.outputs import refuse_earlier_results
+from megatron.tokenizer import build_tokenizer
+from megatron.training.logging import MetricsLogger, tensorboard_dir
 
 SCHEMA = "kerple-harness/1"
 RESULTS_NAME = "harness.json"
@@ -72,8 +76,6 @@ def log_scores(cfg, iteration: int | None, metrics: dict[str, float]) -> None:
     """To TensorBoard / W&B (and metrics.jsonl) through the training's metrics logger, when the
     checkpoint's config turns them on and its run directory is here (a checkpoint copied from
     elsewhere must not create a stray run directory under the current one)."""
-    from megatron.training.logging import MetricsLogger, tensorboard_dir
-
     lg = cfg.logging
     if not (tensorboard_dir(lg) or (lg.use_wandb and lg.wandb_mode != "disabled")):
         return
@@ -88,8 +90,6 @@ def log_scores(cfg, iteration: int | None, metrics: dict[str, float]) -> None:
 
 
 def write_results(record: dict, path: str) -> str:
-    from megatron.atomic_io import atomic_output
-
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with atomic_output(path, fsync=False) as tmp, open(tmp, "w") as f:
         json.dump(record, f, indent=1, default=str)  # task configs hold functions: their names
@@ -113,16 +113,15 @@ def evaluate_tasks(ckpt: str, tasks: list[str], out_dir: str, *, tag=None, overr
     names = check_tasks(tasks, manager, include_paths)
     check_task_docs(manager, names)
     if results_path is None:
-        from megatron.evaluation.outputs import refuse_earlier_results
-
         refuse_earlier_results(out_dir, [results_name(limit)], overwrite)
+    # lazy: pulls in torch (the model); the task refusals above need none
     from megatron.evaluation.load import load_checkpoint_model
-    from megatron.tokenizer import build_tokenizer
 
     model, cfg, client = load_checkpoint_model(ckpt, tag, overrides, device, allow_nonfinite)
     length = resolve_max_length(max_length, model, cfg)
     d = cfg.data
     tokenizer = build_tokenizer(d.tokenizer_type, d.vocab_file, d.merge_file)
+    # lazy: lm-eval's evaluator and our adapter (torch): evaluate.py's --max-length check imports this module
     import lm_eval
     from lm_eval.evaluator import simple_evaluate
     from lm_eval.utils import make_table

@@ -4,8 +4,12 @@ task's YAML, data and templates, so a bad task is one error naming it, not a tra
 from __future__ import annotations
 
 import os
+from pathlib import Path
+
+import yaml
 
 from megatron.config.errors import close_matches
+from megatron.config.untrusted_yaml import check_file
 from megatron.errors import UserError
 from megatron.evaluation.harness.local_tasks import GROUP, LOCAL_TASKS, write_task_dir
 
@@ -33,8 +37,6 @@ def is_yaml_task(name: str) -> bool:
 def _includes(root, path: str) -> list[str]:
     """The files a task YAML's top-level `include:` names (one path or a list), as lm-eval
     resolves them: relative to the including file."""
-    import yaml
-
     if not isinstance(root, yaml.MappingNode):
         return []
     out = []
@@ -49,10 +51,6 @@ def check_task_file_limits(names, include_paths) -> None:
     """The user's task YAML (--tasks FILE.yaml, every *.yaml under --include-path, and what they
     include) within the untrusted-YAML limits, before lm-eval reads any of it: its loader has none
     (a "billion laughs" file would exhaust memory as lm-eval indexes it)."""
-    from pathlib import Path
-
-    from megatron.config.untrusted_yaml import check_file
-
     todo = [n for n in names if is_yaml_task(n)]
     for root in include_paths:
         todo += sorted(str(p) for p in Path(root).glob("**/*.yaml"))
@@ -69,7 +67,7 @@ def task_manager(names: list[str], task_dir: str, include_paths=()):
     """The harness's TaskManager over the local tasks' YAML (written to `task_dir`) and the user's
     --include-path directories. The harness's own ~15k task files are indexed (~5-10 s) only when
     a name is found in neither."""
-    from lm_eval.tasks import TaskManager
+    from lm_eval.tasks import TaskManager  # lazy: lm-eval (~0.8 s); evaluate.py's --max-length check imports this module
 
     user = check_include_paths(include_paths)
     check_task_file_limits(names, user)
@@ -83,9 +81,7 @@ def task_manager(names: list[str], task_dir: str, include_paths=()):
 def unreadable_task_files(paths) -> list[str]:
     """'FILE (reason)' for each YAML file under the user's directories that lm-eval cannot read: it
     leaves them out of its index without a word, and their tasks then look unknown."""
-    from pathlib import Path
-
-    from lm_eval.tasks._yaml_loader import load_yaml
+    from lm_eval.tasks._yaml_loader import load_yaml  # lazy: lm-eval, as in task_manager
 
     out = []
     for root in paths or ():
@@ -138,7 +134,7 @@ def check_task_docs(manager, names: list[str]) -> None:
 
 
 def _task_error(name: str, e: Exception) -> UserError:
-    import jinja2
+    import jinja2  # lazy: jinja2 comes with lm-eval; only a failing task needs it
 
     what = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}"
     if isinstance(e, (jinja2.TemplateError, KeyError)):  # the task's templates against its data
