@@ -15,11 +15,16 @@ evaluation refused) unless --overwrite. See megatron/evaluation/harness/.
 """
 import argparse
 
+from megatron.checkpoint.tags import tag_or_latest
 from megatron.checkpoint.trust import add_load_flags, apply_trust_flag
 from megatron.cli_args import ArgumentParser
 from megatron.device import add_device_flag, device_from_flag
 from megatron.errors import UserError, run_cli
 from megatron.evaluation.harness.cli import add_eval_flags, limit_value, progress_bars, results_path
+from megatron.evaluation.harness.run import evaluate_tasks
+from megatron.evaluation.outputs import check_output_dir, output_locks
+from megatron.evaluation.report import default_output_dir
+from megatron.launcher import config_from_cli
 from megatron.outputs_vs_inputs import refuse_overlap
 from megatron.ranks import launch_ranks
 
@@ -40,19 +45,11 @@ def main() -> int:
         raise UserError(f"eval.py runs the lm-evaluation-harness in one process, but {world} were started "
                         "(WORLD_SIZE / SLURM_NTASKS): start it once (srun --ntasks 1); the perplexity sweep "
                         "is the evaluation spread over ranks (deepy.py evaluate.py CONFIG.yml)")
-    from megatron.launcher import config_from_cli  # lazy: pulls in megatron.config (--help and flag errors need none)
-
     cfg = config_from_cli(p, args)
-    from megatron.evaluation.load import config_checkpoint  # lazy: pulls in torch (after a config refusal)
+    from megatron.evaluation.load import config_checkpoint  # lazy: pulls in torch; a config refusal needs none
 
     load = config_checkpoint(cfg)  # its `load`, else `save` (where this config's training wrote)
     args.device = device_from_flag(args.device, "eval.py")
-    # lazy: the checkpoint's and the harness's modules (torch, numpy), once the config is read
-    from megatron.checkpoint.tags import tag_or_latest
-    from megatron.evaluation.harness.run import evaluate_tasks
-    from megatron.evaluation.outputs import check_output_dir, output_locks
-    from megatron.evaluation.report import default_output_dir
-
     out_dir, path = default_output_dir(load), results_path(args.eval_results_prefix)
     refuse_overlap("--eval_results_prefix", path, [("the checkpoint being evaluated (load)", load)])
     check_output_dir(out_dir)

@@ -51,12 +51,16 @@ import sys
 import time
 
 from megatron.atomic_io import atomic_output
+from megatron.checkpoint.tags import resolve_tag, tag_or_latest
 from megatron.checkpoint.trust import add_load_flags, apply_trust_flag
 from megatron.cli_args import ArgumentParser, int_at_least
+from megatron.config import NeoXConfig
 from megatron.data.identity import check_tokenizer
 from megatron.device import add_device_flag, describe, resolve_device
 from megatron.errors import DataError, OutOfMemory, UserError, is_out_of_memory, out_of_memory, run_cli, writing
 from megatron.evaluation.harness.cli import add_eval_flags, limit_value, progress_bars, results_path
+from megatron.evaluation.harness.run import check_max_length_value
+from megatron.evaluation.harness.run import evaluate_tasks as run_tasks
 from megatron.evaluation.outputs import (
     check_output_dir,
     checkpoint_name,
@@ -69,6 +73,7 @@ from megatron.evaluation.report import RESULT_FILES, attention_label, build_reco
 from megatron.evaluation.results import parse_result
 from megatron.evaluation.spread import ONE_PROCESS, EvalGroup, quiet_peers, rank0_speaks, rank_device
 from megatron.evaluation.windows import WINDOW_ORDERS
+from megatron.launcher import parse_overrides
 from megatron.outputs_vs_inputs import refuse_overlap
 from megatron.ranks import launch_ranks
 from megatron.training.metrics_file import read_metrics
@@ -145,8 +150,7 @@ def parse_args(argv=None, cfg=None):
         p.error("--eval_results_prefix names one results file: give one --checkpoint (or use --out)")
     args.limit = limit_value(args.limit)
     if from_config:
-        # lazy: the config and torch, only for deepy.py's --resolved-config; --help needs neither
-        from megatron.config import NeoXConfig
+        # lazy: pulls in torch, only for deepy.py's --resolved-config; --help needs none
         from megatron.evaluation.load import config_checkpoint
 
         cfg = cfg if cfg is not None else NeoXConfig.from_file(args.resolved_config)
@@ -260,8 +264,6 @@ def say_length(args, r, results: list, save_partial) -> None:
 
 
 def checkpoint_overrides(args) -> dict:
-    from megatron.launcher import parse_overrides  # lazy: megatron.config (yaml, the schemes' torch); --help needs none
-
     overrides = parse_overrides(args.override)
     if args.window is not None:
         overrides["attention-window"] = args.window
@@ -272,10 +274,6 @@ def checkpoint_overrides(args) -> dict:
 
 def evaluate_tasks(args, ckpt: str) -> None:
     """--tasks: the harness on this checkpoint; harness.json beside the perplexity results."""
-    # lazy: megatron.config and lm-eval's task checks; --help needs neither
-    from megatron.checkpoint.tags import tag_or_latest
-    from megatron.evaluation.harness.run import evaluate_tasks as run_tasks
-
     run_tasks(ckpt, args.eval_tasks, output_dir(args, ckpt), tag=tag_or_latest(args.iteration),
               results_path=results_path(args.eval_results_prefix),
               overrides=checkpoint_overrides(args), max_length=args.max_length, batch_size=args.batch_size,
@@ -286,7 +284,6 @@ def evaluate_tasks(args, ckpt: str) -> None:
 def load_for_sweep(args, ckpt: str):
     """The model and everything the sweep needs from the checkpoint, refused before any length."""
     # lazy: torch (the model); --help and the checks of check_command need none
-    from megatron.checkpoint.tags import tag_or_latest
     from megatron.evaluation.blockwise import check_block
     from megatron.evaluation.lengths import default_lengths
     from megatron.evaluation.load import load_checkpoint_model
@@ -426,7 +423,6 @@ def check_command(args, several: bool = False) -> None:
                             "over ranks), and several ranks would each run every task into the same harness.json: "
                             "run it as one process (python evaluate.py --tasks ..., or deepy.py with num-gpus: 1 "
                             "and no hostfile); the perplexity sweep (without --tasks) is the one spread over ranks")
-        from megatron.evaluation.harness.run import check_max_length_value  # lazy: megatron.config, lm-eval's checks
 
         check_max_length_value(args.max_length)  # before any checkpoint is loaded
 
@@ -438,8 +434,6 @@ def check_command(args, several: bool = False) -> None:
         refuse_earlier_results(output_dir(args, ckpt), result_names(args), args.overwrite)
         output_lock(output_dir(args, ckpt)).check_free()  # an evaluation writing there now
     if len(args.checkpoint) == 1:  # a missing checkpoint is answered before torch loads (several: skipped)
-        from megatron.checkpoint.tags import resolve_tag, tag_or_latest  # lazy: megatron.config (yaml, the schemes' torch)
-
         resolve_tag(args.checkpoint[0], tag_or_latest(args.iteration))
 
 

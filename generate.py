@@ -16,10 +16,12 @@ import argparse
 import sys
 import time
 
+from megatron.checkpoint.tags import resolve_tag, tag_or_latest
 from megatron.checkpoint.trust import add_load_flags, apply_trust_flag
 from megatron.cli_args import ArgumentParser, int_at_least
 from megatron.device import add_device_flag, device_from_flag
 from megatron.errors import UserError, run_cli
+from megatron.launcher import parse_overrides
 from megatron.tokenizer import build_tokenizer
 
 
@@ -123,7 +125,6 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     apply_trust_flag(args)
     texts = prompts(args)
-    from megatron.checkpoint.tags import resolve_tag, tag_or_latest  # lazy: megatron.config (flag errors need none)
 
     resolve_tag(args.checkpoint, tag_or_latest(args.iteration))  # a missing checkpoint: answered before torch loads
 
@@ -131,7 +132,6 @@ def main(argv=None) -> int:
     # lazy: the model's modules pull in torch; a missing checkpoint is answered above without it
     from megatron.evaluation.load import load_checkpoint_model
     from megatron.generation import TokenStream, check_new_tokens_fit
-    from megatron.launcher import parse_overrides
 
     model, cfg, client = load_checkpoint_model(args.checkpoint, tag_or_latest(args.iteration),
                                                parse_overrides(args.override) or None, args.device, args.allow_nonfinite)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from megatron.config.errors import close_matches
+
 
 class ArgumentParser(argparse.ArgumentParser):
     """argparse's parser, whose errors name the flag a misspelt one was meant to be. `--chekpoint X`
@@ -23,9 +25,6 @@ class ArgumentParser(argparse.ArgumentParser):
         super().error(message + self._suggestions())
 
     def _suggestions(self) -> str:
-        # lazy: megatron.config (yaml, the schemes' torch) only for a mistyped flag
-        from megatron.config.errors import close_matches
-
         known = [s for action in self._actions for s in action.option_strings if s.startswith("--")]
         hints = []
         for arg in getattr(self, "_given", []):

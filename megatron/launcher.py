@@ -11,9 +11,9 @@ same validated settings. Nothing is written when the config or an input path is 
 `--debug` (taken off the command line by megatron.errors.run_cli, which sets KERPLE_DEBUG=1) is
 passed on to the training processes, so their expected failures show the full traceback too.
 
-Imports inside functions are the ones that pull in torch or DeepSpeed (the trainer's checks,
-the runner's supervision, the disk checks): `deepy.py --help`, a config error and a dry run answer
-without them (tests/integration/test_cli_fast_answers.py).
+Imports inside functions are the ones that pull in torch or DeepSpeed (the model for the size
+check, the trainer's and the disk checks, DeepSpeed's runner): `deepy.py --help` and a config error
+answer without them (tests/integration/test_cli_fast_answers.py, tests/unit/test_lazy_imports.py).
 """
 from __future__ import annotations
 

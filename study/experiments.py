@@ -11,6 +11,7 @@ import json
 import os
 from dataclasses import MISSING, dataclass, fields
 
+from megatron.config.errors import did_you_mean
 from megatron.errors import UserError
 
 
@@ -160,8 +161,6 @@ def read_matrix(path: str) -> tuple[list[str], list[Run]]:
 
 
 def _unknown(word: str, known) -> str:
-    from megatron.config.errors import did_you_mean  # lazy: megatron.config (yaml, the schemes' torch), for a refusal only
-
     hint = did_you_mean(word, known).removeprefix("; ")
     return f"unknown field {word!r}" + (f" ({hint})" if hint else "")
 

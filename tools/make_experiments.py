@@ -23,6 +23,7 @@ import json
 import os
 
 from megatron.cli_args import ArgumentParser, int_at_least
+from megatron.config import load_config
 from megatron.errors import UserError, run_cli
 from study.experiments import ORDERS, parse_data, write_matrix
 
@@ -50,8 +51,6 @@ def parse_settings(items: list[str], base: list[str]) -> dict:
         except ValueError:
             out[key.strip()] = text
     if out:
-        from megatron.config import load_config  # lazy: megatron.config (yaml, the schemes' torch) only for --set
-
         try:
             load_config(base, overrides=out)
         except UserError as e:

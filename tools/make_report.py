@@ -38,7 +38,9 @@ from megatron.cli_args import ArgumentParser
 from megatron.errors import run_cli
 from study.aggregate import _safe, add_common_args, build_report, group_slug, group_title, table3_cells
 from study.flat_kernels import flat_markdown, head_values
+from study.gap_vs_quality import gap_quality_markdown, gap_quality_points
 from study.growth import growth_markdown, growth_rows
+from study.replicates import identities
 from study.results import load_results
 from study.train_length_quality import quality_markdown, quality_points
 from study.train_test import pairs, train_test_markdown
@@ -145,11 +147,9 @@ def _write(path: str, text: str, log) -> None:
 
 def trend_report(runs, args, log=print) -> None:
     """trend.md and trend_<dataset>.png from the evaluations (study/trend.py)."""
-    # lazy: torch (records), matplotlib (plots), megatron.config (replicates.py reads YAML with it)
+    # lazy: torch (the records) and matplotlib (the plots); --help needs neither
     from study.convergence import load_records
-    from study.gap_vs_quality import gap_quality_markdown, gap_quality_points
     from study.plots import plot_gap_vs_quality, plot_trend
-    from study.replicates import identities
 
     matrices = sorted({m for pat in args.planned for m in glob.glob(pat)})
     gaps = gap_points(runs, planned_runs(matrices))

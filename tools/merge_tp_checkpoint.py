@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 
+from megatron.checkpoint.output import check_output
+from megatron.checkpoint.tags import resolve_tag, tag_or_latest
 from megatron.checkpoint.trust import add_load_flags, apply_trust_flag
 from megatron.cli_args import ArgumentParser, int_at_least
 from megatron.errors import run_cli
@@ -30,11 +32,8 @@ def main(argv=None) -> int:
     add_load_flags(p)
     args = p.parse_args(argv)
     apply_trust_flag(args)
-    # lazy: megatron.config (yaml, the schemes' torch): --help and flag errors need none
-    from megatron.checkpoint.tags import resolve_tag, tag_or_latest
 
     resolve_tag(args.input, tag_or_latest(args.iteration))  # a missing checkpoint: answered before torch loads
-    from megatron.checkpoint.output import check_output  # lazy: as above
 
     check_output(args.output, args.overwrite, args.input)  # and an existing output
     # lazy: pulls in torch: a missing checkpoint or a taken --output is refused above without it

@@ -25,6 +25,7 @@ import sys
 import time
 
 from megatron.cli_args import ArgumentParser
+from megatron.config.errors import did_you_mean
 from megatron.errors import UserError, run_cli
 from megatron.training.launch_signals import run_child
 from megatron.training.metrics_file import metrics_path
@@ -124,9 +125,6 @@ def select_runs(runs, matrix: str, index: int | None, only: str | None, shard: t
     if only:
         matched = [r for r in runs if only in r.name]
         if not matched:
-            # lazy: megatron.config (yaml, the schemes' torch) only for this refusal
-            from megatron.config.errors import did_you_mean
-
             words = dict.fromkeys([r.name for r in runs] + [w for r in runs for w in (r.scheme, r.label, r.dataset) if w])
             raise UserError(f"--only {only!r} matches no run of {where} ({listing(runs)}){did_you_mean(only, words)}; "
                             "nothing was run: --only keeps the runs whose name contains its text")
@@ -149,8 +147,6 @@ def check_windowed_only(windowed: str | None, scheme: str | None, runs, matrix: 
                         "evaluated windowed; add --windowed W (or L), or drop --windowed-only")
     schemes = list(dict.fromkeys(r.scheme for r in runs))
     if scheme not in schemes:
-        from megatron.config.errors import did_you_mean  # lazy: megatron.config (yaml, the schemes' torch) only for this refusal
-
         raise UserError(f"--windowed-only {scheme!r} is no scheme of {matrix} ({', '.join(schemes)})"
                         f"{did_you_mean(scheme, schemes)}; no run would be evaluated windowed")
 

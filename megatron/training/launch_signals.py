@@ -31,6 +31,7 @@ import threading
 import time
 import types
 
+from megatron.checkpoint.tags import read_latest
 from megatron.errors import UserError, debug_enabled
 from megatron.training.heartbeat import KILL_NOW, post_signal
 from megatron.training.launch_output import OutputRelay
@@ -264,9 +265,6 @@ class Supervisor:
 
 def latest_and_resume(save: str | None) -> str:
     """What a run that stopped keeps, and how to go on: for the last line of a stopped run."""
-    # lazy: megatron.config (yaml, the schemes' torch); run_matrix.py's --help needs none
-    from megatron.checkpoint.tags import read_latest
-
     if not save:
         return "nothing was saved (no `save` directory): the run starts over when run again"
     try:
@@ -287,8 +285,6 @@ class StopReport:
         self.before: str | None = None
 
     def _latest(self) -> str | None:
-        from megatron.checkpoint.tags import read_latest  # lazy: as in latest_and_resume
-
         try:
             return read_latest(self.cfg.checkpoint.save) if self.cfg.checkpoint.save else None
         except UserError as e:
