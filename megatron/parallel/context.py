@@ -107,7 +107,7 @@ def init_parallel(tp_size: int, pp_size: int = 1, sequence_parallel: bool = Fals
     world = torch.distributed.get_world_size()
     if world % tp_size:
         raise ValueError(f"model-parallel-size {tp_size} does not divide the {world} processes")
-    from megatron.core import parallel_state as ps  # lazy: as above
+    from megatron.core import parallel_state as ps  # lazy: megatron-core, as in megatron_config
 
     if ps.model_parallel_is_initialized():  # a second model in the same process (tests)
         ps.destroy_model_parallel()
