@@ -181,7 +181,7 @@ class FlexAttention(AttentionBackend):
             return None
         if device.type != "cuda":
             return f"flex runs on CUDA (training and inference) or CPU (inference), not {device.type}"
-        from torch.utils._triton import has_triton
+        from torch.utils._triton import has_triton  # lazy: torch's Triton probe, only when flex is asked about CUDA
 
         if not has_triton():
             return "flex on CUDA compiles Triton kernels and triton is not importable (pip install triton)"
@@ -239,7 +239,7 @@ class FlexAttention(AttentionBackend):
 def _cpp_compiler() -> str | None:
     """The C++ compiler inductor would use on CPU, or None."""
     try:
-        from torch._inductor.cpp_builder import get_cpp_compiler
+        from torch._inductor.cpp_builder import get_cpp_compiler  # lazy: loads inductor, only for flex on a CPU
     except ImportError:  # an internal module: fall back to the usual names
         return shutil.which("g++") or shutil.which("c++")
     try:

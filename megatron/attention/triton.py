@@ -82,7 +82,7 @@ class TritonAttention(AttentionBackend):
         q0, k0 = starts
         if partitioned(scheme):
             return TritonPrepared(q0, k0)
-        from megatron.attention.kernels.attention import share_kernel
+        from megatron.attention.kernels.attention import share_kernel  # lazy: imports Triton, only when this backend runs
 
         # A tabulated lookup (Sandwich) covers the call's largest distance here, once.
         kernel = scheme.fused_kernel().covering(q0 + q_pos.numel() - 1 - k0, q_pos.device)
@@ -97,7 +97,7 @@ class TritonAttention(AttentionBackend):
         check_window(window)
         if q.shape[-1] > MAX_HEAD_DIM:
             raise ValueError(f"the triton attention backend supports head_dim <= {MAX_HEAD_DIM}, got {q.shape[-1]}")
-        from megatron.attention.kernels.attention import triton_attention
+        from megatron.attention.kernels.attention import triton_attention  # lazy: imports Triton (see prepare)
 
         prepared = prepared or self.prepare(scheme, q_pos, k_pos, window)
         kernel = prepared.kernel if prepared.kernel is not None else scheme.fused_kernel()

@@ -17,19 +17,22 @@ import numpy as np
 import torch
 
 from megatron.checkpoint.tags import read_latest, tag_for
+from megatron.config.originals import publish_staged
 from megatron.console import seconds_since_start
 from megatron.data.loader import batch_loader, loss_mask_for
+from megatron.device import collective_device
 from megatron.device import describe as describe_device
 from megatron.errors import is_out_of_memory, out_of_memory
 from megatron.host_reads import read_values
 from megatron.model import GPTModel, count_parameters
 from megatron.parallel import context_for, parallelize
 from megatron.tokenizer import build_tokenizer, padded_vocab_size
-from megatron.training import health, norms, throughput
+from megatron.training import health, norms, signals, throughput
 from megatron.training.checkpoint import Checkpointer
 from megatron.training.data_setup import build_datasets, check_data_tokenizer
-from megatron.training.disk import check_run_room
+from megatron.training.disk import check_run_room, first_missing, remove_created
 from megatron.training.distributed import init_distributed
+from megatron.training.launch_signals import latest_and_resume
 from megatron.training.logging import MetricsLogger
 from megatron.training.metrics_file import metrics_path, read_metrics
 from megatron.training.neox_runtime import IntervalRuntime, RunShape
@@ -87,12 +90,9 @@ class Trainer:
     def __init__(self, cfg, resolved_config: str | None = None):
         """`resolved_config`: the file the config was read from; a launch's staged one is moved
         into the run directory once set-up (the resume checks included) has passed."""
-        import deepspeed
+        import deepspeed  # lazy: seconds of imports; a module importing the trainer's helpers need not pay them
 
         self.cfg = cfg
-        from megatron.training import signals
-        from megatron.training.launch_signals import latest_and_resume
-
         signals.hold()  # a stop posted across hosts during set-up waits for the training loop's handler
         p = cfg.parallel
         self.dist = init_distributed(p.device, p.distributed_backend, p.distributed_timeout_minutes,
@@ -100,8 +100,6 @@ class Trainer:
         precision_warning = check_precision_supported(cfg, self.dist.device)
         if precision_warning and self.dist.is_rank0:
             print(precision_warning, file=sys.stderr, flush=True)
-        from megatron.training.disk import first_missing, remove_created
-
         created = first_missing(cfg.logging.run_dir) if self.dist.is_rank0 else None
         self.locks = self._lock_outputs()
         try:
@@ -111,8 +109,6 @@ class Trainer:
             remove_created(created)  # a refused start leaves no run directory it made (locks, logs)
             raise
         if self.dist.is_rank0:  # the launch's checks passed: its resolved config becomes the run's
-            from megatron.config.originals import publish_staged
-
             publish_staged(resolved_config)
 
     def _lock_outputs(self) -> list[RunLock]:
@@ -409,7 +405,7 @@ class Trainer:
                 return scheme.stat_tensors(), {**scheme.raw_stat_tensors(), **scheme.per_head_tensors()}
 
         if self.cfg.optimizer.zero_optimization.get("stage", 0) == 3:  # parameters are partitioned
-            import deepspeed
+            import deepspeed  # lazy: as in __init__ (ZeRO-3 only)
 
             with deepspeed.zero.GatheredParameters(list(self.model.position.parameters())):
                 return both()
@@ -508,8 +504,6 @@ class Trainer:
 
     def _all_reduce_mean(self, x: torch.Tensor) -> torch.Tensor:
         if self.dist.world_size > 1:
-            from megatron.device import collective_device
-
             x = x.to(collective_device())
             torch.distributed.all_reduce(x)
             x = x / self.dist.world_size
