@@ -5,7 +5,7 @@ from dataclasses import dataclass, fields, replace
 
 from megatron.config.attention_types import problems as attention_config_problems
 from megatron.config.fields import key
-from megatron.config.scheme_options import scheme_options
+from megatron.config.scheme_options import scheme_names, scheme_options
 
 POS_CLAMPS = ("straight-through", "projected")  # see pos_clamp; megatron/training/projection.py
 # NeoX's init_functions.py, every name it accepts (megatron/model/init.py)
@@ -19,11 +19,10 @@ OPTIONS_AFTER = "pos_clamp"  # the positional schemes' own keys follow this one 
 
 
 def scheme_choices() -> tuple[str, ...]:
-    """The positional registry's names, and nothing else: a scheme is known by its file
-    registering it, not by a second list here."""
-    from megatron.positional import registry  # lazy: the schemes import torch; importing the config must not
-
-    return tuple(sorted(registry.scheme_names()))
+    """The names the scheme files register, and nothing else: a scheme is known by its file
+    registering it, not by a second list here (read without importing torch: a refused value is
+    answered before torch loads)."""
+    return tuple(scheme_names())
 
 
 def with_scheme_options(cls):

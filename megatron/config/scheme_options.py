@@ -121,9 +121,7 @@ def registered_names(cls: ast.ClassDef) -> list[str]:
             for arg in deco.args if isinstance(arg, ast.Constant) and isinstance(arg.value, str)]
 
 
-def scheme_options(dirs: list[str] | None = None) -> dict[str, tuple[Option, list[str]]]:
-    """{key: (option, the schemes declaring it)} over every scheme file of megatron/positional
-    (its package path: `dirs`), as registry.scheme_options() gives after importing them all."""
+def _options_by_scheme(dirs: list[str] | None) -> dict[str, tuple[Option, ...]]:
     files = _Files(list(positional_package.__path__) if dirs is None else dirs)
     by_scheme = {}
     for module in files.module_names():
@@ -131,4 +129,16 @@ def scheme_options(dirs: list[str] | None = None) -> dict[str, tuple[Option, lis
             if isinstance(node, ast.ClassDef):
                 for name in registered_names(node):
                     by_scheme[name] = files.class_options(module, node)
-    return declared_options(by_scheme)
+    return by_scheme
+
+
+def scheme_names(dirs: list[str] | None = None) -> list[str]:
+    """Every name a scheme file registers, sorted: registry.scheme_names() without importing the
+    schemes (pos-emb's choices, judged before torch loads)."""
+    return sorted(_options_by_scheme(dirs))
+
+
+def scheme_options(dirs: list[str] | None = None) -> dict[str, tuple[Option, list[str]]]:
+    """{key: (option, the schemes declaring it)} over every scheme file of megatron/positional
+    (its package path: `dirs`), as registry.scheme_options() gives after importing them all."""
+    return declared_options(_options_by_scheme(dirs))

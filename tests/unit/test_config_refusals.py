@@ -91,13 +91,14 @@ def test_every_registered_attention_backend_is_accepted():
 
 
 def test_pos_emb_choices_are_the_positional_registry_names_only(monkeypatch):
-    # no hand-kept list beside the registry: a name the registry does not know is refused
-    import megatron.positional.registry as registry
+    # no hand-kept list beside the registry: the names the scheme files register (read without
+    # importing them, megatron/config/scheme_options.py), equal to the registry's
+    import megatron.config.model as model_section
     from megatron.config.fields import choices_of
     from megatron.config.schema import KEYS
 
     assert choices_of(KEYS["pos_emb"].field) == tuple(sorted(scheme_names()))
-    monkeypatch.setattr(registry, "scheme_names", lambda: ["learned", "rotary"])
+    monkeypatch.setattr(model_section, "scheme_names", lambda: ["learned", "rotary"])
     assert choices_of(KEYS["pos_emb"].field) == ("learned", "rotary")
 
 
