@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from megatron.config.attention_types import problems as attention_config_problems
+from megatron.config.backend_names import backend_names
 from megatron.config.fields import key
 from megatron.config.scheme_options import scheme_names, scheme_options
 
@@ -47,11 +48,9 @@ def with_scheme_options(cls):
 
 
 def backend_choices() -> tuple[str, ...]:
-    """"auto" and the attention registry's names, in its preference order. Imported lazily (the
-    backends pull in torch), and only when a config sets attention-backend."""
-    from megatron.attention.registry import backend_classes  # lazy: loads every backend (Triton, flex)
-
-    return ("auto", *backend_classes())
+    """"auto" and the attention registry's names, in its preference order (read from the backend
+    files without importing them: megatron/config/backend_names.py)."""
+    return ("auto", *backend_names())
 
 
 @dataclass(frozen=True)

@@ -114,10 +114,15 @@ class _Files:
         return ()
 
 
+def decorator_calls(cls: ast.ClassDef, decorator: str) -> list[ast.Call]:
+    """A class's decorators that call `decorator` (@register(...), @register_backend(...))."""
+    return [deco for deco in cls.decorator_list if isinstance(deco, ast.Call)
+            and isinstance(deco.func, ast.Name) and deco.func.id == decorator]
+
+
 def registered_names(cls: ast.ClassDef) -> list[str]:
     """The names a class's @register("a", "b") decorator gives it."""
-    return [arg.value for deco in cls.decorator_list if isinstance(deco, ast.Call)
-            and isinstance(deco.func, ast.Name) and deco.func.id == "register"
+    return [arg.value for deco in decorator_calls(cls, "register")
             for arg in deco.args if isinstance(arg, ast.Constant) and isinstance(arg.value, str)]
 
 

@@ -164,11 +164,7 @@ FAST = ([(script, ["--help"], 0) for script in ENTRY_POINTS]
         + [(f"tools/{p.name}", ["--help"], 0) for p in sorted((REPO / "tools").glob("*.py")) if p.name not in TORCH_TOOLS]
         + [("deepy.py", ["train.py", "configs/no-such-config.yml"], 2),  # a config refusal
            ("deepy.py", ["train.py", "configs/quickstart_rotary.yml", "-o", "pos-emb=kerple-log"], 2),  # a pos-emb refusal
-           pytest.param("deepy.py", ["train.py", "configs/quickstart.yml", "-o", "num-layers=0"], 2,
-                        marks=pytest.mark.xfail(strict=True, reason=(
-                            "quickstart.yml sets attention-backend, whose choices come from importing the "
-                            "attention registry (megatron/config/model.py: backend_choices), so torch; delete "
-                            "this mark once they are read without importing the backends"))),
+           ("deepy.py", ["train.py", "configs/quickstart.yml", "-o", "num-layers=0"], 2),  # it sets attention-backend
            ("evaluate.py", ["--checkpoint", "no-such-checkpoint"], 2)])  # a missing checkpoint
 
 

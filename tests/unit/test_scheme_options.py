@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 
 import megatron.positional as positional_package
+from megatron.attention.registry import backend_classes
+from megatron.config.backend_names import backend_names
 from megatron.config.scheme_options import scheme_names, scheme_options
 from megatron.positional import registry
 from megatron.positional.options import Option
@@ -14,6 +16,7 @@ from megatron.positional.options import Option
 def test_read_from_the_files_equals_the_imported_declarations():
     read = scheme_options()
     assert read == registry.scheme_options() and scheme_names() == registry.scheme_names()
+    assert backend_names() == list(backend_classes())  # attention-backend's choices, the same way
     # the shapes the files use: a literal in the class (rpe), module-level names (xpos), a tuple
     # imported under another name and starred (rotary's scaling), inheritance (xpos from rotary)
     assert read["rpe_num_buckets"][0] == Option("rpe_num_buckets", int, 32, read["rpe_num_buckets"][0].doc, ge=1)
