@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 import os
 
-from megatron.config.scheme_options import decorator_calls
+from megatron.config.scheme_options import decorator_calls, parse_file
 
 ATTENTION_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "attention")
 
@@ -18,10 +18,7 @@ def backend_names(directory: str = ATTENTION_DIR) -> list[str]:
     for file in sorted(os.listdir(directory)):
         if not file.endswith(".py"):
             continue
-        path = os.path.join(directory, file)
-        with open(path, encoding="utf-8") as f:
-            tree = ast.parse(f.read(), filename=path)
-        for node in tree.body:
+        for node in parse_file(os.path.join(directory, file)).body:
             if isinstance(node, ast.ClassDef):
                 for call in decorator_calls(node, "register_backend"):
                     name = ast.literal_eval(call.args[0])

@@ -19,6 +19,18 @@ from megatron.positional import options as options_module
 from megatron.positional.options import Option, declared_options
 
 _TYPES = {"int": int, "float": float, "str": str, "bool": bool, "dict": dict, "list": list}
+# (path, mtime, size) -> its syntax tree: every config load reads pos-emb's choices, and parsing the
+# package's files each time made loading a config ~10x slower; an edited or added file is read again
+_PARSED: dict[tuple[str, int, int], ast.Module] = {}
+
+
+def parse_file(path: str) -> ast.Module:
+    st = os.stat(path)
+    key = (path, st.st_mtime_ns, st.st_size)
+    if key not in _PARSED:
+        with open(path, encoding="utf-8") as f:
+            _PARSED[key] = ast.parse(f.read(), filename=path)
+    return _PARSED[key]
 
 
 class _Files:
@@ -42,9 +54,7 @@ class _Files:
 
     def tree(self, module: str) -> ast.Module:
         if module not in self.trees:
-            path = self.path(module)
-            with open(path, encoding="utf-8") as f:
-                self.trees[module] = ast.parse(f.read(), filename=path)
+            self.trees[module] = parse_file(self.path(module))
         return self.trees[module]
 
     def binding(self, module: str, name: str):
