@@ -144,17 +144,9 @@ class C:
 
 # Fast answers: none of these imports torch (nor DeepSpeed, lm-eval, transformers). Each runs the
 # script as `python SCRIPT ...` does and reports which of them it imported.
-HEAVY = ("torch", "deepspeed", "lm_eval", "transformers")
-PROBE = """
-import runpy, sys
-sys.argv = sys.argv[1:]
-try:
-    runpy.run_path(sys.argv[0], run_name="__main__")
-except SystemExit as e:
-    code = e.code
-print("HEAVY=" + ",".join(m for m in {heavy!r} if m in sys.modules), file=sys.stderr)
-sys.exit(code)
-"""
+# the probe of tests/integration/test_cli_fast_answers.py, one definition for both
+from tests.integration.test_cli_fast_answers import HEAVY, PROBE  # noqa: E402
+
 # Tools that import torch at their top by design: benchmarks of torch code. build_deepspeed_ops.py
 # takes no flags (its --help would build the op).
 TORCH_TOOLS = {"bench_attention.py", "bench_checkpoint_manifest.py", "bench_eval_forward.py", "bench_gqa_memory.py",
@@ -180,7 +172,7 @@ def _name(case) -> str:
 
 @pytest.mark.parametrize("script,argv,status", FAST, ids=[_name(c) for c in FAST])
 def test_fast_answers_import_no_torch(script, argv, status):
-    proc = subprocess.run([sys.executable, "-c", PROBE.format(heavy=HEAVY), str(REPO / script), *argv],
+    proc = subprocess.run([sys.executable, "-c", PROBE.format(root=str(REPO), heavy=HEAVY), str(REPO / script), *argv],
                           capture_output=True, text=True, cwd=REPO, timeout=120)
     assert proc.returncode == status, proc.stderr[-2000:]
     heavy = proc.stderr.rsplit("HEAVY=", 1)[1].strip()
