@@ -13,6 +13,11 @@ from __future__ import annotations
 
 import torch
 
+if __package__ == "megatron.attention":
+    from megatron.positional.distance import run_start
+else:  # the Hugging Face export ships this file flat, next to the positional package's distance.py
+    from .distance import run_start
+
 
 def check_window(window: int | None) -> None:
     """Raise the shared message unless window is None or an integer >= 1."""
@@ -50,10 +55,14 @@ def query_blocks(q_pos: torch.Tensor, k_pos: torch.Tensor, span: int | None):
     L = q_pos.numel()
     if span is None or L <= span or q_pos.numel() == 0:
         return [(slice(None), slice(None))]
+    q0, k0 = run_start(q_pos), run_start(k_pos)
     blocks = []
     for s in range(0, L, span):
         rows = slice(s, min(s + span, L))
-        keys = (k_pos <= q_pos[rows].max()).nonzero().squeeze(1)  # (Lk_block,) indices
+        if q0 is not None and k0 is not None:  # known runs: the keys up to the last query, a prefix
+            keys = slice(0, max(min(k_pos.numel(), q0 + rows.stop - k0), 0))
+        else:
+            keys = (k_pos <= q_pos[rows].max()).nonzero().squeeze(1)  # (Lk_block,) indices
         blocks.append((rows, keys))
     return blocks
 
@@ -111,9 +120,13 @@ def row_starts_from_attention_mask(attention_mask: torch.Tensor | None) -> torch
 
 def consecutive_starts(q_pos: torch.Tensor, k_pos: torch.Tensor) -> tuple[int, int] | None:
     """(q0, k0) when q_pos = q0 + arange(Lq) and k_pos = k0 + arange(Lk), else None (also when
-    either is empty). One host sync. Training and kv-cache decoding both give consecutive runs."""
+    either is empty). Known runs (position_run) answer on the host; anything else costs one
+    host sync."""
     if q_pos.numel() == 0 or k_pos.numel() == 0:
         return None
+    q0, k0 = run_start(q_pos), run_start(k_pos)
+    if q0 is not None and k0 is not None:
+        return q0, k0
 
     def steps_ok(pos):
         return (pos[1:] - pos[:-1] == 1).all()

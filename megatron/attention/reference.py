@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from megatron.attention.base import AttentionBackend, kv_group, repeat_kv
 from megatron.attention.mask import allowed_mask
 from megatron.attention.registry import register_backend
+from megatron.positional.distance import run_start
 
 
 def scaled_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -41,8 +42,12 @@ class ReferenceAttention(AttentionBackend):
     def prepare(self, scheme, q_pos, k_pos, window=None, row_starts=None):
         # The scheme computes in fp32; like the paper, forward casts to the scores' dtype.
         allowed = allowed_mask(q_pos, k_pos, window, row_starts)  # (Lq, Lk) or (B, 1, Lq, Lk)
-        # The diagonal is always allowed under a causal mask, so no row is empty (no 0/0).
-        assert bool(allowed.any(dim=-1).all()), "a query row has no allowed key"
+        # The diagonal is always allowed under a causal mask, so a query whose own position is a
+        # key has a key (no 0/0): known on the host when the keys' run covers the queries' run;
+        # otherwise read from the mask.
+        q0, k0 = run_start(q_pos), run_start(k_pos)
+        if q0 is None or k0 is None or not k0 <= q0 <= q0 + q_pos.numel() <= k0 + k_pos.numel():
+            assert bool(allowed.any(dim=-1).all()), "a query row has no allowed key"
         return ReferencePrepared(scheme.batch_score_weight(q_pos, k_pos, row_starts),
                                  scheme.batch_score_bias(q_pos, k_pos, row_starts), allowed)
 

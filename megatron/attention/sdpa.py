@@ -147,7 +147,7 @@ def diagonal_mask(kernel, offset: int, lq: int, lk: int, window: int | None,
     zero = dist.new_zeros(1)
     allowed = allowed_mask(dist, zero, window)[:, 0]
     diag = torch.zeros(dist.shape, dtype=torch.float32, device=device).masked_fill(~allowed, float("-inf"))
-    bias = kernel.bias_at(causal_distance(dist, zero).t())  # (H, 1, Lq + Lk - 1) or None
+    bias = kernel.bias_at(causal_distance(dist, zero).t(), largest=max(offset + lq - 1, 0))  # (H, 1, Lq+Lk-1) or None
     diag = diag[None] if bias is None else bias[:, 0] + diag  # (H or 1, Lq + Lk - 1)
     return diag.unfold(-1, lk, 1)[None]  # row i = diag[i : i + Lk]
 

@@ -38,7 +38,9 @@ from megatron.tokenizer.hf import EOD_TOKEN
 TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hf_modeling")
 REMOTE_FILES = ("configuration_kerple.py", "modeling_kerple.py")
 # Our own modules the remote code imports as they are (each imports torch only): the one mask
-# rule (causal, window, padded rows) and the attention_mask -> row starts conversion.
+# rule (causal, window, padded rows) and the attention_mask -> row starts conversion. mask.py
+# reads positions' host marks from the positional package's distance.py, which every export
+# ships (base.py imports it), so there it imports it relatively.
 SHARED_FILES = {"mask.py": os.path.join(os.path.dirname(TEMPLATE_DIR), os.pardir, "attention", "mask.py")}
 POSITIONAL_PACKAGE = "megatron.positional"
 SCHEME_FILE = "positional_scheme.py"  # written per export: which class modeling_kerple.py builds

@@ -15,6 +15,7 @@ from torch import nn
 from megatron.attention.base import partitioned
 from megatron.attention.mask import consecutive_starts, query_blocks, row_positions
 from megatron.attention.resolve import long_cpu_inference, resolve_backend
+from megatron.positional.distance import run_slice
 from megatron.positional.logn import scale_queries
 
 
@@ -171,7 +172,7 @@ class SelfAttention(nn.Module):
         span = ctx.scheme.max_query_span(q.dtype) if late else None
         outs = []
         for rows, keys in query_blocks(ctx.q_pos, ctx.k_pos, span):
-            q_pos, k_pos = ctx.q_pos[rows], ctx.k_pos[keys]
+            q_pos, k_pos = run_slice(ctx.q_pos, rows), run_slice(ctx.k_pos, keys)
             qb, kb, vb = q[:, :, rows], k[:, :, keys], v[:, :, keys]
             if late:
                 qb, kb = ctx.scheme.rotate_qk(qb, kb, q_pos, k_pos)

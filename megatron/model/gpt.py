@@ -24,6 +24,7 @@ from megatron.model.sharding import UNSHARDED
 from megatron.model.size import refuse_impossible_size
 from megatron.model.transformer import TransformerLayer, build_norm
 from megatron.positional.base import positional_spec
+from megatron.positional.distance import position_run
 from megatron.positional.registry import build_scheme
 
 
@@ -114,7 +115,7 @@ class GPTModel(nn.Module):
             row_starts = cache.keep_row_starts(row_starts)
             positions, k_pos = cache.step_positions(L, tokens.device)
         elif positions is None:
-            positions = torch.arange(L, device=tokens.device)
+            positions = position_run(0, L, tokens.device)
         if row_starts is not None:
             check_row_starts(row_starts, B)
             row_starts = row_starts.to(device=tokens.device, dtype=torch.int64)

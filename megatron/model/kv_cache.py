@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import torch
 
+from megatron.positional.distance import position_run, run_start
+
 
 class LayerCache:
     """One layer's slot: `update(k_new, v_new)` appends and returns every kept key/value."""
@@ -59,14 +61,21 @@ class KVCache:
         return self.row_starts
 
     def step_positions(self, new: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-        """(q_pos, k_pos) for a forward over `new` tokens on top of the cache."""
-        q_pos = torch.arange(self.length, self.length + new, device=device)
-        past = self.positions if self.positions is not None else q_pos[:0]
-        return q_pos, torch.cat([past.to(device), q_pos])
+        """(q_pos, k_pos) for a forward over `new` tokens on top of the cache. The kept keys are
+        always one run ending at the next query (a suffix of 0 .. length - 1), so both are made
+        as known runs (positional/distance.py position_run): no layout check reads the device while decoding."""
+        q_pos = position_run(self.length, new, device)
+        if self.positions is None:
+            return q_pos, q_pos
+        first = run_start(self.positions)
+        if first is not None and first + self.positions.numel() == self.length:
+            return q_pos, position_run(first, self.positions.numel() + new, device)
+        return q_pos, torch.cat([self.positions.to(device), q_pos])
 
     def advance(self, k_pos: torch.Tensor) -> None:
         """Called once all layers appended the step's keys: record them, trim out-of-window keys."""
-        self.length = int(k_pos[-1]) + 1
+        first = run_start(k_pos)
+        self.length = first + k_pos.numel() if first is not None else int(k_pos[-1]) + 1
         self.positions = k_pos
         if self.window is not None:
             self.keep_from(self.length - self.window + 1)  # the next query (pos = length) sees k > q - W
@@ -75,9 +84,14 @@ class KVCache:
         """Drop the cached keys before `position` (the window above; blockwise causal evaluation)."""
         if self.positions is None:
             return
-        keep = self.positions >= position
-        if bool(keep.all()):
+        start, kept = run_start(self.positions), self.positions.numel()
+        if start is not None:  # a known run: the suffix from `position` on, counted on the host
+            first = min(max(position - start, 0), kept)
+        else:
+            keep = self.positions >= position
+            first = int(keep.nonzero()[0]) if bool(keep.any()) else kept  # increasing: keep a suffix
+        if first == 0:
             return
-        first = int(keep.nonzero()[0]) if bool(keep.any()) else len(keep)  # increasing: keep a suffix
-        self.positions = self.positions[first:]
+        self.positions = (position_run(start + first, kept - first, self.positions.device) if start is not None
+                          else self.positions[first:])
         self.kv = [None if kv is None else (kv[0][:, :, first:], kv[1][:, :, first:]) for kv in self.kv]

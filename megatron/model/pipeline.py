@@ -36,6 +36,7 @@ from megatron.model.layer_numbering import sequential_key
 from megatron.model.sharding import UNSHARDED
 from megatron.model.transformer import TransformerLayer
 from megatron.positional.base import positional_spec
+from megatron.positional.distance import position_run
 from megatron.positional.registry import build_scheme
 
 
@@ -71,7 +72,7 @@ class EmbeddingPipe(nn.Module):
         tokens = inputs[0] if isinstance(inputs, (tuple, list)) else inputs
         x = self.word_embeddings(tokens)
         ctx = self.stage.current if self.stage is not None else None
-        positions = ctx.q_pos if ctx is not None else torch.arange(tokens.shape[1], device=tokens.device)
+        positions = ctx.q_pos if ctx is not None else position_run(0, tokens.shape[1], tokens.device)
         absolute = self.position.embed(positions)
         if absolute is not None:
             x = x + absolute.to(x.dtype)
@@ -92,7 +93,7 @@ class TransformerLayerPipe(TransformerLayer):
     def forward(self, x):  # (B, L, h)
         ctx = self.stage.current if self.stage is not None else None
         if ctx is None:  # called on its own, outside GPTPipe's forward: a context for this call
-            positions = torch.arange(x.shape[1], device=x.device)
+            positions = position_run(0, x.shape[1], x.device)
             ctx = AttentionContext.build(self.model_cfg, self.position, self._backends, x.device, x.dtype,
                                          self.training, positions)
         return super().forward(x, ctx)
@@ -207,7 +208,7 @@ class GPTPipe(PipelineModule):
             return None
         first = forward_input[0] if isinstance(forward_input, (tuple, list)) else forward_input
         dtype = first.dtype if first.is_floating_point() else self._embedding().word_embeddings.weight.dtype
-        positions = torch.arange(first.shape[1], device=first.device)
+        positions = position_run(0, first.shape[1], first.device)
         return AttentionContext.build(self.model_cfg, self.position, self._backends, first.device, dtype,
                                       self.training, positions)
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .distance import causal_distance
+from .distance import causal_distance, largest_distance
 from .distance_kernel import DistanceKernel
 from .logn import logn_scale
 from .options import Option
@@ -155,7 +155,9 @@ class PositionalScheme(nn.Module):
 
     def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
         kernel = self.fused_kernel()
-        return None if kernel is None else kernel.bias_at(causal_distance(q_pos, k_pos))
+        if kernel is None:
+            return None
+        return kernel.bias_at(causal_distance(q_pos, k_pos), largest=largest_distance(q_pos, k_pos))
 
     def score_weight(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
         kernel = self.fused_kernel()

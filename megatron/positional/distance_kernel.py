@@ -115,16 +115,21 @@ class DistanceKernel:
     # Every consumer evaluates these: the schemes' dense score_bias/score_weight (base.py), flex's
     # score_mod (one element per call), the HF export (it ships this file). The Triton kernels
     # (megatron/attention/kernels/distance_bias.py) restate them in-kernel and are tested against these.
-    def bias_at(self, d: torch.Tensor, h: torch.Tensor | None = None) -> torch.Tensor | None:
+    def bias_at(self, d: torch.Tensor, h: torch.Tensor | None = None,
+                largest: int | None = None) -> torch.Tensor | None:
         """The bias at distances d (float32, clamped at 0), or None when there is none.
 
         Dense (h None): d is (Lq, Lk) and the result (H, Lq, Lk). Per element (h = a head index,
-        as flex's score_mod calls it): d is one distance and the result one value."""
+        as flex's score_mod calls it): d is one distance and the result one value. `largest`:
+        max(d) when the caller knows it on the host (a tabulated lookup covers it without
+        reading the device)."""
         if self.bias == "none":
             return None
         if self.bias == "lookup":
-            if h is None and self.tabulate is not None:  # dense: cover the largest d (one sync)
-                kernel = self.covering(int(d.max()) if d.numel() else 0, d.device)
+            if h is None and self.tabulate is not None:  # dense: cover the largest d (one sync unless given)
+                if largest is None:
+                    largest = int(d.max()) if d.numel() else 0
+                kernel = self.covering(largest, d.device)
                 return kernel.values[:, d.long()]  # (H, Lq, Lk)
             idx = d.long().clamp_max(self.max_distance)
             if h is not None:

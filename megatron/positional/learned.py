@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .base import PositionalScheme, PositionalSpec
+from .distance import run_start
 from .registry import register
 
 
@@ -26,9 +27,14 @@ class LearnedPositions(PositionalScheme):
     def embed(self, positions: torch.Tensor) -> torch.Tensor:
         # positions: (L,) or (B, L) (padded rows) int64 -> (..., L, hidden)
         n = self.spec.max_position_embeddings
-        if positions.numel() and (int(positions.max()) >= n or int(positions.min()) < 0):
+        if not positions.numel():
+            return F.embedding(positions, self.weight)
+        start = run_start(positions)  # the model's own positions: bounds known on the host
+        low, high = ((start, start + positions.numel() - 1) if start is not None
+                     else torch.stack([positions.min(), positions.max()]).tolist())
+        if high >= n or low < 0:
             raise ValueError(
                 f"learned positions cannot extrapolate past max-position-embeddings={n} "
-                f"(got positions up to {int(positions.max())}); evaluate at seq-length <= {n} "
+                f"(got positions up to {high}); evaluate at seq-length <= {n} "
                 "or train with a relative scheme (rotary, alibi, kerple_*)")
         return F.embedding(positions, self.weight)

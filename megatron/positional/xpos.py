@@ -54,6 +54,9 @@ class XPos(RotaryPositions):
             raise ValueError(f"xpos-gamma must be > 0 (zeta_0 = gamma / (1 + gamma)), got {self.gamma}")
         if self.scaling.kind != "none":
             raise ValueError("rotary-scaling applies to pos-emb rotary only; set rotary-scaling: none for xpos")
+        # |ln zeta_0| / sb, the steepest decay: max_query_span's, computed once on the host (it
+        # was a read of a fresh tensor in every layer of every forward).
+        self.steepest = -float(self.log_zeta("cpu").min()) / self.scale_base if self.rotary_ndims else 0.0
 
     def log_zeta(self, device) -> torch.Tensor:
         """ln zeta_i (nd/2,) fp32, all <= 0."""
@@ -67,8 +70,7 @@ class XPos(RotaryPositions):
         if self.rotary_ndims == 0:
             return None
         bound = math.log(torch.finfo(dtype).max) / 4
-        steepest = -float(self.log_zeta("cpu").min()) / self.scale_base  # |ln zeta_0| / sb
-        return max(int(2 * bound / steepest), 1)
+        return max(int(2 * bound / self.steepest), 1)
 
     def _decay(self, positions: torch.Tensor, centre: torch.Tensor, sign: float, dtype) -> torch.Tensor:
         """zeta^(sign * (positions - centre) / scale_base) as (L, nd), laid out like cos/sin, in

@@ -285,7 +285,7 @@ def test_train_step_count_ops_table(tmp_path):
     assert rows["kerple_log"][1] == rows["alibi"][1] == "triton" and rows["none"][1] == "sdpa"
     assert rows["kerple_log"][4] == rows["alibi"][4]  # the same launches per layer
     assert rows["alibi"][5] == "bwd_dkdv 3, bwd_dq 3, fwd 6"  # the forward recomputed (checkpointing)
-    assert all(rows[s][6] == "1" for s in rows)  # host syncs
+    assert all(rows[s][6] == "0" for s in rows)  # host syncs: the positions are known on the host
     over = rows["kerple_log"][7].split(" / ")
     assert len(over) == 2 and over[0] == over[1] and int(over[0]) > 0
     diffs = {ln[0]: ln for ln in table_lines(text, "schemes")[1:]}
@@ -295,7 +295,7 @@ def test_train_step_count_ops_table(tmp_path):
 def test_train_step_count_ops_through_the_pipeline_engine(tmp_path):
     """--count-path pipe: deepy.py's path for the paper's config (DeepSpeed's pipeline engine around
     GPTPipe, its bf16 optimizer); the same launches per layer for KERPLE-log and ALiBi, and where
-    each host sync comes from: the positions' check once per step, and DeepSpeed's optimizer."""
+    each host sync comes from: DeepSpeed's optimizer only (the positions' check answers on the host)."""
     out = tmp_path / "bench.md"
     argv = TRAIN_TINY + ["--count-ops", "--count-path", "pipe", "--schemes", "kerple_log", "alibi",
                          "--count-layers", "3", "2", "--out", str(out), "--section", "train-ops-pipe"]
@@ -306,9 +306,7 @@ def test_train_step_count_ops_through_the_pipeline_engine(tmp_path):
     rows = {ln[0]: ln for ln in table_lines(text)[1:]}
     assert rows["kerple_log"][4] == rows["alibi"][4]  # the same launches per layer
     where = table_lines(text[text.index("Where the host syncs"):], "scheme")[1:]
-    ours = [w for w in where if "consecutive_starts" in w[2]]
-    assert sorted(w[0] for w in ours) == ["alibi", "kerple_log"] and all(w[1] == "1" for w in ours)
-    assert all("deepspeed." in w[2] for w in where if w not in ours)
+    assert where and all(w[2].startswith("`deepspeed.") for w in where), where
 
 
 def test_train_step_table4_ratios():
