@@ -20,32 +20,18 @@ import subprocess
 import sys
 import tempfile
 
-import numpy as np
 import yaml
 
+from benchmarks.corpus import VOCAB, write_corpus
 from megatron.cli_args import ArgumentParser
-from megatron.data.indexed import MMapIndexedDatasetBuilder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 PAPER = ["configs/paper/local_setup.yml", "configs/paper/train.yml"]
-VOCAB = 50304  # GPT-2's 50,257 padded to a multiple of 128, as NeoX pads it
 TINY = {"num-layers": 2, "hidden-size": 64, "num-attention-heads": 4, "seq-length": 64,
         "max-position-embeddings": 64, "seq-length-val": 64, "train_micro_batch_size_per_gpu": 2,
         "checkpoint-activations": False, "partition-activations": False, "device": "cpu",
         "fp16": {"enabled": False}}
-
-
-def write_corpus(prefix: str, tokens: int, vocab: int, seed: int = 0) -> str:
-    rng = np.random.default_rng(seed)
-    builder = MMapIndexedDatasetBuilder(prefix + ".bin", np.uint16)
-    for _ in range(max(1, tokens // 1024)):  # documents of 1,024 tokens, the last one an end-of-document
-        doc = rng.integers(1, vocab, 1024)
-        doc[-1] = 0
-        builder.add_item(doc)
-        builder.end_document()
-    builder.finalize(prefix + ".idx")
-    return prefix
 
 
 def experiment(tmp: str, iters: int, log_interval: int, tiny: bool) -> str:

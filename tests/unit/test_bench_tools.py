@@ -449,3 +449,31 @@ def test_train_step_writes_its_section_after_every_scheme():
     _, final = train.run(args, on_scheme=seen.append)
     assert len(seen) == 1 and "**partial: 1 of 2 schemes measured when this was written**" in seen[0]
     assert "| kerple_log |" in seen[0] and "partial" not in final
+
+
+# ---- the data path alone (tools/bench_data_loader.py) --------------------------------------------
+loader_tool = load_tool("bench_data_loader")
+
+
+def test_data_loader_rows_per_worker_count_against_the_goal(tmp_path):
+    """The paper's config's batches (32 x 512, through pipe_batches) from a random corpus: one row
+    per --workers count, the rate set against --goal, and the section written."""
+    out = tmp_path / "bench.md"
+    assert loader_tool.main(["--steps", "4", "--workers", "0", "1", "--goal", "1000", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "<!-- bench:data-loader:begin -->" in text and "micro-batch 32 x 512 tokens" in text
+    lines = table_lines(text)
+    assert lines[0] == ["workers", "first batch s", "batches timed", "tokens/s", "vs goal", "ms per micro-batch"]
+    rows = {ln[0]: ln for ln in lines[1:]}
+    assert set(rows) == {"0", "1"} and all(r[2] == "3" for r in rows.values())
+    for r in rows.values():
+        rate = float(r[3].replace(",", ""))
+        assert r[4] == f"{rate / 1000:.1f}x" and abs(float(r[5]) - 32 * 512 / rate * 1e3) < 0.01
+
+
+@pytest.mark.parametrize("argv,message", [(["--workers", "-1"], "--workers must be >= 0"),
+                                          (["--steps", "0"], "--steps must be >= 1")])
+def test_data_loader_refuses_bad_flags(capsys, argv, message):
+    with pytest.raises(SystemExit) as e:
+        loader_tool.parse_args(argv)
+    assert e.value.code == 2 and message in capsys.readouterr().err

@@ -149,8 +149,8 @@ from tests.integration.test_cli_fast_answers import HEAVY, PROBE  # noqa: E402
 
 # Tools that import torch at their top by design: benchmarks of torch code. build_deepspeed_ops.py
 # takes no flags (its --help would build the op).
-TORCH_TOOLS = {"bench_attention.py", "bench_checkpoint_manifest.py", "bench_eval_forward.py", "bench_gqa_memory.py",
-               "bench_train_step.py", "build_deepspeed_ops.py", "gpu_results.py"}
+TORCH_TOOLS = {"bench_attention.py", "bench_checkpoint_manifest.py", "bench_data_loader.py", "bench_eval_forward.py",
+               "bench_gqa_memory.py", "bench_train_step.py", "build_deepspeed_ops.py", "gpu_results.py"}
 ENTRY_POINTS = ["deepy.py", "train.py", "evaluate.py", "eval.py", "generate.py"]
 FAST = ([(script, ["--help"], 0) for script in ENTRY_POINTS]
         + [(f"tools/{p.name}", ["--help"], 0) for p in sorted((REPO / "tools").glob("*.py")) if p.name not in TORCH_TOOLS]
