@@ -22,13 +22,11 @@ KERPLE_OVER_ALIBI = 10
 SCHEMES = {"none": "sdpa", "alibi": "triton", "kerple_log": "triton"}
 
 
-def counted(tiny_config, pos: str, layers: int, checkpointing: bool = True):
-    cfg = tiny_config(pos_emb=pos, num_layers=layers, attention_backend=SCHEMES[pos])
-    torch.manual_seed(0)
-    model = GPTModel(cfg.model, 128, checkpoint_activations=checkpointing).train()
-    optimizer = build_optimizer(cfg, model)
+def counted_training_step(cfg, model, tokens: torch.Tensor):
+    """One full step of `model` on tokens (B, L + 1), counted: forward, backward, gradient
+    clipping and the project's AdamW (foreach)."""
+    optimizer = build_optimizer(cfg, model.train())
     use_foreach(optimizer)
-    tokens = torch.randint(0, 128, (2, 17), generator=torch.Generator().manual_seed(0))
 
     def step():
         optimizer.zero_grad(set_to_none=True)
@@ -37,6 +35,17 @@ def counted(tiny_config, pos: str, layers: int, checkpointing: bool = True):
         optimizer.step()
 
     return count_step(step, optimizer, torch.device("cpu"))
+
+
+def fixed_tokens() -> torch.Tensor:
+    return torch.randint(0, 128, (2, 17), generator=torch.Generator().manual_seed(0))
+
+
+def counted(tiny_config, pos: str, layers: int, checkpointing: bool = True):
+    cfg = tiny_config(pos_emb=pos, num_layers=layers, attention_backend=SCHEMES[pos])
+    torch.manual_seed(0)
+    model = GPTModel(cfg.model, 128, checkpoint_activations=checkpointing)
+    return counted_training_step(cfg, model, fixed_tokens())
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +143,7 @@ def pipe_counted(root, pos: str, layers: int):
 
     torch.manual_seed(0)
     engine, _ = build_pipeline_engine(cfg, 128, optimizer_for, lambda o: build_scheduler(cfg, o))
-    tokens = torch.randint(0, 128, (2, 17), generator=torch.Generator().manual_seed(0))
+    tokens = fixed_tokens()
     batch = ((tokens[:, :-1],), (tokens[:, 1:], torch.ones(2, 16)))
     return count_step(lambda: engine.train_batch(itertools.repeat(batch)), engine.optimizer, torch.device("cpu"))
 
@@ -230,17 +239,8 @@ def test_no_scheme_reads_the_device_in_a_step_a_forward_or_a_decoded_token(tmp_p
     (learned's bounds, xPos's span per layer, T5's bucket check per layer, Sandwich's largest
     distance, the reference's empty-row check per layer), and each decoded token 3 times or more."""
     cfg, model = scheme_model(tmp_path, pos, backend)
-    optimizer = build_optimizer(cfg, model.train())
-    use_foreach(optimizer)
-    tokens = torch.randint(0, 128, (2, 17), generator=torch.Generator().manual_seed(0))
-
-    def step():
-        optimizer.zero_grad(set_to_none=True)
-        model(tokens[:, :-1], labels=tokens[:, 1:]).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-
-    assert count_step(step, optimizer, torch.device("cpu")).where == []
+    tokens = fixed_tokens()
+    assert counted_training_step(cfg, model, tokens).where == []
     model.eval()
     with torch.no_grad():
         assert count_step(lambda: model(tokens), None, torch.device("cpu")).where == []
