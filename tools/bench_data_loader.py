@@ -68,7 +68,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def config_for(tmp: str, configs: list[str], steps: int):
     """The configs with a random corpus as their data (enough for `steps` micro-batches, each
     sample read once) and every other path inside tmp."""
-    first = load_config([os.path.join(ROOT, c) if not os.path.isabs(c) else c for c in configs])
+    paths = [c if os.path.isabs(c) else os.path.join(ROOT, c) for c in configs]
+    first = load_config(paths)
     micro, seq = first.training.train_micro_batch_size_per_gpu, first.model.seq_length
     data = write_corpus(os.path.join(tmp, "random_text_document"), (steps + 2) * micro * (seq + 1), VOCAB)
     override = {"data-path": data, "tokenizer-type": "CharLevelTokenizer", "padded-vocab-size": VOCAB,
@@ -77,7 +78,7 @@ def config_for(tmp: str, configs: list[str], steps: int):
     path = os.path.join(tmp, "data.yml")
     with open(path, "w") as f:
         yaml.safe_dump(override, f)
-    return load_config([*(os.path.join(ROOT, c) if not os.path.isabs(c) else c for c in configs), path])
+    return load_config([*paths, path])
 
 
 def read_batches(dataset, cfg, steps: int, workers: int) -> tuple[float, float, int]:

@@ -46,7 +46,7 @@ class ReferenceAttention(AttentionBackend):
         # key has a key (no 0/0): known on the host when the keys' run covers the queries' run;
         # otherwise read from the mask.
         q0, k0 = run_start(q_pos), run_start(k_pos)
-        if q0 is None or k0 is None or not k0 <= q0 <= q0 + q_pos.numel() <= k0 + k_pos.numel():
+        if q0 is None or k0 is None or not (k0 <= q0 and q0 + q_pos.numel() <= k0 + k_pos.numel()):
             assert bool(allowed.any(dim=-1).all()), "a query row has no allowed key"
         return ReferencePrepared(scheme.batch_score_weight(q_pos, k_pos, row_starts),
                                  scheme.batch_score_bias(q_pos, k_pos, row_starts), allowed)
