@@ -682,11 +682,11 @@ def render(template: str, claims: Claims, where: str = "the template") -> str:
 
 
 TEMPLATES = {"README.md": "README.template.md", "summary": "summary.template.md"}  # output -> template file
-BLOCK = ("<!-- study:summary:begin -->", "<!-- study:summary:end -->")  # the root README's generated paragraph
+BLOCK = ("<!-- study:summary:begin -->", "<!-- study:summary:end -->")  # docs/status.md's generated paragraph
 
 
 def report_texts(runs, records, template_dir: str, config_root: str | None = None) -> dict[str, str]:
-    """{"README.md": the report, "claims.md": the claims table, "summary": the root README's paragraph},
+    """{"README.md": the report, "claims.md": the claims table, "summary": docs/status.md's paragraph},
     each rendered from the templates in template_dir; config_root: the checkout the records' configs are
     relative to (without it no two runs are taken for the same configuration)."""
     claims = study_claims(runs, records, config_root)

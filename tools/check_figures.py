@@ -1,11 +1,12 @@
 #!/usr/bin/env python
-"""Compare a fresh run's perplexities with the figures the README shows (docs/readme_figures.json).
+"""Compare a fresh run's perplexities with the figures the docs show (docs/readme_figures.json: the
+README's quickstart table, docs/interop.md's imported and extended models).
 
     python tools/check_figures.py quickstart              # after make quickstart (it runs this itself)
     python tools/check_figures.py                         # every figure set whose eval.json exists
 
 Floating point differs by CPU, and 400 training steps carry the difference into the weights, so
-the README gives each figure with the machine it came from. On a machine like one of those (CPU
+the docs give each figure with the machine it came from. On a machine like one of those (CPU
 vendor, thread count, torch's CPU capability) a run repeats them to every digit recorded; on
 another, within the figure set's stated tolerance (twice the largest difference measured between
 the machines). Prints one table per figure set; exits 1 when a value is outside its tolerance.
@@ -54,7 +55,7 @@ def judge(name: str, spec: dict, machines: dict, here: dict, measured: dict[int,
     value is within its tolerance: half a unit of the last recorded digit on the same machine, the
     set's `other_machine_rel` on another."""
     ok = True
-    lines = [f"{name}: {spec['what']}", "| machine | length | README | this run | difference | tolerance | |",
+    lines = [f"{name}: {spec['what']}", "| machine | length | stated | this run | difference | tolerance | |",
              "|---|---:|---:|---:|---:|---:|---|"]
     for key, values in spec["ppl"].items():
         same = same_machine(machines[key], here)

@@ -3,7 +3,7 @@
 
     sh tools/gpu_check.sh OUT_DIR            # on an H100/H200 with the device image (bundle activated)
     sh tools/gpu_check.sh OUT_DIR --tiny     # the same steps at toy sizes, on any machine (the CPU test)
-    python tools/gpu_results.py OUT_DIR      # back here: fold the results into docs/benchmarks.md, README
+    python tools/gpu_results.py OUT_DIR      # back here: fold the results into docs/benchmarks.md, docs/status.md
 
 Steps, in the order they run (each under its own share of one clock, --seconds, default 560 s):
 

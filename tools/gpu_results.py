@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Fold a GPU check's results (tools/gpu_check.sh OUT_DIR) into docs/benchmarks.md and the README.
+"""Fold a GPU check's results (tools/gpu_check.sh OUT_DIR) into docs/benchmarks.md and docs/status.md.
 
     python tools/gpu_results.py OUT_DIR        # OUT_DIR: what the device call returned (files_at)
 
@@ -7,8 +7,8 @@ Each benchmark file in OUT_DIR (attention.md, attention-hd128.md, train.md, and 
 attention-NAME.md a targeted re-run wrote with --section attention-NAME) replaces its own section
 of docs/benchmarks.md; a `gpu-check` section there gets the run's summary (device, each
 step's status and time, the test counts and failures from the junit XML, deepy.py's tokens/s and
-MFU) and issue 32's goals, each judged from the figures; the README's `gpu-status` section (in
-its Status) gets the same verdicts in a few lines. A --tiny run (toy sizes, any machine) is
+MFU) and issue 32's goals, each judged from the figures; docs/status.md's `gpu-status` section
+gets the same verdicts in a few lines. A --tiny run (toy sizes, any machine) is
 refused unless --allow-tiny: its figures say nothing about a GPU.
 """
 from __future__ import annotations
@@ -229,7 +229,7 @@ def device_name(summary: dict) -> str:
 
 
 def report(out: str, summary: dict) -> tuple[str, str]:
-    """(the gpu-check section of docs/benchmarks.md, the README's gpu-status lines)."""
+    """(the gpu-check section of docs/benchmarks.md, docs/status.md's gpu-status lines)."""
     d = summary.get("device", {})
     lines = ["## The GPU check (`sh tools/gpu_check.sh`, issue 32)", ""]
     if summary.get("tiny"):
@@ -303,7 +303,7 @@ def main() -> int:
     p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("out", help="the directory tools/gpu_check.sh wrote")
     p.add_argument("--doc", default=os.path.join(ROOT, "docs", "benchmarks.md"))
-    p.add_argument("--readme", default=os.path.join(ROOT, "README.md"))
+    p.add_argument("--status", default=os.path.join(ROOT, "docs", "status.md"), help="the page holding the gpu-status lines")
     p.add_argument("--allow-tiny", action="store_true", help="fold a --tiny run too (tests of this tool)")
     args = p.parse_args()
     if not os.path.isdir(args.out):
@@ -321,9 +321,9 @@ def main() -> int:
                 folded.append(section)
     check, status = report(args.out, summary)
     replace_section(args.doc, "gpu-check", check)
-    replace_section(args.readme, "gpu-status", status)
+    replace_section(args.status, "gpu-status", status)
     print(f"folded {', '.join(folded) or 'no benchmark sections'} and the gpu-check summary into {args.doc}; "
-          f"README status updated:\n{status}")
+          f"{args.status}'s GPU status updated:\n{status}")
     return 0
 
 

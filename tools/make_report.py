@@ -23,7 +23,7 @@ length together, a config two designs share counted once: study/gap_vs_quality.p
 replicates.py, which read the records' configs relative to this checkout); growth.md (each scheme's gap to the
 reference at 1x and how much it changes out to 8x and 32x: study/growth.py); and the report
 itself: README.md and claims.md rendered from --templates (README.template.md: every figure of the
-prose a {{name}} filled from study/claims.py) and, with --root-readme, the README's generated
+prose a {{name}} filled from study/claims.py) and, with --status-page, docs/status.md's generated
 study paragraph (summary.template.md, between its study:summary markers).
 """
 from __future__ import annotations
@@ -178,7 +178,7 @@ def growth_report(runs, args, log=print) -> None:
 
 
 def claims_report(runs, args, log=print) -> None:
-    """README.md and claims.md from the templates; the root README's study paragraph with --root-readme."""
+    """README.md and claims.md from the templates; the status page's study paragraph with --status-page."""
     # lazy: torch (records); --help needs none
     from study.claims import report_texts, with_block
     from study.convergence import load_records
@@ -186,10 +186,10 @@ def claims_report(runs, args, log=print) -> None:
     texts = report_texts(runs, load_records(args.records), args.templates, REPO)
     for name in ("claims.md", "README.md"):
         _write(os.path.join(args.out, name), texts[name], log)
-    if args.root_readme:
-        with open(args.root_readme) as f:
+    if args.status_page:
+        with open(args.status_page) as f:
             text = f.read()
-        _write(args.root_readme, with_block(text, texts["summary"], args.root_readme), log)
+        _write(args.status_page, with_block(text, texts["summary"], args.status_page), log)
 
 
 def main(argv=None) -> int:
@@ -205,12 +205,12 @@ def main(argv=None) -> int:
                    help="largest d of the kernel plot (default: the longest evaluated length)")
     p.add_argument("--templates", default=None, metavar="DIR",
                    help="with --records: render README.md and claims.md from DIR's README.template.md (and "
-                        "summary.template.md for --root-readme); the claims are this study's (study/"
+                        "summary.template.md for --status-page); the claims are this study's (study/"
                         "claims.py). Default: docs/results when --records is this repository's docs/results/runs, "
                         "else none")
-    p.add_argument("--root-readme", default=None, metavar="README",
-                   help="with --records: rewrite this file's study paragraph (between <!-- study:summary:begin --> "
-                        "and <!-- study:summary:end -->) from summary.template.md, e.g. README.md")
+    p.add_argument("--status-page", default=None, metavar="PAGE",
+                   help="with --records: rewrite this page's study paragraph (between <!-- study:summary:begin --> "
+                        "and <!-- study:summary:end -->) from summary.template.md, e.g. docs/status.md")
     add_common_args(p)
     args = p.parse_args(argv)
     if args.records:
@@ -235,8 +235,8 @@ def main(argv=None) -> int:
             args.templates = os.path.dirname(STUDY_RECORDS)  # the study's own records: its report too
         if args.templates:
             claims_report(runs, args)
-        elif args.root_readme:
-            raise ValueError("--root-readme needs --templates DIR (summary.template.md)")
+        elif args.status_page:
+            raise ValueError("--status-page needs --templates DIR (summary.template.md)")
     if args.checkpoints:
         longest = max(L for r in runs for L in r.ppl)
         kernel_plot(args.checkpoints, args.max_distance or longest, args.out)

@@ -15,7 +15,7 @@ class LoggingConfig:
     tensorboard_dir: str | None = key(
         None, "TensorBoard event directory; not set = <run-dir>/tensorboard, null = no TensorBoard. "
         "TensorBoard and W&B get GPT-NeoX's metric names (train/lm_loss, runtime/iteration_time, "
-        "timers/forward, ...; README, Metrics); metrics.jsonl keeps this stack's.")
+        "timers/forward, ...; docs/launching.md, Metrics); metrics.jsonl keeps this stack's.")
     use_wandb: bool = key(False, "Log to Weights & Biases (the same names as TensorBoard).")
     wandb_project: str = key("neox", "W&B project.")
     wandb_group: str | None = key(None, "W&B group.")

@@ -27,7 +27,7 @@ MAX_BYTES = 1 << 20  # 1 MiB
 MAX_DEPTH = 100  # nested collections; PyYAML's composer needs ~3 Python frames a level
 MAX_VALUES = 100_000  # scalars, lists and mappings, aliases expanded
 
-LIMITS_NOTE = "YAML is read with limits: README, Launching training"
+LIMITS_NOTE = "YAML is read with limits: docs/launching.md"
 
 
 class YamlLimitError(UserError):

@@ -1,4 +1,4 @@
-"""Training across two hosts through the hostfile + pdsh route, as the README tells a user to:
+"""Training across two hosts through the hostfile + pdsh route, as docs/clusters.md tells a user to:
 `python deepy.py train.py run.yml` on the first host with `hostfile:` naming both.
 
 - data parallel over two hosts gives one host's losses (two processes there), with none of the
@@ -33,7 +33,7 @@ def two_hosts(shared):
 
 @pytest.fixture(scope="module")
 def reference(cluster, shared, dataset, two_hosts):
-    """An uninterrupted run across the two hosts, launched as the README says: its losses, and its output."""
+    """An uninterrupted run across the two hosts, launched as docs/clusters.md says: its losses, and its output."""
     launch = deepy(cluster, cluster.hosts[0], "train.py", run_config(shared, dataset, "reference"),
                    "configs/cluster/hostfile.yml", "-o", f"hostfile={two_hosts}")
     rc, _ = launch.finish()
@@ -141,7 +141,7 @@ def test_slots_decide_a_disagreeing_num_gpus_is_refused(cluster, shared, dataset
 
 
 def test_evaluation_spread_over_two_hosts_equals_one_process(cluster, shared, reference, two_hosts):
-    """The README's `deepy.py evaluate.py CONFIG configs/cluster/hostfile.yml` on the reference run's
+    """docs/clusters.md's `deepy.py evaluate.py CONFIG configs/cluster/hostfile.yml` on the reference run's
     checkpoint: one eval.json equal to one process's, each host's rank scoring about half the windows."""
     import json
 

@@ -1,4 +1,4 @@
-"""Training through Slurm on two nodes, as the README tells a user to: `sbatch
+"""Training through Slurm on two nodes, as docs/clusters.md tells a user to: `sbatch
 tools/slurm/train.sbatch run.yml` from the repository, on a CPU partition.
 
 - the job trains data parallel 2 (one task per node, ranks from Slurm's task variables) and
@@ -28,7 +28,7 @@ def job_log(shared, job_id: str) -> str:
 
 
 def sbatch_train(cluster, shared, cfg: str) -> str:
-    """The README's command, from the repository; its log in the shared directory (a test must not
+    """docs/clusters.md's command, from the repository; its log in the shared directory (a test must not
     write into the repository)."""
     return submit(cluster, ["--output", str(shared / "kerple-%j.out"), SBATCH, cfg], cwd=ROOT, env=child_env())
 

@@ -1,4 +1,4 @@
-"""The user's path on one GPU, end to end, as the README tells it: deepy.py + DeepSpeed bf16 on
+"""The user's path on one GPU, end to end, as the README and docs/ tell it: deepy.py + DeepSpeed bf16 on
 the paper's config, SIGKILL and exact resume (dropout 0 and 0.1: the CUDA RNG state is saved and
 restored), evaluate.py on CUDA far past the train length, generate.py with the kv-cache on CUDA,
 and the HF export of a GPU-trained checkpoint. Skipped without CUDA; `make test-gpu` runs them.

@@ -22,7 +22,7 @@ def test_dry_run_paper_162m():
     for missing in ("vocab-file = 'data/gpt2-vocab.json' (from", "merge-file", "training needs data"):
         assert missing in proc.stderr
     count = int(proc.stdout.split("parameters:")[1].split()[0].replace(",", ""))
-    assert count == 162_322_968  # the README's number, as counted by building the model
+    assert count == 162_322_968  # docs/launching.md's number, as counted by building the model
     assert "kerple_log" in proc.stdout and "bf16" in proc.stdout
     assert "50304" in proc.stdout  # GPT-2 vocab 50257 padded to a multiple of 128
 
@@ -94,7 +94,7 @@ def test_missing_inputs_fail_at_once_before_anything_is_written(tmp_path):
 
 
 def test_deepy_run_keeps_original_configs_in_checkpoints_and_follows_run_dir(tmp_path):
-    """A deepy-launched run's checkpoint holds configs/<each yml> (the README's claim: it held only
+    """A deepy-launched run's checkpoint holds configs/<each yml> (docs/launching.md's claim: it held only
     resolved_config.yml, the launcher's copy), and -o run-dir moves checkpoints and TensorBoard."""
     from tests.conftest import train_config_dict
     from tests.integration.fault_helpers import child_env, free_port

@@ -17,7 +17,7 @@ transformers = pytest.importorskip("transformers")
 
 
 def finetune_cfg(tmp_path, imported: str, dataset: str, name: str, **over) -> str:
-    """The imported checkpoint's own resolved config, then a training section (the README's recipe)."""
+    """The imported checkpoint's own resolved config, then a training section (docs/interop.md's recipe)."""
     train = {"load": imported, "finetune": True, "data-path": dataset, "tokenizer-type": "CharLevelTokenizer",
              "split": "80,10,10", "train-iters": 6, "train_micro_batch_size_per_gpu": 2, "seq-length": 32,
              "optimizer": {"type": "Adam", "params": {"lr": 0.003, "betas": [0.9, 0.99], "eps": 1e-8}},

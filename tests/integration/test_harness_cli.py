@@ -166,7 +166,7 @@ def test_max_length_past_learned_positions_is_refused(tmp_path):
 
 
 def test_the_readme_lm_eval_hf_recipe_imports():
-    """`lm_eval --model hf` (the README's recipe on an export) imports accelerate, lm-eval's [hf]
+    """`lm_eval --model hf` (docs/evaluation.md's recipe on an export) imports accelerate, lm-eval's [hf]
     extra: it is a pinned requirement, installed at that version."""
     from importlib.metadata import version
 

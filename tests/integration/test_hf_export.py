@@ -150,7 +150,7 @@ def test_rotary_scaling_exports(tmp_path, tiny_config, kind):
 
 def test_exported_files_follow_the_umask_and_autotokenizer_loads(tmp_path, tiny_config):
     """Every exported file, model.safetensors included (safetensors writes 0600), gets the usual
-    0666 & ~umask; and the README's AutoTokenizer line (trust_remote_code=True) loads the tokenizer."""
+    0666 & ~umask; and docs/interop.md's AutoTokenizer line (trust_remote_code=True) loads the tokenizer."""
     import stat
 
     from megatron.interop.hf_export import export_hf

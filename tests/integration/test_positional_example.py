@@ -1,4 +1,4 @@
-"""The README's "Adding a positional scheme" example, run as written: the README shows
+"""docs/positional.md's "Adding a positional scheme" example, run as written: the page shows
 tests/fixtures/alibi_learned.py verbatim, and that file, dropped into megatron/positional (here: a
 temporary directory on the package's path), is a whole scheme: it validates as a pos-emb, trains a
 step, gives the same attention on the reference, SDPA and flex backends, and exports to Hugging
@@ -24,8 +24,8 @@ CPU, F32 = torch.device("cpu"), torch.float32
 
 
 def readme_example() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text[text.index("### Adding a positional scheme"):]
+    text = (ROOT / "docs" / "positional.md").read_text(encoding="utf-8")  # moved from the README (issue 52)
+    section = text[text.index("## Adding a positional scheme"):]
     return re.search(r"```python\n(.*?)```\n", section, re.S).group(1)
 
 

@@ -25,7 +25,7 @@ def test_bf16_trains_through_deepspeed(tmp_path, token_dataset, capsys):
     assert next(trainer.model.parameters()).dtype.is_floating_point
     assert math.isfinite(result["last"]["lm_loss"]) and math.isfinite(result["validation"]["lm_loss"])
     warned = "bf16 on CPU runs 10-100x slower than fp32" in capsys.readouterr().err
-    assert warned == (trainer.dist.device.type == "cpu")  # the README's advice for CPUs, said where it matters
+    assert warned == (trainer.dist.device.type == "cpu")  # docs/launching.md's advice for CPUs, said where it matters
 
 
 def test_fp16_on_cpu_is_refused_with_the_fix(tmp_path, token_dataset):
@@ -35,7 +35,7 @@ def test_fp16_on_cpu_is_refused_with_the_fix(tmp_path, token_dataset):
     assert cfg.deepspeed_config(1)["fp16"]["loss_scale"] == 0  # dynamic loss scaling
     with pytest.raises(ValueError, match="fp16 training needs a GPU.*on CPU train in fp32") as e:
         Trainer(cfg)
-    assert "use bf16" not in str(e.value)  # the one answer for CPUs, as the README gives it
+    assert "use bf16" not in str(e.value)  # the one answer for CPUs, as docs/launching.md gives it
 
 
 def test_zero3_checkpoint_evaluates(tmp_path, token_dataset):

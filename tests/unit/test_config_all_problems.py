@@ -90,7 +90,7 @@ def test_a_mistyped_section_in_a_dotted_override_gets_a_suggestion():
 
 
 def test_a_gated_mlp_width_that_does_not_fit_names_the_values_that_do():
-    """Issue 45: the Mistral message said 'drop it for the default' where the README says 43008."""
+    """Issue 45: the Mistral message said 'drop it for the default' where the README (now docs/launching.md) says 43008."""
     found = _problems_of([f"{NEOX}/mistral/7B.yml", f"{NEOX}/local_setup.yml"],
                          **{"train-iters": 1, "checkpoint-factor": 1, "train-micro-batch-size-per-gpu": 1})
     assert len(found) == 1 and "intermediate-size to 43008 for halves of 14336" in found[0], found

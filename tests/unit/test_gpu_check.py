@@ -99,10 +99,10 @@ def test_tiny_check_then_results_fold_into_the_docs(tmp_path):
     assert {s["name"]: s["status"] for s in summary["steps"]} == {"test-gpu": "ok", "train": "ok",
                                                                    "train-ops-gpu": "ok", "train-ops-pipe-gpu": "ok"}
     assert (out / "test-gpu.xml").is_file() and (out / "train.md").is_file() and (out / "train-ops-gpu.md").is_file()
-    doc, readme = tmp_path / "benchmarks.md", tmp_path / "README.md"
+    doc, status_page = tmp_path / "benchmarks.md", tmp_path / "status.md"
     doc.write_text("# Benchmarks\n\nhand-written\n")
-    readme.write_text("## Status\n\n<!-- bench:gpu-status:begin -->\nold\n<!-- bench:gpu-status:end -->\n\ntail\n")
-    cmd = [sys.executable, "tools/gpu_results.py", str(out), "--doc", str(doc), "--readme", str(readme)]
+    status_page.write_text("# Status\n\n<!-- bench:gpu-status:begin -->\nold\n<!-- bench:gpu-status:end -->\n\ntail\n")
+    cmd = [sys.executable, "tools/gpu_results.py", str(out), "--doc", str(doc), "--status", str(status_page)]
     refused = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     assert refused.returncode != 0 and "--tiny run" in refused.stderr and "Traceback" not in refused.stderr
     assert doc.read_text() == "# Benchmarks\n\nhand-written\n"  # nothing written before the refusal
@@ -114,7 +114,7 @@ def test_tiny_check_then_results_fold_into_the_docs(tmp_path):
     for section in ("train-ops-gpu", "train-ops-pipe-gpu"):  # two counts from one returned file
         assert markers(section)[0] in text and "kerple_log" in text.split(markers(section)[0])[1]
     assert "make test-gpu: 0 passed, 0 failed, 0 errors" in text  # tests/gpu all skip without CUDA
-    status = readme.read_text()
+    status = status_page.read_text()
     assert "old" not in status and "a --tiny run" in status and status.endswith("tail\n")
 
 
@@ -164,11 +164,11 @@ def test_a_targeted_rerun_section_is_folded_and_judged(tmp_path):
     (tmp_path / "attention-inline.md").write_text(
         attention_section({2048: (1.1, 1.2), 16384: (1.0, 1.3)}, "attention-inline", 128))
     assert results.attention_files(str(tmp_path)) == ["attention", "attention-hd128", "attention-inline"]
-    doc, readme = tmp_path / "benchmarks.md", tmp_path / "README.md"
+    doc, status_page = tmp_path / "benchmarks.md", tmp_path / "status.md"
     doc.write_text("# Benchmarks\n")
-    readme.write_text("<!-- bench:gpu-status:begin -->\n<!-- bench:gpu-status:end -->\n")
-    proc = subprocess.run([sys.executable, "tools/gpu_results.py", str(tmp_path), "--doc", str(doc), "--readme",
-                           str(readme)], cwd=ROOT, capture_output=True, text=True)
+    status_page.write_text("<!-- bench:gpu-status:begin -->\n<!-- bench:gpu-status:end -->\n")
+    proc = subprocess.run([sys.executable, "tools/gpu_results.py", str(tmp_path), "--doc", str(doc), "--status",
+                           str(status_page)], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     text = doc.read_text()
     assert markers("attention-inline")[0] in text and markers("attention")[0] in text

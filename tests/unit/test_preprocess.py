@@ -92,7 +92,7 @@ def cli(tmp_path, src, *extra, workers=2):
 
 @pytest.mark.parametrize("name", sorted(BAD_INPUTS))
 def test_bad_input_is_one_error_and_the_old_dataset_survives(tmp_path, name):
-    """With 2 workers (the README's command) a broken line used to hang forever; now every bad input
+    """With 2 workers (docs/data.md's command) a broken line used to hang forever; now every bad input
     is one message naming the file (and line), exit 2, and the dataset already there is untouched."""
     preprocess([write_jsonl(tmp_path / "good.jsonl", ["the good corpus"])], build_tokenizer("CharLevelTokenizer"),
                str(tmp_path / "out"))

@@ -1,11 +1,13 @@
-"""Every command in the README's bash blocks, in the order a reader meets them, checked as far as
-it can be without training: the script exists and its parser takes exactly those flags, each
+"""Every command in the bash blocks of the README and of the docs/ pages it links (its reference
+moved there, issue 52), in the order a reader meets them, checked as far as it can be without
+training: the script exists and its parser takes exactly those flags, each
 config file that exists loads with the command's -o overrides, each `make` target is in the
 Makefile, each other file it runs is there. The examples every entry point and tool prints in its
 `--help` are held to the same checks (a synopsis with `[...]` is not a command; a `...` value is
 one the reader fills in), and the
-cheap commands run for real: every `--help`, and the README's `--dry-run`s (on a fresh clone
-without data they end in "config OK; missing files only"). The commands that train or evaluate
+cheap commands run for real: every `--help`, and the README's `--dry-run`s as written from the
+repository root (on a fresh clone without data they end in "config OK; missing files only"), each
+holding what its comment says it prints. The commands that train or evaluate
 (the quickstart, the HF round trip, the extension recipe) were run by hand from a fresh clone; see
 the README's dates. Nothing is trained and no model is built (~10 s)."""
 from __future__ import annotations
@@ -22,16 +24,27 @@ from megatron import cli_args
 from tests.conftest import ROOT
 
 
-def readme_commands() -> list[list[str]]:
+def readme_pages() -> list[str]:
+    """README.md, then each docs/ page it links, in the README's order (a page linked from the
+    README is part of what it tells a reader to run)."""
     text = open(os.path.join(ROOT, "README.md")).read()
+    linked = re.findall(r"\]\((docs/[^)#\s]+\.md)(?:#[^)]*)?\)", text)
+    return ["README.md", *dict.fromkeys(linked)]
+
+
+def readme_commands() -> list[tuple[list[str], str]]:
+    """(words, the comment after them) of every command in the pages' bash blocks."""
     commands = []
-    for block in re.findall(r"^```bash\n(.*?)^```", text, flags=re.S | re.M):
-        for line in block.replace("\\\n", " ").splitlines():
-            words = shlex.split(line, comments=True)
-            while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):  # VAR=value before the command
-                words = words[1:]
-            if words:
-                commands.append(words)
+    for page in readme_pages():
+        text = open(os.path.join(ROOT, page)).read()
+        for block in re.findall(r"^```bash\n(.*?)^```", text, flags=re.S | re.M):
+            for line in block.replace("\\\n", " ").splitlines():
+                words = shlex.split(line, comments=True)
+                while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):  # VAR=value before the command
+                    words = words[1:]
+                if words:
+                    comment = re.search(r"(?:^|\s)#\s*(.*)$", line)
+                    commands.append((words, comment.group(1) if comment else ""))
     return commands
 
 
@@ -75,7 +88,8 @@ def help_examples() -> list[list[str]]:
     return examples
 
 
-COMMANDS = readme_commands()
+COMMENTED = readme_commands()
+COMMANDS = [words for words, _ in COMMENTED]
 PYTHON = [c for c in COMMANDS if c[0] == "python" and c[1].endswith(".py")]
 HELP_EXAMPLES = help_examples()
 
@@ -101,6 +115,7 @@ def parse_only(monkeypatch):
 def test_the_readme_has_the_commands_a_reader_needs():
     assert [c[:2] for c in COMMANDS[:2]] == [["make", "quickstart"], ["make", "test"]]
     assert len(PYTHON) >= 25
+    assert {"docs/launching.md", "docs/evaluation.md", "docs/interop.md"} <= set(readme_pages())
 
 
 @pytest.mark.parametrize("words", PYTHON, ids=[" ".join(c[1:3])[:60] for c in PYTHON])
@@ -137,21 +152,44 @@ def _parses(words, monkeypatch):
         _load_its_config(parsed.value.namespace)
 
 
-DRY_RUNS = [c for c in PYTHON if c[1] == "deepy.py" and "--dry-run" in c]
+DRY_RUNS = [(c, comment) for c, comment in COMMENTED if c[:2] == ["python", "deepy.py"] and "--dry-run" in c]
 
 
-@pytest.mark.parametrize("words", DRY_RUNS, ids=[" ".join(c[2:5])[:60] for c in DRY_RUNS])
-def test_each_readme_dry_run_runs(words, monkeypatch, capsys):
-    """The README's dry runs, run: exit 0, or (data not built yet) only missing input files."""
+@pytest.mark.parametrize("words,comment", DRY_RUNS, ids=[" ".join(c[2:5])[:60] for c, _ in DRY_RUNS])
+def test_each_readme_dry_run_runs(words, comment, monkeypatch, capsys):
+    """The README's dry runs, run as written from the repository root: exit 0, or (data not built
+    yet) only missing input files; and what the comment says it prints, it prints (`parameters: N`,
+    `exit N`, `naming FILE's data`). Issue 52: the 20B example named 20B.yml and local_setup.yml,
+    which are not in the repository root, so it failed as written."""
+    import yaml
+
     from megatron import launcher
     from megatron.config.errors import MissingInputs
+    from megatron.errors import EXIT_MISSING_INPUTS, handle
 
     monkeypatch.chdir(ROOT)
     try:
-        assert launcher.main(words[2:]) == 0
-    except MissingInputs:
-        pass
-    assert "parameters: " in capsys.readouterr().out
+        status = launcher.main(words[2:])
+    except MissingInputs as e:
+        status = handle("deepy.py", e)  # deepy.py's own exit status and message
+    out, err = capsys.readouterr()
+    assert status in (0, EXIT_MISSING_INPUTS), err
+    assert "parameters: " in out
+    if claim := re.search(r"parameters: (\d[\d,]*\d)", comment):
+        assert f"parameters: {claim.group(1)}\n" in out, out
+    if claim := re.search(r"\bexit (\d+)", comment):
+        assert status == int(claim.group(1)), err
+    if claim := re.search(r"naming (\S+)'s data", comment):
+        config = next(w for w in words if os.path.basename(w) == claim.group(1))
+        with open(config) as f:
+            data = {k.replace("-", "_"): v for k, v in yaml.safe_load(f).items()}["data_path"]
+        assert f"data-path = {data!r} (from {config})" in err, err
+
+
+def test_the_neox_20b_dry_run_is_one_of_them():
+    """Issue 52's example stays in the pages and keeps its stated figures (checked above)."""
+    twenty = [comment for words, comment in DRY_RUNS if any(w.endswith("/20B.yml") for w in words)]
+    assert len(twenty) == 1 and "parameters: 20,554,567,680" in twenty[0] and "exit 3" in twenty[0]
 
 
 def test_the_readme_evaluations_write_apart():

@@ -141,4 +141,4 @@ def _task_error(name: str, e: Exception) -> UserError:
         return UserError(f"task {name!r}: its first document does not render ({what}); check doc_to_text / "
                          "doc_to_target / doc_to_choice in its YAML against the fields of its data")
     return UserError(f"task {name!r} cannot be loaded ({what}); check its YAML and data files (standard tasks "
-                     "need their datasets once: see the README, 'Standard tasks')")
+                     "need their datasets once: see docs/evaluation.md, 'Standard tasks')")
