@@ -27,7 +27,8 @@ class LoggingConfig:
         "offline", "W&B stays offline unless you opt in with online.",
         choices=("offline", "online", "disabled"))
     log_interval: int = key(100, "Print and log training metrics every this many iterations (the console line averages "
-                            "them); before the first interval also at iterations 1, 2, 4, 8, ... with an ETA. "
+                            "them); before the first interval also at iterations 1, 2, 4, 8, ...; the ETA once 4 steps after "
+                            "the process's first 2 are timed. "
                             "NeoX's runtime/* figures (TensorBoard, W&B) are logged at these iterations, over the "
                             "interval's wall clock.", ge=1)
     console_metrics: str = key(

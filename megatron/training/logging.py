@@ -34,8 +34,23 @@ CURRENT_KEYS = ("learning_rate",)  # shown at the step's value, never averaged
 RULE_WIDTH = 100
 
 
+# A process's first steps are slow (kernels built, caches and the allocator warmed) and one step's
+# time moves with the machine's load: an ETA from the step just logged swung from 11 to 39 minutes
+# in a quickstart's first minutes on a busy 2-core machine (issue 52). So the ETA is the mean time
+# of this process's steps after its first ETA_WARMUP_STEPS, said once ETA_MIN_TIMED are timed.
+ETA_WARMUP_STEPS = 2
+ETA_MIN_TIMED = 4
+
+
+def eta_seconds(steps_timed: int, seconds_timed: float, steps_left: int) -> float | None:
+    """The time left at the mean of the timed steps; None until ETA_MIN_TIMED are timed (or none left)."""
+    if steps_timed < ETA_MIN_TIMED or steps_left <= 0:
+        return None
+    return steps_left * seconds_timed / steps_timed
+
+
 def format_eta(seconds: float) -> str:
-    """'1d 02:03:04' / '02:03:04': the time left at the recent step time."""
+    """'1d 02:03:04' / '02:03:04': a time left."""
     seconds = int(round(seconds))
     days, rest = divmod(seconds, 86400)
     hours, rest = divmod(rest, 3600)
@@ -51,6 +66,7 @@ class MetricsLogger:
         self.wandb = None
         self.sums: dict[str, float] = defaultdict(float)
         self.count = 0
+        self.steps_run, self.steps_timed, self.seconds_timed = 0, 0, 0.0  # this process's, for the ETA
         self.bar = None
         self.jsonl = None
         self.total_iters = total_iters
@@ -104,6 +120,11 @@ class MetricsLogger:
             return
         everything = {**metrics, **(detail or {})}
         self._row({"iteration": iteration, "kind": "train", **everything})
+        if "elapsed_time_per_iteration_ms" in metrics:
+            self.steps_run += 1
+            if self.steps_run > ETA_WARMUP_STEPS:
+                self.steps_timed += 1
+                self.seconds_timed += metrics["elapsed_time_per_iteration_ms"] / 1000
         for k, v in metrics.items():
             self.sums[k] += v
         self.log_tags(iteration, neox_names.step_tags(everything))
@@ -125,15 +146,15 @@ class MetricsLogger:
             self._console_line(iteration, metrics, 1)
 
     def _console_line(self, iteration: int, values: dict[str, float], steps: int) -> None:
-        """NeoX's line, `iteration N/T | key: value | ... | eta: hh:mm:ss |` (ETA at this step time),
-        short by default (console-metrics); a value averaged over `steps` > 1 says so."""
+        """NeoX's line, `iteration N/T | key: value | ... | eta: ~hh:mm:ss |` (eta_seconds), short by
+        default (console-metrics); a value averaged over `steps` > 1 says so."""
         shown = values if self.cfg.console_metrics == "all" else {k: values[k] for k in SHORT_KEYS if k in values}
         parts = [f"iteration {iteration}" + (f"/{self.total_iters}" if self.total_iters else "")]
         parts += [f"{k}{f' (mean of {steps})' if steps > 1 and k not in CURRENT_KEYS else ''}: {v:.4E}"
                   for k, v in shown.items()]
-        step_ms = values.get("elapsed_time_per_iteration_ms")
-        if step_ms is not None and self.total_iters > iteration:
-            parts.append(f"eta: {format_eta((self.total_iters - iteration) * step_ms / 1000)}")
+        eta = eta_seconds(self.steps_timed, self.seconds_timed, self.total_iters - iteration)
+        if eta is not None:
+            parts.append(f"eta: ~{format_eta(eta)}")
         self.console(" | ".join(parts) + " |")
 
     def log_eval(self, iteration: int, chart: str, metrics: dict[str, float], prefix: str,

@@ -60,9 +60,9 @@ def test_a_complete_last_row_without_newline_is_kept(tiny_config, tmp_path):
 
 
 def test_first_steps_are_logged_with_an_early_eta(tiny_config, tmp_path, capsys):
-    """A run with log_interval 50 says something at steps 1, 2, 4, 8, 16, 32 (each step's own values
-    and an ETA from its time), not two silent minutes until step 50; step 50's line still averages
-    all 50 steps, as NeoX's does."""
+    """A run with log_interval 50 says something at steps 1, 2, 4, 8, 16, 32 (each step's own values,
+    and an ETA once enough steps are timed), not two silent minutes until step 50; step 50's line
+    still averages all 50 steps, as NeoX's does."""
     cfg = tiny_config(log_interval=50, progress_bar=False)
     log = MetricsLogger(cfg, str(tmp_path), enabled=True, total_iters=400)
     for i in range(1, 51):
@@ -70,8 +70,43 @@ def test_first_steps_are_logged_with_an_early_eta(tiny_config, tmp_path, capsys)
     log.close()
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("iteration ")]
     assert [ln.split()[1] for ln in lines] == ["1/400", "2/400", "4/400", "8/400", "16/400", "32/400", "50/400"]
-    assert "lm_loss: 2.0000E+00" in lines[1] and "eta: 00:06:38" in lines[1]  # 398 steps left at 1 s
-    assert "lm_loss (mean of 50): 2.5500E+01" in lines[-1] and "eta: 00:05:50" in lines[-1]  # the mean of 1..50
+    assert "lm_loss: 2.0000E+00" in lines[1] and not any("eta" in ln for ln in lines[:3])  # 0, 0, 2 steps timed
+    assert "eta: ~00:06:32" in lines[3]  # steps 3-8 timed (the first two are warm-up): 392 left at 1 s
+    assert "lm_loss (mean of 50): 2.5500E+01" in lines[-1] and "eta: ~00:05:50" in lines[-1]  # the mean of 1..50
+
+
+def _etas(step_seconds: list[float], tiny_config, tmp_path, capsys) -> dict[int, float]:
+    """{step: the ETA its console line printed, in seconds} for a run of these step times."""
+    import re
+
+    log = MetricsLogger(tiny_config(log_interval=50, progress_bar=False), str(tmp_path), enabled=True,
+                        total_iters=len(step_seconds))
+    for i, s in enumerate(step_seconds, 1):
+        log.log_step(i, {"lm_loss": 1.0, "elapsed_time_per_iteration_ms": s * 1000})
+    log.close()
+    found = re.findall(r"^iteration (\d+)/\d+ .*\| eta: ~(\d\d):(\d\d):(\d\d) \|$", capsys.readouterr().out, flags=re.M)
+    return {int(i): int(h) * 3600 + int(m) * 60 + int(s) for i, h, m, s in found}
+
+
+def test_the_eta_holds_steady_through_a_slow_start_and_a_busy_machine(tiny_config, tmp_path, capsys):
+    """Issue 52: on a 2-core machine at load 4-8 the quickstart's early ETA swung from 11 to 39
+    minutes: it was the time left at the one step just logged, the first of which builds kernels.
+    Here a 400-step run whose first step takes 40 s and second 6 s, then 1 s each times a load
+    factor of 0.5-2.5 (the busy machine): every finish time the ETA implies (time so far + ETA) is
+    within 1.5x of every other, where the old estimate's spread over 3x."""
+    import random
+
+    rng = random.Random(52)
+    steps = [40.0, 6.0] + [rng.uniform(0.5, 2.5) for _ in range(398)]
+    etas = _etas(steps, tiny_config, tmp_path, capsys)
+    assert min(etas) == 8 and len(etas) == 10  # steps 8, 16, 32 and each 50th: said once 4 steps are timed
+    finish = [sum(steps[:i]) + eta for i, eta in etas.items()]
+    assert max(finish) / min(finish) < 1.5, finish
+    # The old estimate on the same steps: the step's own time at steps 1, 2, 4, ..., 32, the
+    # interval's mean at each 50th
+    old = {i: (len(steps) - i) * (steps[i - 1] if i < 50 else sum(steps[i - 50:i]) / 50) for i in [1, 2, 4, *etas]}
+    old_finish = [sum(steps[:i]) + eta for i, eta in old.items()]
+    assert max(old_finish) / min(old_finish) > 3, old_finish
 
 
 def test_the_line_shows_the_current_learning_rate_and_is_short_unless_asked(tiny_config, tmp_path, capsys):
