@@ -51,6 +51,7 @@ from megatron.hosts import (
     unresolved,
 )
 from megatron.tokenizer import build_tokenizer, padded_vocab_size
+from megatron.training.finished import finished_iteration, finished_note, recorded_changes
 from megatron.training.heartbeat import EXIT_LOST_HOST
 from megatron.training.launch_signals import StopReport, Supervisor, launcher_in_own_group
 from megatron.training.op_cache import set_op_cache_dir
@@ -297,6 +298,10 @@ def main(argv: list[str] | None = None) -> int:
                  missing_hostfile_warning(cfg.parallel.hostfile)):
         if note:
             print(f"deepy.py: {note}", flush=True)
+    # a finished run started again: said by the dry run as by the launch (the trainer's own rule)
+    finished = None if is_eval(args.user_script) else finished_iteration(cfg)
+    if finished is not None:
+        print(f"deepy.py: {finished_note(cfg, finished, recorded_changes(cfg))}", flush=True)
     if args.dry_run:
         dry_run(cfg)
         print("\n".join(launch_layout(cfg)), flush=True)
@@ -315,7 +320,9 @@ def main(argv: list[str] | None = None) -> int:
 
     for lock in training_locks(cfg):  # a live run's resolved config and configs/ are not replaced
         lock.check_free()
-    check_training_start(cfg)
+    check_training_start(cfg)  # a changed model is refused even when the run is finished
+    if finished is not None:
+        return 0  # nothing to run and nothing to write (megatron/training/finished.py)
     launched = needs_launcher(cfg)
     if launched:
         check_launch_hosts(cfg)  # slots and ssh to every host, before anything is written

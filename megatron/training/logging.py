@@ -59,7 +59,10 @@ def format_eta(seconds: float) -> str:
 
 
 class MetricsLogger:
-    def __init__(self, cfg, run_dir: str, enabled: bool = True, total_iters: int = 0, start_iter: int = 0):
+    def __init__(self, cfg, run_dir: str, enabled: bool = True, total_iters: int = 0, start_iter: int = 0,
+                 sinks: bool = True):
+        """`enabled`: this rank logs (rank 0); `sinks`: to metrics.jsonl, TensorBoard and W&B as well as
+        the console (False: a finished run started again, which writes nothing)."""
         self.cfg = cfg.logging
         self.enabled = enabled
         self.tb = None
@@ -70,7 +73,7 @@ class MetricsLogger:
         self.bar = None
         self.jsonl = None
         self.total_iters = total_iters
-        if not enabled:
+        if not (enabled and sinks):
             return
         os.makedirs(run_dir, exist_ok=True)
         # Appends, so a resumed run continues the same file; the rows of the steps it will redo

@@ -32,9 +32,9 @@ from megatron.training.checkpoint import Checkpointer
 from megatron.training.data_setup import build_datasets, check_data_tokenizer
 from megatron.training.disk import check_run_room, first_missing, remove_created
 from megatron.training.distributed import init_distributed
+from megatron.training.finished import finished_note, is_finished, recorded_changes
 from megatron.training.launch_signals import latest_and_resume
 from megatron.training.logging import MetricsLogger
-from megatron.training.metrics_file import metrics_path, read_metrics
 from megatron.training.neox_runtime import IntervalRuntime, RunShape
 from megatron.training.optim import build_optimizer
 from megatron.training.pipeline_step import (
@@ -70,7 +70,7 @@ def resolve_vocab(cfg):
     return tok, size
 
 
-# The one answer for CPUs (the README's too): bf16 is emulated there unless the CPU has AVX512-BF16.
+# The one answer for CPUs (docs/launching.md's too): bf16 is emulated there unless the CPU has AVX512-BF16.
 CPU_PRECISION = ("on CPU train in fp32 (`precision: fp32`, or drop the fp16/bf16 sections): bf16 matmuls run "
                  "10-100x slower than fp32 on CPUs without AVX512-BF16; bf16 and fp16 are for GPUs")
 
@@ -108,8 +108,8 @@ class Trainer:
             self.release()
             remove_created(created)  # a refused start leaves no run directory it made (locks, logs)
             raise
-        if self.dist.is_rank0:  # the launch's checks passed: its resolved config becomes the run's
-            publish_staged(resolved_config)
+        if self.dist.is_rank0 and not self.finished:  # the launch's checks passed: its config becomes the run's
+            publish_staged(resolved_config)  # (a finished run keeps the record of how it was trained)
 
     def _lock_outputs(self) -> list[RunLock]:
         """One run per run directory and per checkpoint directory (what it writes), held by rank 0
@@ -155,7 +155,9 @@ class Trainer:
         self.datasets = build_datasets(cfg, self.batch, self.tokenizer.vocab_size if self.tokenizer else self.vocab_size)
         self.loss_watch = health.LossWatch(cfg.training.max_nonfinite_loss_steps, self.checkpointer.resumed_from)
         self.finished = self._already_finished()
-        self.log = MetricsLogger(cfg, self.run_dir, self.dist.is_rank0, cfg.training.train_iters, self.iteration)
+        # a finished run started again writes nothing: its log goes to the console only
+        self.log = MetricsLogger(cfg, self.run_dir, self.dist.is_rank0, cfg.training.train_iters, self.iteration,
+                                 sinks=not self.finished)
         # Filled by _gradient_norms before each optimizer step, unread: _step_metrics reads them
         self._grad_squares: list[torch.Tensor] | None = None
         self._grads: dict[str, torch.Tensor] = {}
@@ -221,24 +223,14 @@ class Trainer:
             self.release()
 
     def _already_finished(self) -> bool:
-        """This run was started again after it finished: its checkpoint is at train-iters and its
-        end-of-training evaluation (the test row, or validation without test data) is in
-        metrics.jsonl. A run whose final evaluation never happened (killed after its last save)
-        is not finished: it evaluates now."""
-        t, c = self.cfg.training, self.cfg.checkpoint
-        if t.train_iters == 0 or self.iteration < t.train_iters or c.finetune:
-            return False
-        path = metrics_path(self.run_dir)
-        rows = read_metrics(path) if os.path.isfile(path) else []
-        last = "test" if self.datasets[2] is not None else "validation"
-        return any(r.get("kind") == last and r.get("iteration") == self.iteration for r in rows)
+        """This run was started again after it finished (megatron/training/finished.py's rule, on the
+        iteration just loaded and the test split just built)."""
+        return is_finished(self.cfg, self.run_dir, self.iteration, self.datasets[2] is not None)
 
     def _train(self) -> dict:
         t = self.cfg.training
         if self.finished:
-            self.log.console(f"[train] this run already finished: its checkpoint is at iteration {self.iteration} = "
-                             f"train-iters and its final evaluation is in {metrics_path(self.run_dir)}; nothing to do. "
-                             "Raise train-iters to train further, or evaluate the checkpoint with evaluate.py")
+            self.log.console(f"[train] {finished_note(self.cfg, self.iteration, recorded_changes(self.cfg))}")
             self.log.close()
             return {"iteration": self.iteration, "last": {}, "exit_code": 0, "already_finished": True}
         todo = t.train_iters - self.iteration

@@ -1,11 +1,96 @@
-"""A finished run started again (issue 34 item 7): it says so and exits 0 adding no row to
-metrics.jsonl (it used to append another validation and test row each time); a run killed after
-its last save but before its final evaluation still evaluates when started again."""
+"""A finished run started again (issue 34 item 7; issue 52 item 3) does nothing and writes nothing
+(megatron/training/finished.py): no metrics row, and its resolved_config.yml, configs/ and TensorBoard
+events stay as they were, so the run directory keeps saying how its checkpoint was trained. An
+override that differs from that record is named, with both values, by the dry run, the launch and
+the trainer alike. A run killed after its last save but before its final evaluation still
+evaluates when started again. A normal start speaks with one voice: no library warnings."""
+from __future__ import annotations
+
+import hashlib
 import os
+import subprocess
+import sys
 
 from megatron.config import load_config
 from megatron.training.metrics_file import metrics_path, read_metrics
-from tests.conftest import train_config_dict, write_yaml
+from tests.conftest import ROOT, train_config_dict, write_token_dataset, write_yaml
+from tests.integration.fault_helpers import child_env, free_port
+
+WARNINGS = ("Warning:", "UserWarning", "FutureWarning", "DeprecationWarning")
+
+
+def snapshot(folder) -> dict[str, str]:
+    """{relative path: sha256} of every file under `folder`."""
+    out = {}
+    for root, _, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, folder)] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def run(*argv) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=ROOT, env=child_env(),
+                          timeout=300)
+
+
+def no_library_warnings(proc) -> None:
+    said = proc.stdout + proc.stderr
+    assert not any(w in said for w in WARNINGS), said[-3000:]
+
+
+def test_a_finished_run_started_again_changes_nothing_and_names_the_overrides(tmp_path):
+    cfg = train_config_dict(tmp_path, write_token_dataset(str(tmp_path / "corpus"), num_docs=40), train_iters=2,
+                            save_interval=2, master_port=free_port())
+    config = write_yaml(tmp_path / "run.yml", cfg)
+    deepy = os.path.join(ROOT, "deepy.py")
+    first = run(deepy, "train.py", config)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    no_library_warnings(first)
+    run_dir = cfg["run-dir"]
+    before = snapshot(run_dir)
+    assert "resolved_config.yml" in before and any(p.startswith("tensorboard") for p in before)
+
+    # the same config again: nothing to do, nothing written, nothing to warn about
+    again = run(deepy, "train.py", config)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "this run already finished" in again.stdout and "WARNING" not in again.stdout, again.stdout
+    no_library_warnings(again)
+    assert snapshot(run_dir) == before
+
+    # an override that differs from the record: named with both values by the dry run and the launch
+    for dry in (["--dry-run"], []):
+        proc = run(deepy, *dry, "train.py", config, "-o", "lr=3e-4")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "this run already finished" in proc.stdout, proc.stdout
+        assert "optimizer.params.lr 0.003 -> 3e-4" in proc.stdout, proc.stdout
+        no_library_warnings(proc)
+        assert snapshot(run_dir) == before, dry
+
+    # the trainer started directly on a changed config says the same and writes nothing either
+    changed = write_yaml(tmp_path / "changed.yml", {**cfg, "optimizer": {**cfg["optimizer"], "params": {
+        **cfg["optimizer"]["params"], "lr": 3e-4}}})
+    proc = run(os.path.join(ROOT, "train.py"), changed)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "[train] this run already finished" in proc.stdout, proc.stdout
+    assert "optimizer.params.lr 0.003 -> 0.0003" in proc.stdout, proc.stdout
+    assert snapshot(run_dir) == before
+
+    # raising train-iters is not a finished run: it trains on, and the record takes the new values
+    more = run(deepy, "train.py", config, "-o", "train-iters=3", "-o", "lr=3e-4")
+    assert more.returncode == 0, more.stderr[-3000:]
+    assert "already finished" not in more.stdout
+    with open(os.path.join(run_dir, "resolved_config.yml")) as f:
+        assert "train_iters: 3" in f.read()
+
+
+def test_dry_run_of_a_fresh_config_prints_no_library_warning():
+    """torch warned 'Initializing zero-element tensors is a no-op' on every start: the parameter count
+    built the vocabulary with 0 rows when padded-vocab-size was unset."""
+    proc = run(os.path.join(ROOT, "deepy.py"), "--dry-run", "train.py", os.path.join(ROOT, "configs", "quickstart.yml"))
+    assert "parameters: " in proc.stdout, proc.stdout + proc.stderr
+    no_library_warnings(proc)
 
 
 def _run(cfg_path, capsys=None):
