@@ -65,13 +65,17 @@ class GPTModel(nn.Module):
         # attention-config only picks each layer's kernel (global or flash: the same parameters),
         # and a pattern written for N layers does not describe one
         one_layer = dataclasses.replace(model_cfg, num_layers=1, attention_config=None)
+        # An unknown vocabulary is counted as 0 rows (the dry run's "+ N per vocabulary entry"), but
+        # built with one: initialising a zero-row embedding makes torch warn on every start. The
+        # vocabulary's parameters are rows of equal size, so N rows are N times one.
+        rows = max(vocab_size, 1)
         with torch.device("meta"):
-            model = cls(one_layer, vocab_size, check_size=False)
+            model = cls(one_layer, rows, check_size=False)
         layer, position = count_parameters(model.layers[0]), count_parameters(model.position)
-        vocabulary = count_parameters(model.word_embeddings) + (
+        built = count_parameters(model.word_embeddings) + (
             count_parameters(model.output_layer) if model.output_layer is not None else 0)
-        rest = count_parameters(model) - layer - position - vocabulary  # the final norm
-        return {"num_layers": model_cfg.num_layers * layer + rest, "padded_vocab_size": vocabulary,
+        rest = count_parameters(model) - layer - position - built  # the final norm
+        return {"num_layers": model_cfg.num_layers * layer + rest, "padded_vocab_size": built // rows * vocab_size,
                 "max_position_embeddings": position}
 
     @classmethod
