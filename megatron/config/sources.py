@@ -70,15 +70,44 @@ def _decode(path: str, raw: bytes) -> tuple[str | None, Problem | None]:
 
 def did_you_mean_file(path: str, suffixes: tuple[str, ...] = (".yml", ".yaml")) -> str:
     """'; did you mean DIR/quickstart.yml?' for `quickstart.yaml` or `quikstart.yml`: the files with
-    these suffixes beside the missing one with a close name (the extension left out of the comparison)."""
+    these suffixes beside the missing one with a close name (the extension left out of the comparison);
+    failing that, files of the same name elsewhere in the current directory or this checkout
+    (`20B.yml` from the repository root: tests/fixtures/neox_configs/20B.yml)."""
     folder = os.path.dirname(path)
     try:
         names = [n for n in os.listdir(folder or ".") if n.endswith(suffixes)]
     except OSError:
-        return ""
+        names = []
     stems = {os.path.splitext(n)[0]: n for n in sorted(names)}
     stem = os.path.splitext(os.path.basename(path))[0]
-    return did_you_mean(stem, stems, quote=lambda c: os.path.join(folder, stems[c]))
+    beside = did_you_mean(stem, stems, quote=lambda c: os.path.join(folder, stems[c]))
+    if beside:
+        return beside
+    elsewhere = same_name_elsewhere(os.path.basename(path))
+    return f"; did you mean {' or '.join(elsewhere)}?" if elsewhere else ""
+
+
+# Where a same-named file is looked for: the current directory and this checkout, without the
+# folders that hold no configs but many files (a venv, runs, data, git's objects).
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_NOT_SEARCHED = {".git", ".venv", "venv", "node_modules", "__pycache__", "runs", "data", ".pytest_cache"}
+_MOST_FILES_SEEN = 20_000  # a bound on the walk: a missing file is answered in well under a second
+
+
+def same_name_elsewhere(name: str, most: int = 3) -> list[str]:
+    """Up to `most` paths (relative to the current directory where they are under it) of files named
+    `name` under the current directory or this checkout, the shallowest first."""
+    found, seen = set(), 0
+    for root in dict.fromkeys((os.getcwd(), _CHECKOUT)):
+        for folder, dirs, files in os.walk(root):
+            dirs[:] = sorted(d for d in dirs if d not in _NOT_SEARCHED and not d.startswith("."))
+            seen += len(files)
+            if name in files:
+                found.add(os.path.abspath(os.path.join(folder, name)))
+            if seen > _MOST_FILES_SEEN:
+                break
+    shown = [os.path.relpath(p) if not os.path.relpath(p).startswith("..") else p for p in found]
+    return sorted(shown, key=lambda p: (p.count(os.sep), p))[:most]
 
 
 def read_file(path) -> tuple[str | None, dict | None, Problem | None]:

@@ -48,6 +48,11 @@ def test_unknown_and_bad_keys_fail_once_with_all_problems(tmp_path):
 def test_missing_file_and_bad_override(tmp_path):
     proc = deepy("--dry-run", "train.py", str(tmp_path / "nope.yml"))
     assert proc.returncode == 2 and "nope.yml" in proc.stderr
+    # no close name beside it: a file of that name elsewhere in the checkout (NeoX's 20B.yml from the root)
+    proc = deepy("--dry-run", "train.py", "20B.yml")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "config file not found: 20B.yml" in proc.stderr
+    assert "did you mean tests/fixtures/neox_configs/20B.yml?" in proc.stderr, proc.stderr
     proc = deepy("--dry-run", "train.py", os.path.join(PAPER, "train.yml"), "-o", "pos-emb")
     assert proc.returncode != 0 and "KEY=VALUE" in proc.stderr
     proc = deepy("--dry-run", "train.py", os.path.join(PAPER, "train.yml"), "-o", "weight-decay=.inf")
