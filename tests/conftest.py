@@ -31,6 +31,31 @@ KERNEL_DEVICE = __import__("torch").device("cuda" if __import__("torch").cuda.is
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs CUDA; `make test-gpu` runs these (skipped without a GPU)")
 
+
+def skip_reason(report) -> str:
+    """Why a test was skipped, as its skip said it (pytest's "Skipped: " prefix dropped); a test
+    marked `gpu` skipped on a machine without CUDA says so first, whatever its own words."""
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    reason = reason.removeprefix("Skipped: ")
+    if "gpu" in getattr(report, "keywords", {}) and not KERNEL_DEVICE.type == "cuda":
+        return f"no GPU on this machine (`make test-gpu` runs it on one): {reason}"
+    return reason
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line per skip reason with its count, so a skip for a missing GPU reads apart from one for
+    a missing dependency (`-q` alone prints only the total)."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    if not skipped:
+        return
+    counts: dict[str, int] = {}
+    for report in skipped:
+        reason = skip_reason(report)
+        counts[reason] = counts.get(reason, 0) + 1
+    terminalreporter.write_sep("-", f"{len(skipped)} skipped, by reason")
+    for reason, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        terminalreporter.write_line(f"{n:4d}  {reason}")
+
 TINY_MODEL = {
     "num-layers": 2, "hidden-size": 32, "num-attention-heads": 4, "seq-length": 32,
     "max-position-embeddings": 32, "pos-emb": "kerple_log", "no-weight-tying": True,
