@@ -71,6 +71,8 @@ from megatron.evaluation.outputs import (
 )
 from megatron.evaluation.report import RESULT_FILES, attention_label, build_record, markdown_table, write_outputs
 from megatron.evaluation.results import parse_result
+from megatron.evaluation.retrieval.grid import SCORINGS, RetrievalSpec
+from megatron.evaluation.retrieval.prompts import FILLERS, TASKS, parse_depths
 from megatron.evaluation.spread import ONE_PROCESS, EvalGroup, quiet_peers, rank0_speaks, rank_device
 from megatron.evaluation.windows import WINDOW_ORDERS
 from megatron.launcher import parse_overrides
@@ -126,6 +128,7 @@ def parse_args(argv=None, cfg=None):
     p.add_argument("--plots", action=argparse.BooleanOptionalAction, default=os.environ.get(PLOTS_ENV, "1") != "0",
                    help="write ppl_vs_length.png, positionwise.png and (for a score-bias scheme) kernels.png beside "
                         f"eval.json (default on; {PLOTS_ENV}=0 makes --no-plots the default, e.g. in batch jobs)")
+    add_retrieval_flags(p)
     add_device_flag(p)
     add_eval_flags(p, batch_size=False)  # --tasks: downstream tasks instead of the perplexity sweep; --quiet
     add_load_flags(p)
@@ -158,6 +161,45 @@ def parse_args(argv=None, cfg=None):
         if args.iteration is None:
             args.iteration = cfg.checkpoint.iteration
     return args
+
+
+def add_retrieval_flags(p) -> None:
+    g = p.add_argument_group("retrieval at length (megatron/evaluation/retrieval/; docs/evaluation.md)")
+    g.add_argument("--retrieval", default=None, metavar="TASKS",
+                   help=f"also measure retrieval at the same lengths: comma-separated tasks of {', '.join(TASKS)} "
+                        "(passkey: a number hidden in filler; kv: key-value needles with distractors, RULER's "
+                        "multi-key form); eval.json gains a retrieval section, retrieval_<task>.jsonl holds every "
+                        "prompt and score, retrieval_<task>.png the depth x length heatmap")
+    g.add_argument("--retrieval-depths", default="0,25,50,75,100", metavar="PERCENTS",
+                   help="needle depths, percent of the filler before the needle (default 0,25,50,75,100)")
+    g.add_argument("--retrieval-prompts", type=int_at_least(1), default=50, metavar="N",
+                   help="prompts per length x depth cell (default 50)")
+    g.add_argument("--retrieval-candidates", type=int, default=10, metavar="K",
+                   help="multiple choice among K values of the answer's format (chance 1/K; default 10)")
+    g.add_argument("--retrieval-filler", choices=FILLERS, default="split",
+                   help="the haystack: 'split' = the evaluation split's own text (default), 'sentences' = the "
+                        "classic repeated sentences of passkey retrieval")
+    g.add_argument("--retrieval-scoring", choices=SCORINGS, default="both",
+                   help="'choice' = multiple choice by likelihood only; 'generate'/'both' = also greedy "
+                        "generation through the kv-cache, exact match (default both)")
+    g.add_argument("--retrieval-threshold", type=float, default=0.8, metavar="ACC",
+                   help="the effective length is the longest length whose accuracy over all depths, and every "
+                        "shorter length's, is at least ACC (default 0.8)")
+    g.add_argument("--retrieval-seed", type=int_at_least(0), default=1234,
+                   help="seed of the prompts (values, keys, filler offsets; default 1234): the same prompts on "
+                        "every machine and rank count")
+
+
+def retrieval_spec(args) -> RetrievalSpec | None:
+    """The retrieval flags as one checked spec (None without --retrieval), before any checkpoint loads."""
+    if not args.retrieval:
+        return None
+    spec = RetrievalSpec(tuple(t.strip() for t in args.retrieval.split(",") if t.strip()),
+                         tuple(parse_depths(args.retrieval_depths)), args.retrieval_prompts,
+                         args.retrieval_candidates, args.retrieval_filler, args.retrieval_scoring,
+                         args.retrieval_threshold, args.retrieval_seed, args.batch_size)
+    spec.check()
+    return spec
 
 
 def parse_lengths(text: str) -> list[int]:
@@ -300,12 +342,31 @@ def load_for_sweep(args, ckpt: str):
     prefix, split = data_source(cfg, args.split)
 
     check_tokenizer(prefix, cfg.data)  # data written by another tokenizer: refused before any length
-    return model, cfg, client, overrides, block, lengths, prefix, split
+    retrieval = load_retrieval(args, model, cfg, lengths, (prefix, split, args.split))
+    return model, cfg, client, overrides, block, lengths, prefix, split, retrieval
+
+
+def load_retrieval(args, model, cfg, lengths: list[int], data: tuple[str, str, str]):
+    """(spec, tokenizer, {task: prompt maker}) for --retrieval, every refusal made before any work
+    (a tokenizer that cannot spell the needles, a length too short for the text or too long for
+    memory); None without --retrieval."""
+    # lazy: torch and the tokenizer libraries, only with --retrieval
+    from megatron.evaluation.retrieval.grid import check_lengths, prompt_maker
+    from megatron.tokenizer import build_tokenizer
+
+    spec = retrieval_spec(args)
+    if spec is None:
+        return None
+    d = cfg.data
+    tokenizer = build_tokenizer(d.tokenizer_type, d.vocab_file, d.merge_file)
+    makers = {task: prompt_maker(spec, task, tokenizer, data) for task in spec.tasks}
+    check_lengths(spec, makers, lengths, model, args.device)
+    return spec, tokenizer, makers
 
 
 def evaluate_checkpoint(args, ckpt: str, group: EvalGroup = ONE_PROCESS) -> None:
     # every rank loads the model (a failure on any one is agreed: spread.py)
-    model, cfg, client, overrides, block, lengths, prefix, split = group.agree(load_for_sweep, args, ckpt)
+    model, cfg, client, overrides, block, lengths, prefix, split, retrieval = group.agree(load_for_sweep, args, ckpt)
     train_len = cfg.model.seq_length
     start = time.perf_counter()
     out_dir = output_dir(args, ckpt)
@@ -346,19 +407,60 @@ def evaluate_checkpoint(args, ckpt: str, group: EvalGroup = ONE_PROCESS) -> None
             return "no length had finished, so no result was kept"
         return f"lengths {', '.join(map(str, saved))} finished and are kept in {partial}"
 
-    def write(results: list) -> None:  # rank 0: the result files, the table and the plots
+    def write(results: list, found: dict) -> None:  # rank 0: the result files, the table and the plots
         rec = build_record(dict(meta, seconds=round(time.perf_counter() - start, 2)), results)
+        if found:
+            rec["retrieval"] = {task: section for task, (section, _) in found.items()}
+            written = write_retrieval(found, out_dir, args.plots, f"{checkpoint_name(ckpt)}, {cfg.model.pos_emb}",
+                                      train_len)
         paths = write_outputs(rec, results, out_dir)
         if os.path.exists(partial):
             os.remove(partial)  # eval.json now holds every length
         print(markdown_table(rec))
         plots = write_plots(paths["json"], model, cfg, max(lengths), out_dir, checkpoint_name(ckpt)) if args.plots else []
+        plots += written if found else []
         print(f"wrote {paths['json']}, {paths['csv']}, {paths['md']}, {paths['positionwise']}"
               + "".join(f", {p}" for p in plots))
 
     with writing("the results into", out_dir, kept):  # a full disk: where, and what is kept
         results = run_lengths(args, model, cfg, lengths, prefix, split, partial, save_partial, block, group)
-        group.on_rank0(write, results)
+        found = run_retrieval(retrieval, model, lengths, args, group)
+        group.on_rank0(write, results, found)
+
+
+def run_retrieval(retrieval, model, lengths: list[int], args, group: EvalGroup) -> dict:
+    """{task: (eval.json section, sample rows)} at the sweep's lengths; {} without --retrieval."""
+    if retrieval is None:
+        return {}
+    from megatron.evaluation.retrieval.grid import run_task  # lazy: torch
+
+    spec, tokenizer, makers = retrieval
+    say = None if args.quiet else (lambda line: print(line, flush=True))
+    return {task: run_task(model, tokenizer, maker, spec, lengths, args.device, group, say)
+            for task, maker in makers.items()}
+
+
+def write_retrieval(found: dict, out_dir: str, plots: bool, title: str, train_length: int) -> list[str]:
+    """Rank 0: retrieval_<task>.jsonl (every prompt and score) and, with plots, retrieval_<task>.png;
+    the tables printed. Returns the paths written."""
+    from megatron.evaluation.retrieval.summary import markdown
+
+    written = []
+    for task, (section, samples) in found.items():
+        path = os.path.join(out_dir, f"retrieval_{task}.jsonl")
+        with atomic_output(path, fsync=False) as tmp, open(tmp, "w") as f:
+            f.writelines(json.dumps(row) + "\n" for row in samples)
+        section["samples"] = os.path.basename(path)
+        written.append(path)
+        print(markdown(task, section, train_length))
+        if plots:
+            from megatron.evaluation import plots as figures  # lazy: matplotlib
+
+            for scoring in section["scorings"]:
+                suffix = "" if scoring == "choice" else "_exact"
+                written.append(figures.plot_retrieval_heatmap(
+                    section, os.path.join(out_dir, f"retrieval_{task}{suffix}.png"), f"{title}: {task}", scoring))
+    return written
 
 
 def write_plots(eval_json: str, model, cfg, max_length: int, out_dir: str, name: str) -> list[str]:
@@ -415,6 +517,8 @@ def check_command(args, several: bool = False) -> None:
     the checkpoint's step."""
     if args.lengths:
         parse_lengths(args.lengths)  # a bad --lengths fails before any checkpoint is loaded
+    if retrieval_spec(args) and (args.eval_tasks or args.stride):
+        raise UserError("--retrieval runs beside the non-overlapping perplexity sweep: drop --tasks / --stride")
     if args.blockwise_causal is not None and (args.stride or args.window):
         raise UserError("--blockwise-causal is its own attention pattern: drop --stride / --window")
     if args.eval_tasks:

@@ -402,3 +402,27 @@ def plot_kernels(kernels: dict, path: str, train_length: int | None = None, titl
         if f.shape[0] <= 12:
             ax.legend(fontsize=fontsize - 2 if fontsize else 6, ncol=2)
     return save_figure(fig, path)
+
+
+def plot_retrieval_heatmap(section: dict, path: str, title: str, scoring: str = "choice") -> str:
+    """Needle-in-a-haystack picture: accuracy per depth (rows, 0% = the needle first) x length
+    (columns), one retrieval task's eval.json section; each cell printed, chance in the colour bar."""
+    lengths, depths = section["lengths"], section["depths"]
+    grid = np.full((len(depths), len(lengths)), np.nan)
+    for c in section["cells"]:
+        acc = c[scoring]["accuracy"]
+        grid[depths.index(c["depth"]), lengths.index(c["length"])] = np.nan if acc is None else acc
+    fig, ax = plt.subplots(figsize=(1.1 * len(lengths) + 2.6, 0.55 * len(depths) + 1.8))
+    image = ax.imshow(grid, vmin=0.0, vmax=1.0, cmap="RdYlGn", aspect="auto")
+    for (i, j), v in np.ndenumerate(grid):
+        if not np.isnan(v):
+            ax.text(j, i, f"{100 * v:.0f}", ha="center", va="center", fontsize=9)
+    ax.set_xticks(range(len(lengths)), [str(L) for L in lengths])
+    ax.set_yticks(range(len(depths)), [f"{d:g}%" for d in depths])
+    ax.set_xlabel("context length (tokens)")
+    ax.set_ylabel("needle depth")
+    what = "multiple choice" if scoring == "choice" else "greedy exact match"
+    ax.set_title(f"{title}\n{what}, {section['cells'][0][scoring]['n']} prompts per cell", fontsize=10)
+    bar = fig.colorbar(image, ax=ax)
+    bar.set_label(f"accuracy (chance {section['chance']:.2f})" if scoring == "choice" else "accuracy")
+    return save_figure(fig, path)

@@ -8,6 +8,7 @@ import os
 import numpy as np
 
 from megatron.atomic_io import atomic_output
+from megatron.evaluation.retrieval.summary import markdown as retrieval_markdown
 from megatron.evaluation.windows import windows_line
 
 SCHEMA = "kerple-eval/1"
@@ -96,6 +97,8 @@ def write_outputs(rec: dict, results, out_dir: str) -> dict[str, str]:
         f.write(f"# Perplexity by length: {rec.get('pos_emb')}, {attention_label(rec)} "
                 f"({rec.get('checkpoint')}, {rec.get('split')} split)\n\n")
         f.write(markdown_table(rec) + "\n")
+        for task, section in rec.get("retrieval", {}).items():
+            f.write("\n" + retrieval_markdown(task, section, rec.get("train_length")) + "\n")
     with atomic_output(paths["positionwise"], fsync=False) as tmp, open(tmp, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["length", "position", "loss", "window_order", "data_seed"])

@@ -144,18 +144,23 @@ class EvalGroup:
         """score(*args, **kwargs) -> (float64 sums over this rank's windows, windows scored), where
         score takes its windows with self.part(n); returns the sums over all ranks, added in rank
         order (so the same on every rank), and each rank's count of windows scored."""
+        parts = self.gather(score, *args, **kwargs)
+        total = np.zeros_like(np.asarray(parts[0][0], dtype=np.float64))
+        for sums, _ in parts:
+            total = total + np.asarray(sums, dtype=np.float64)
+        return total, [count for _, count in parts]
+
+    def gather(self, work, *args, **kwargs) -> list:
+        """work(*args, **kwargs) -> this rank's part of a result (any picklable value); returns every
+        rank's part in rank order, on every rank (a failure anywhere ends every rank alike)."""
         try:
-            mine = score(*args, **kwargs)
+            mine = work(*args, **kwargs)
         except Exception as e:  # noqa: BLE001 - every rank must learn of it; _settle raises it again
             if not self.started:
                 raise
             self._settle(e)  # raises, on every rank
             raise
-        parts = self._settle(None, mine) if self.started else [mine]
-        total = np.zeros_like(np.asarray(parts[0][0], dtype=np.float64))
-        for sums, _ in parts:
-            total = total + np.asarray(sums, dtype=np.float64)
-        return total, [count for _, count in parts]
+        return self._settle(None, mine) if self.started else [mine]
 
     def fail(self, message: str) -> UserError:
         """The error every rank ends on for a failure all of them know of: said by rank 0 alone."""

@@ -50,6 +50,17 @@ class KVCache:
     def layer(self, index: int) -> LayerCache:
         return LayerCache(self, index)
 
+    def repeat_rows(self, n: int) -> KVCache:
+        """A fork whose row b * n + j is this cache's row b (j < n): n continuations of each row read
+        on one shared prefix (retrieval's candidates, megatron/evaluation/retrieval/scoring.py). This
+        cache is not changed: appending makes new tensors (LayerCache.update)."""
+        fork = KVCache(len(self.kv), self.window)
+        fork.kv = [None if kv is None else (kv[0].repeat_interleave(n, 0), kv[1].repeat_interleave(n, 0))
+                   for kv in self.kv]
+        fork.length, fork.positions = self.length, self.positions
+        fork.row_starts = None if self.row_starts is None else self.row_starts.repeat_interleave(n)
+        return fork
+
     def keep_row_starts(self, row_starts: torch.Tensor | None) -> torch.Tensor | None:
         """The row starts for this call: given with the first call (and kept), else the kept ones."""
         if row_starts is not None:
