@@ -106,6 +106,11 @@ def parse_args(argv=None, cfg=None):
                    help="which windows of the split: 'shuffled' = the first ones in NeoX's seeded sample order, as "
                         "the paper drew its 320 per length (default); 'contiguous' = the first ones in stream order "
                         "(the same leading tokens at every length)")
+    p.add_argument("--equal-text", type=int_at_least(0), default=0, metavar="SPANS",
+                   help="also score every length on the SAME text: SPANS spans of train-length tokens at fixed "
+                        "places of the split's stream, each read with the length's context before it "
+                        "(megatron/evaluation/equal_text.py); printed beside the per-length perplexity, which "
+                        "scores each length on its own windows (default 0: off)")
     p.add_argument("--min-doc-tokens", type=int_at_least(1), default=None, metavar="N",
                    help="score only the split's documents of at least N tokens (e.g. a corpus's long documents)")
     p.add_argument("--batch-size", type=int_at_least(1), default=1)
@@ -424,8 +429,27 @@ def evaluate_checkpoint(args, ckpt: str, group: EvalGroup = ONE_PROCESS) -> None
 
     with writing("the results into", out_dir, kept):  # a full disk: where, and what is kept
         results = run_lengths(args, model, cfg, lengths, prefix, split, partial, save_partial, block, group)
+        if args.equal_text:
+            meta["equal_text"] = run_equal_text(args, model, cfg, lengths, prefix, split, group)
         found = run_retrieval(retrieval, model, lengths, args, group)
         group.on_rank0(write, results, found)
+
+
+def run_equal_text(args, model, cfg, lengths: list[int], prefix: str, split: str, group: EvalGroup) -> dict:
+    """--equal-text: the same train-length spans scored at every length (megatron/evaluation/equal_text.py)."""
+    from megatron.evaluation.equal_text import evaluate_equal_text  # lazy: torch
+
+    seed = cfg.training.seed if args.data_seed is None else args.data_seed
+    try:
+        equal = evaluate_equal_text(model, prefix, split, args.split, lengths, cfg.model.seq_length, args.equal_text,
+                                    seed, args.device, cfg.data.data_cache_dir, group)
+    except ValueError as e:
+        raise UserError(f"--equal-text {args.equal_text}: {e}") from e
+    if group.is_rank0 and not args.quiet:
+        for length in lengths:
+            print(f"length {length:>6}: equal text ppl {equal[str(length)]['ppl']:10.3f}  (the same "
+                  f"{equal['spans']} x {equal['scored_tokens_per_span']} tokens at every length)", flush=True)
+    return equal
 
 
 def run_retrieval(retrieval, model, lengths: list[int], args, group: EvalGroup) -> dict:
@@ -517,6 +541,9 @@ def check_command(args, several: bool = False) -> None:
     the checkpoint's step."""
     if args.lengths:
         parse_lengths(args.lengths)  # a bad --lengths fails before any checkpoint is loaded
+    if args.equal_text and (args.eval_tasks or args.stride or args.blockwise_causal is not None):
+        raise UserError("--equal-text scores beside the non-overlapping perplexity sweep with plain causal attention: "
+                        "drop --tasks / --stride / --blockwise-causal")
     if retrieval_spec(args) and (args.eval_tasks or args.stride):
         raise UserError("--retrieval runs beside the non-overlapping perplexity sweep: drop --tasks / --stride")
     if args.blockwise_causal is not None and (args.stride or args.window):

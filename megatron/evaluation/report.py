@@ -69,13 +69,22 @@ def attention_label(rec: dict) -> str:
 
 
 def markdown_table(rec: dict) -> str:
-    train = rec.get("train_length")
-    lines = ["| length | x train | loss | ppl | windows | tokens |", "|---:|---:|---:|---:|---:|---:|"]
+    """The per-length table; with --equal-text, its perplexity on the same text at every length beside."""
+    train, equal = rec.get("train_length"), rec.get("equal_text")
+    head = "| length | x train | loss | ppl | windows | tokens |" + (" ppl, equal text |" if equal else "")
+    lines = [head, "|---:|---:|---:|---:|---:|---:|" + ("---:|" if equal else "")]
     for r in rec["results"]:
         ratio = f"{r['length'] / train:g}" if train else "-"
-        lines.append(f"| {r['length']} | {ratio} | {r['loss']:.4f} | {r['ppl']:.3f} | {windows_cell(r)} | {r['tokens']} |")
-    return ("\n".join(lines) + "\n\n" + windows_line(rec.get("window_order"), rec.get("data_seed"))
-            + f" Attention: {attention_label(rec)}.")
+        cell = f" {equal[str(r['length'])]['ppl']:.3f} |" if equal and str(r["length"]) in equal else (
+            " - |" if equal else "")
+        lines.append(f"| {r['length']} | {ratio} | {r['loss']:.4f} | {r['ppl']:.3f} | {windows_cell(r)} | {r['tokens']} |"
+                     + cell)
+    text = "\n".join(lines) + "\n\n" + windows_line(rec.get("window_order"), rec.get("data_seed"))
+    if equal:
+        text += (f" `ppl` scores each length on its own windows (different text at each length); `ppl, equal text` "
+                 f"scores the same {equal['spans']} spans of {equal['scored_tokens_per_span']} tokens at every length, "
+                 "each read with the length's context before it, so only the context differs.")
+    return text + f" Attention: {attention_label(rec)}."
 
 
 RESULT_FILES = {"json": "eval.json", "csv": "eval.csv", "md": "eval.md", "positionwise": "positionwise.csv"}
