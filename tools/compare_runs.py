@@ -69,6 +69,46 @@ def comparison_table(runs: dict) -> str:
     return "\n".join(lines) + "\n\n" + " ".join(notes) + "\n"
 
 
+def equal_text_table(runs: dict) -> str:
+    """Markdown: per length, each run's perplexity on the same spans at every length (--equal-text);
+    '' when no run has it."""
+    if not any(r.equal_text for r in runs.values()):
+        return ""
+    lengths = sorted({L for r in runs.values() for L in r.equal_text})
+    lines = ["| length | " + " | ".join(runs) + " |", "|---:|" + "---:|" * len(runs)]
+    for L in lengths:
+        lines.append(f"| {L} | " + " | ".join(f"{r.equal_text[L]:.3f}" if L in r.equal_text else "-"
+                                              for r in runs.values()) + " |")
+    return ("\n## Perplexity on equal text\n\nEach run scores the same spans at every length, only the context "
+            "before them changes (evaluate.py --equal-text); a run without it shows -.\n\n" + "\n".join(lines) + "\n")
+
+
+def retrieval_tables(runs: dict) -> str:
+    """Markdown: per retrieval task, each run's multiple-choice accuracy over all depths at each length
+    (95% interval) and its effective length; '' when no run measured retrieval."""
+    tasks = sorted({t for r in runs.values() for t in r.retrieval})
+    out = []
+    for task in tasks:
+        have = {label: r.retrieval[task] for label, r in runs.items() if task in r.retrieval}
+        lengths = sorted({int(L) for s in have.values() for L in s["by_length"]})
+        lines = ["| length | " + " | ".join(runs) + " |", "|---:|" + "---:|" * len(runs)]
+        for L in lengths:
+            cells = []
+            for label in runs:
+                cell = have.get(label, {}).get("by_length", {}).get(str(L), {}).get("choice")
+                cells.append("-" if not cell else f"{100 * cell['accuracy']:.0f}% ({100 * cell['interval'][0]:.0f}-"
+                                                  f"{100 * cell['interval'][1]:.0f})")
+            lines.append(f"| {L} | " + " | ".join(cells) + " |")
+        eff = [str(have[label]["effective_length"]["choice"]) if label in have else "-" for label in runs]
+        lines.append("| effective length | " + " | ".join(eff) + " |")
+        spec = next(iter(have.values()))
+        out.append(f"\n## Retrieval: {task}\n\nMultiple-choice accuracy over all depths (95% interval), chance "
+                   f"{100 * spec['chance']:.0f}%; effective length: the longest length at which it, and every shorter "
+                   f"length's, is at least {spec['threshold']:g}. None: below it already at the shortest.\n\n"
+                   + "\n".join(lines) + "\n")
+    return "".join(out)
+
+
 def main(argv=None) -> int:
     p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", nargs="+", metavar="RUN", help="run directories (their eval/eval.json) or eval.json files")
@@ -102,7 +142,7 @@ def main(argv=None) -> int:
         runs[result.scheme] = result
     if len(runs) < len(args.runs):
         raise UserError(f"two of {', '.join(args.runs)} have the same name and scheme; pass each run once")
-    table = comparison_table(runs)
+    table = comparison_table(runs) + equal_text_table(runs) + retrieval_tables(runs)
     os.makedirs(args.out, exist_ok=True)
     md = os.path.join(args.out, "compare.md")
     with atomic_output(md, fsync=False) as tmp, open(tmp, "w", encoding="utf-8") as f:

@@ -43,6 +43,8 @@ class RunResult:
     iteration: int | None = None  # the checkpoint's training step
     device_name: str | None = None  # e.g. 'cuda:0 (NVIDIA H100 80GB HBM3)' (None: written before it was recorded)
     corpus: tuple = ()  # (data path, split, mode, stride, min doc tokens, blockwise causal): what and how it scored
+    equal_text: dict[int, float] = field(default_factory=dict)  # length -> perplexity on the same spans (--equal-text)
+    retrieval: dict[str, dict] = field(default_factory=dict)  # task -> eval.json's retrieval section (--retrieval)
 
     def same_text(self, length: int) -> tuple:
         """Equal for two runs that scored the same tokens in the same way at this length: the windows are a
@@ -115,10 +117,17 @@ def parse_result(path: str, meta_regex: re.Pattern | None = None) -> RunResult:
     if bad:  # an evaluation from before evaluate.py refused NaN losses: a mean over seeds would hide it
         raise ValueError(f"{path}: perplexity at lengths {bad} is not finite ({', '.join(str(ppl[x]) for x in bad)}); "
                          "re-run evaluate.py on that checkpoint (it now names the failing window) or leave the file out")
+    try:
+        equal = {int(k): float(v["ppl"]) for k, v in (rec.get("equal_text") or {}).items() if k.isdigit()}
+    except (AttributeError, KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{path}: malformed equal_text entries ({e!r}); regenerate it with evaluate.py") from e
+    retrieval = rec.get("retrieval") or {}
+    if not isinstance(retrieval, dict) or not all(isinstance(v, dict) and "by_length" in v for v in retrieval.values()):
+        raise ValueError(f"{path}: malformed retrieval section; regenerate it with evaluate.py --retrieval")
     speed = (rec.get("train_speed") or {}).get("sec_per_step")
     return RunResult(path, scheme, dataset, seed, window, rec.get("train_length"), ppl, pw,
                      float(speed) if speed is not None else None, rec.get("window_order"),
                      _normalise_seed(rec.get("data_seed")), short, windows,
                      int(rec["iteration"]) if rec.get("iteration") is not None else None, rec.get("device_name"),
                      tuple(rec.get(k) for k in ("data_path", "split", "mode", "stride", "min_doc_tokens",
-                                                "blockwise_causal")))
+                                                "blockwise_causal")), equal, retrieval)

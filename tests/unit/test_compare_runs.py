@@ -72,3 +72,24 @@ def test_make_quickstart_ends_with_the_comparison():
         assert "tools/check_figures.py" in lines[-2]  # kept, and the comparison after it
         assert lines[-1].split() == ["$(PY)", "tools/compare_runs.py", "runs/quickstart", "runs/quickstart_rotary",
                                      "--out", "runs/compare", "--missing-ok", "--missing-hint", *f'"{hint}"'.split()]
+
+
+def test_equal_text_and_retrieval_are_shown_side_by_side(tmp_path):
+    import json
+
+    from megatron.evaluation.retrieval.summary import summarize
+
+    kerple = make_run(tmp_path, "a", QUICKSTART, "kerple_log")
+    rotary = make_run(tmp_path, "b", ROTARY, "rotary")
+    path = os.path.join(kerple, "eval", "eval.json")
+    rec = json.loads(open(path).read())
+    rec["equal_text"] = {"spans": 4, "scored_tokens_per_span": 128, "128": {"ppl": 130.5}, "2048": {"ppl": 120.25}}
+    rows = [{"length": L, "depth": 50.0, "correct": i < (4 if L == 128 else 1), "exact_match": False}
+            for L in (128, 2048) for i in range(5)]
+    rec["retrieval"] = {"passkey": summarize(rows, [128, 2048], [50.0], 10, 0.8, generated=False)}
+    open(path, "w").write(json.dumps(rec))
+    compare_runs.main([kerple, rotary, "--out", str(tmp_path / "c")])
+    table = (tmp_path / "c" / "compare.md").read_text()
+    assert "| 2048 | 120.250 | - |" in table  # rotary has no equal-text figures
+    assert "| 128 | 80% (38-96) | - |" in table and "| 2048 | 20% (4-62) | - |" in table
+    assert "| effective length | 128 | - |" in table
