@@ -73,6 +73,7 @@ from megatron.evaluation.report import RESULT_FILES, attention_label, build_reco
 from megatron.evaluation.results import parse_result
 from megatron.evaluation.retrieval.grid import SCORINGS, RetrievalSpec
 from megatron.evaluation.retrieval.prompts import FILLERS, TASKS, parse_depths
+from megatron.evaluation.retrieval.summary import markdown as retrieval_markdown
 from megatron.evaluation.spread import ONE_PROCESS, EvalGroup, quiet_peers, rank0_speaks, rank_device
 from megatron.evaluation.windows import WINDOW_ORDERS
 from megatron.launcher import parse_overrides
@@ -467,8 +468,6 @@ def run_retrieval(retrieval, model, lengths: list[int], args, group: EvalGroup) 
 def write_retrieval(found: dict, out_dir: str, plots: bool, title: str, train_length: int) -> list[str]:
     """Rank 0: retrieval_<task>.jsonl (every prompt and score) and, with plots, retrieval_<task>.png;
     the tables printed. Returns the paths written."""
-    from megatron.evaluation.retrieval.summary import markdown
-
     written = []
     for task, (section, samples) in found.items():
         path = os.path.join(out_dir, f"retrieval_{task}.jsonl")
@@ -476,7 +475,7 @@ def write_retrieval(found: dict, out_dir: str, plots: bool, title: str, train_le
             f.writelines(json.dumps(row) + "\n" for row in samples)
         section["samples"] = os.path.basename(path)
         written.append(path)
-        print(markdown(task, section, train_length))
+        print(retrieval_markdown(task, section, train_length))
         if plots:
             from megatron.evaluation import plots as figures  # lazy: matplotlib
 

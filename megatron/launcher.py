@@ -250,6 +250,32 @@ def check_model_size(cfg) -> None:
         raise cfg.refusal([problem])
 
 
+def training_backend(cfg) -> str | None:
+    """The attention backend training will resolve on this machine (the same resolve_backend call,
+    scheme, device, dtype and dropout as the trainer's model), as a dry-run line; a config training
+    would refuse ("cannot run pos-emb 'fire' on cpu/float32") is refused now, naming the keys.
+    None for a launch to other hosts: their device is not this machine's."""
+    if hostfile_in_use(cfg.parallel.hostfile) or (cfg.parallel.num_nodes or 1) > 1:
+        return None
+    import torch  # lazy: torch, as the size check above
+
+    from megatron.attention.resolve import resolve_backend
+    from megatron.positional.base import positional_spec
+    from megatron.positional.registry import build_scheme
+
+    m = cfg.model
+    device = resolve_device(cfg.parallel.device, "device:")
+    with torch.device("cpu"):
+        scheme = build_scheme(m.pos_emb, positional_spec(m))
+    try:
+        backend = resolve_backend(m.attention_backend, scheme, device, cfg.precision.torch_dtype, training=True,
+                                  dropout=m.attention_dropout > 0)
+    except ValueError as e:
+        raise cfg.refusal([("attention_backend", f"training would refuse it on this machine: {e}")]) from None
+    dtype = str(cfg.precision.torch_dtype).removeprefix("torch.")
+    return f"attention: backend {backend.name} for pos-emb {m.pos_emb} on {device.type}/{dtype} (training)"
+
+
 def launch_layout(cfg) -> list[str]:
     """What a launch of this config starts, for --dry-run: the launcher, each host with its slots
     and ranks, the process count; and a warning for each host whose name does not resolve here."""
@@ -293,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
                         + did_you_mean_file(args.user_script, (".py",)))
     cfg = load_config(config_paths(args), overrides=parse_overrides(args.override))
     check_model_size(cfg)
+    backend_line = None if is_eval(args.user_script) else training_backend(cfg)
     missing = input_problems(cfg)
     for note in (outside_run_dir(cfg), saves_nothing(cfg), unused_data_path(cfg),
                  missing_hostfile_warning(cfg.parallel.hostfile)):
@@ -304,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"deepy.py: {finished_note(cfg, finished, recorded_changes(cfg))}", flush=True)
     if args.dry_run:
         dry_run(cfg)
-        print("\n".join(launch_layout(cfg)), flush=True)
+        print("\n".join(([backend_line] if backend_line else []) + launch_layout(cfg)), flush=True)
     if missing:  # after a dry run's summary: "config OK; missing files only" (exit 3) or a config error
         raise inputs_error(missing)
     if args.dry_run:

@@ -22,14 +22,10 @@ import os
 import statistics
 import time
 
-import torch
-
 from megatron.cli_args import ArgumentParser, int_at_least
 from megatron.config.model import ModelConfig
 from megatron.errors import UserError, run_cli
 from megatron.evaluation.retrieval.prompts import PromptMaker, SentenceFiller
-from megatron.evaluation.retrieval.scoring import score_prompts
-from megatron.model import GPTModel
 from megatron.tokenizer import build_tokenizer
 
 
@@ -48,18 +44,28 @@ def parse_args(argv=None):
 
 
 def forward_only(model, prompt) -> None:
+    import torch  # lazy: torch; --help needs none
+
     cache = model.new_cache()
     last = model.hidden_states(torch.tensor([prompt.tokens]), cache=cache)[:, -1:]
     torch.log_softmax(model.logits(last).float(), -1)
 
 
 def k_forwards(model, prompt) -> None:
+    import torch  # lazy: torch; --help needs none
+
     for c in prompt.candidates:
         model(torch.tensor([prompt.tokens + c]))
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    # lazy: torch and the model; --help needs none
+    import torch
+
+    from megatron.evaluation.retrieval.scoring import score_prompts
+    from megatron.model import GPTModel
+
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     cfg = ModelConfig(num_layers=4, hidden_size=256, num_attention_heads=4, seq_length=128, pos_emb=args.pos_emb,
