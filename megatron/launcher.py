@@ -30,7 +30,13 @@ from megatron.cli_args import ArgumentParser
 from megatron.config import NeoXConfig, load_config
 from megatron.config.errors import ConfigError
 from megatron.config.inputs import input_problems, inputs_error
-from megatron.config.originals import RESOLVED_NAME, discard_staged, staged_resolved_path, write_originals
+from megatron.config.originals import (
+    RESOLVED_NAME,
+    discard_staged,
+    discard_stale_staging,
+    staged_resolved_path,
+    write_originals,
+)
 from megatron.config.paths import outside_run_dir, saves_nothing, unused_data_path
 from megatron.config.schema import canonical
 from megatron.config.sources import did_you_mean_file
@@ -358,6 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     created = first_missing(cfg.logging.run_dir)  # removed again if the launch is refused
     check_run_room(cfg)  # a full disk named now, not by the first write that fails
     # Staged: the training process publishes it once its own checks passed (config/originals.py)
+    discard_stale_staging(cfg.logging.run_dir)  # a killed launcher's, left between staging and publishing
     resolved = staged_resolved_path(cfg.logging.run_dir)
     write_originals(cfg.config_files, os.path.dirname(resolved))  # found beside resolved_config.yml on load
     cfg.save(resolved)

@@ -13,6 +13,7 @@ import glob
 import os
 import shutil
 
+from megatron.atomic_io import process_alive
 from megatron.config.untrusted_yaml import read_bounded
 
 RESOLVED_NAME = "resolved_config.yml"
@@ -45,6 +46,19 @@ def publish_staged(resolved_path: str | None) -> bool:
     os.replace(resolved_path, os.path.join(run_dir, RESOLVED_NAME))
     shutil.rmtree(staging, ignore_errors=True)
     return True
+
+
+def discard_stale_staging(run_dir: str) -> list[str]:
+    """Remove the staging directories (`.launch-<pid>/`) of launchers that are gone: one killed
+    between staging and publishing would otherwise leave its directory in the run for good. A live
+    launcher's is left alone (this host's pids; deepy.py calls this before it stages its own)."""
+    removed = []
+    for path in sorted(glob.glob(os.path.join(glob.escape(run_dir), STAGING_PREFIX + "*"))):
+        pid = os.path.basename(path)[len(STAGING_PREFIX):]
+        if os.path.isdir(path) and pid.isdigit() and not process_alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
 
 
 def discard_staged(resolved_path: str) -> bool:

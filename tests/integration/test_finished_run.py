@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 
@@ -45,10 +46,19 @@ def test_a_finished_run_started_again_changes_nothing_and_names_the_overrides(tm
                             save_interval=2, master_port=free_port())
     config = write_yaml(tmp_path / "run.yml", cfg)
     deepy = os.path.join(ROOT, "deepy.py")
+    run_dir = cfg["run-dir"]
+    # a launcher killed between staging and publishing left its .launch-<pid>/ (issue 54 item 7): removed
+    # by the next launch; a live launcher's is kept
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale, live = (os.path.join(run_dir, f".launch-{pid}") for pid in (gone.stdout.strip(), os.getpid()))
+    for folder in (stale, live):
+        os.makedirs(folder)
+        write_yaml(os.path.join(folder, "resolved_config.yml"), {"seed": 1})
     first = run(deepy, "train.py", config)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     no_library_warnings(first)
-    run_dir = cfg["run-dir"]
+    assert not os.path.exists(stale) and os.path.isdir(live)
+    shutil.rmtree(live)
     before = snapshot(run_dir)
     assert "resolved_config.yml" in before and any(p.startswith("tensorboard") for p in before)
 
