@@ -54,7 +54,7 @@ def judge(name: str, spec: dict, machines: dict, here: dict, measured: dict[int,
     """Table lines comparing `measured` {length: ppl} with each machine's figures, and whether every
     value is within its tolerance: half a unit of the last recorded digit on the same machine, the
     set's `other_machine_rel` on another."""
-    ok = True
+    ok, compared = True, 0
     lines = [f"{name}: {spec['what']}", "| machine | length | stated | this run | difference | tolerance | |",
              "|---|---:|---:|---:|---:|---:|---|"]
     for key, values in spec["ppl"].items():
@@ -73,8 +73,14 @@ def judge(name: str, spec: dict, machines: dict, here: dict, measured: dict[int,
             else:
                 tol, within = f"±{float(rel):.1%}", abs(diff) <= float(rel) * float(figure)
             ok &= within
+            compared += 1
             lines.append(f"| {machines[key]['cpu']}{' (this kind)' if same else ''} | {length} | {figure} | "
                          f"{got:.3f} | {round(diff / float(figure), 4) + 0.0:+.2%} | {tol} | {'ok' if within else 'OUTSIDE'} |")
+    if not compared:  # "every value within its tolerance" after comparing none would be a false all-clear
+        stated = sorted({int(x) for values in spec["ppl"].values() for x in values})
+        lines.append(f"COMPARED NOTHING: the run's eval.json has lengths {sorted(measured)}, the figures are at "
+                     f"{stated}: evaluate those lengths ({spec['what']})")
+        ok = False
     return lines, ok
 
 

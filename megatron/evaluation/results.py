@@ -89,8 +89,52 @@ def _read_json(path: str) -> dict:
     return rec
 
 
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def check_record(rec: dict, path: str) -> None:
+    """The keys every reader of an eval.json relies on, each checked with the file and the key named:
+    a non-empty `results` list of objects with an integer `length` >= 1 and a numeric `ppl` (`loss` a
+    number, `windows`, `tokens` integers where present), and `positionwise` an object of {length: {bin_size,
+    loss[]}}. One ValueError for the first problem found."""
+    def bad(key: str, value, want: str) -> ValueError:
+        return ValueError(f"{path}: {key} = {value!r}: {want}; this is not evaluate.py's eval.json as written "
+                          "(regenerate it with evaluate.py, or leave the file out)")
+
+    results = rec.get("results")
+    if not isinstance(results, list):
+        raise bad("results", results, "must be a list of per-length results")
+    if not results:
+        raise bad("results", results, "holds no length: there is nothing to compare")
+    for i, r in enumerate(results):
+        if not isinstance(r, dict):
+            raise bad(f"results[{i}]", r, "must be an object")
+        if not _is_int(r.get("length")) or r["length"] < 1:
+            raise bad(f"results[{i}].length", r.get("length"), "must be an integer >= 1")
+        if not _is_number(r.get("ppl")):
+            raise bad(f"results[{i}].ppl", r.get("ppl"), "must be a number")
+        if r.get("loss") is not None and not _is_number(r["loss"]):  # a run record may leave it out
+            raise bad(f"results[{i}].loss", r["loss"], "must be a number")
+        for key in ("windows", "tokens", "windows_requested"):
+            if r.get(key) is not None and not _is_int(r[key]):
+                raise bad(f"results[{i}].{key}", r[key], "must be an integer")
+    positionwise = rec.get("positionwise", {})
+    if not isinstance(positionwise, dict):
+        raise bad("positionwise", positionwise, "must be an object {length: {bin_size, loss}}")
+    for length, v in positionwise.items():
+        if not (isinstance(v, dict) and _is_int(v.get("bin_size")) and isinstance(v.get("loss"), list)
+                and all(_is_number(x) for x in v["loss"])):
+            raise bad(f"positionwise[{length!r}]", v, "must be {bin_size: integer, loss: [numbers]}")
+
+
 def parse_result(path: str, meta_regex: re.Pattern | None = None) -> RunResult:
     rec = _read_json(path)
+    check_record(rec, path)
     groups = {}
     if meta_regex is not None:
         m = meta_regex.search(path)

@@ -1,6 +1,7 @@
 """tools/compare_runs.py, what make quickstart ends with: kerple against rotary as a table and a
 figure when both runs exist; the exact commands to get there when one does not (issue 45, item 6)."""
 import os
+import re
 import subprocess
 import sys
 
@@ -93,3 +94,25 @@ def test_equal_text_and_retrieval_are_shown_side_by_side(tmp_path):
     assert "| 2048 | 120.250 | - |" in table  # rotary has no equal-text figures
     assert "| 128 | 80% (38-96) | - |" in table and "| 2048 | 20% (4-62) | - |" in table
     assert "| effective length | 128 | - |" in table
+
+
+def test_a_malformed_eval_json_is_named_with_its_key(tmp_path):
+    """Issue 54 item 6: a string where an object belongs, an empty results list, a length that is not a
+    number: one message naming the file and the key, no traceback."""
+    import json
+
+    import pytest
+
+    from megatron.errors import UserError
+
+    kerple = make_run(tmp_path, "a", QUICKSTART, "kerple_log")
+    path = os.path.join(make_run(tmp_path, "b", ROTARY, "rotary"), "eval", "eval.json")
+    good = json.loads(open(path).read())
+    for change, said in [({"results": "abc"}, "results = 'abc': must be a list"),
+                         ({"results": []}, "results = []: holds no length"),
+                         ({"results": [dict(good["results"][0], length="abc")]}, "results[0].length = 'abc'"),
+                         ({"results": [dict(good["results"][0], ppl=None)]}, "results[0].ppl = None: must be a number"),
+                         ({"positionwise": {"128": "x"}}, "positionwise['128'] = 'x'")]:
+        open(path, "w").write(json.dumps({**good, **change}))
+        with pytest.raises(UserError, match=re.escape(f"{path}: {said}")):
+            compare_runs.main([kerple, os.path.dirname(os.path.dirname(path)), "--out", str(tmp_path / "c")])

@@ -68,3 +68,6 @@ def test_the_check_judges_by_machine(tmp_path):
     assert not ok and any("OUTSIDE" in line and "| A (this kind)" in line for line in lines)
     assert TOOL["judge"]("x", spec, machines, {**here, "threads": 4}, {128: 101.0})[1]  # another machine: 1.5%
     assert not TOOL["judge"]("x", spec, machines, {**here, "threads": 4}, {128: 103.0})[1]
+    # a run that evaluated none of the stated lengths compared nothing: that is a failure, not an all-clear
+    lines, ok = TOOL["judge"]("x", spec, machines, here, {256: 100.0})
+    assert not ok and "COMPARED NOTHING: the run's eval.json has lengths [256], the figures are at [128]" in lines[-1]
