@@ -86,9 +86,14 @@ quickstart-rotary: setup
 # Downstream tasks (lm-evaluation-harness), offline: the local tasks built from held-out stdlib
 # docstrings (megatron/evaluation/harness/local_tasks.py) on the checkpoint `make quickstart` left;
 # harness.json goes beside its eval.json, in runs/quickstart/eval/ (where `deepy.py eval.py` puts it too).
+# RULER beside them: make eval-tasks RULER="niah_single_1 ruler_vt" RULER_LENGTHS=1024,2048
+# (the offline RULER tasks at those lengths; docs/evaluation.md, "RULER").
+RULER ?=
+RULER_LENGTHS ?=
 eval-tasks: setup
 	@test -f runs/quickstart/checkpoints/latest || { echo "eval-tasks: no checkpoint in runs/quickstart/checkpoints: run 'make quickstart' first" >&2; exit 2; }
-	$(PY) evaluate.py --checkpoint runs/quickstart/checkpoints --tasks kerple_local --quiet --overwrite
+	$(PY) eval.py configs/quickstart.yml --eval_tasks kerple_local $(RULER) \
+		$(if $(RULER_LENGTHS),--ruler-lengths $(RULER_LENGTHS)) --quiet --overwrite
 
 docs: setup
 	$(PY) tools/gen_config_docs.py

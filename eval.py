@@ -4,6 +4,7 @@ GPT-NeoX:
 
     python deepy.py eval.py configs/quickstart.yml --eval_tasks kerple_local
     python deepy.py eval.py CONFIG.yml --eval_tasks lambada_openai hellaswag --max-length 2048
+    python deepy.py eval.py CONFIG.yml --eval_tasks niah_single_1 ruler_vt --ruler-lengths 1024,2048   # RULER
     python eval.py --resolved-config RUN/eval/resolved_config.yml --eval_tasks kerple_local   # what deepy.py runs
 
 The model is built from the checkpoint's own config (the weights must match it); CONFIG supplies
@@ -20,7 +21,7 @@ from megatron.checkpoint.trust import add_load_flags, apply_trust_flag
 from megatron.cli_args import ArgumentParser
 from megatron.device import add_device_flag, device_from_flag
 from megatron.errors import UserError, run_cli
-from megatron.evaluation.harness.cli import add_eval_flags, limit_value, progress_bars, results_path
+from megatron.evaluation.harness.cli import add_eval_flags, limit_value, progress_bars, results_path, ruler_lengths
 from megatron.evaluation.harness.run import evaluate_tasks
 from megatron.evaluation.outputs import check_output_dir, output_locks
 from megatron.evaluation.report import default_output_dir
@@ -58,7 +59,8 @@ def main() -> int:
                        max_length=args.max_length, batch_size=args.batch_size, limit=limit_value(args.limit),
                        num_fewshot=args.num_fewshot, device=args.device, allow_nonfinite=args.allow_nonfinite,
                        results_path=path, include_paths=args.include_paths,
-                       bootstrap_iters=args.bootstrap_iters, overwrite=args.overwrite)
+                       bootstrap_iters=args.bootstrap_iters, overwrite=args.overwrite,
+                       ruler_lengths=ruler_lengths(args.ruler_lengths))
     return 0
 
 

@@ -4,6 +4,7 @@
     batching.py     padded batches: scoring right-padded, generation left-padded through the kv-cache
     local_tasks.py  offline tasks built from the bundled stdlib corpus, registered as harness YAML
     task_checks.py  finding tasks (local, --include-path, the harness's) and checking them before the model loads
+    ruler.py        lm-eval's offline RULER tasks at --ruler-lengths, sized with the checkpoint's own tokenizer
     run.py          the evaluation, the results file, TensorBoard/W&B
 
 Entry points: `python deepy.py eval.py CONFIG.yml --eval_tasks ...` and

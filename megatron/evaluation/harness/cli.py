@@ -8,6 +8,7 @@ import contextlib
 import time
 
 from megatron.cli_args import int_at_least
+from megatron.errors import UserError
 
 TITLE = "downstream tasks (eval.py; lm-evaluation-harness)"
 
@@ -23,6 +24,10 @@ def add_eval_flags(parser: argparse.ArgumentParser, required: bool = False,
                         "harness.json in the output directory")
     g.add_argument("--max-length", type=int, default=None,
                    help="longest context in tokens (default: the training seq-length; longer extrapolates)")
+    g.add_argument("--ruler-lengths", nargs="+", type=length_list, default=None, metavar="L",
+                   help="lengths in tokens at which the RULER tasks (e.g. niah_single_1 ruler_vt) make and score their "
+                        "prompts, comma- or space-separated, e.g. 1024,2048,4096 (default: --max-length, else the "
+                        "training seq-length); --max-length then defaults to the longest")
     if batch_size:
         g.add_argument("--batch-size", type=int_at_least(1), default=1, help="sequences per forward (of equal length)")
     g.add_argument("--limit", type=float, default=None,
@@ -78,6 +83,28 @@ def eval_argv(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list
             continue
         out += [action.option_strings[0], *map(str, value if isinstance(value, list) else [value])]
     return out
+
+
+def length_list(text: str) -> str:
+    """argparse type of --ruler-lengths: one or more integers >= 2, comma-separated; kept as text,
+    so deepy.py passes it on as given (eval_argv); ruler_lengths() reads it."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts or not all(p.isdigit() and int(p) >= 2 for p in parts):
+        raise argparse.ArgumentTypeError(f"{text!r} must be lengths in tokens (integers of at least 2), "
+                                         "comma-separated, e.g. 1024,2048")
+    return text
+
+
+def ruler_lengths(values: list[str] | None) -> list[int] | None:
+    """--ruler-lengths as integers, in the order given (lm-eval makes the documents of each length
+    in turn, from one random stream: the order is part of what the prompts are)."""
+    if values is None:
+        return None
+    lengths = [int(p) for v in values for p in v.split(",") if p.strip()]
+    twice = sorted({n for n in lengths if lengths.count(n) > 1})
+    if twice:
+        raise UserError(f"--ruler-lengths names {', '.join(map(str, twice))} more than once; name each length once")
+    return lengths
 
 
 def limit_value(limit: float | None):

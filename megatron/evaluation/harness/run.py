@@ -13,6 +13,7 @@ import time
 
 from megatron.atomic_io import atomic_output
 from megatron.errors import UserError
+from megatron.evaluation.harness import ruler
 from megatron.evaluation.harness.task_checks import check_include_paths, check_task_docs, check_tasks, task_manager
 from megatron.evaluation.outputs import refuse_earlier_results
 from megatron.tokenizer import build_tokenizer
@@ -89,6 +90,17 @@ def log_scores(cfg, iteration: int | None, metrics: dict[str, float]) -> None:
         logger.close()
 
 
+RESULT_KEYS = ("results", "groups", "versions", "n-shot", "higher_is_better", "n-samples")
+
+
+def merge_results(into: dict, other: dict) -> None:
+    """Two of the harness's results (the RULER tasks run in an evaluation of their own) as one:
+    its table and our record read only these keys, each keyed by task."""
+    for key in RESULT_KEYS:
+        if key in other:
+            into.setdefault(key, {}).update(other[key])
+
+
 def write_results(record: dict, path: str) -> str:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with atomic_output(path, fsync=False) as tmp, open(tmp, "w") as f:
@@ -99,19 +111,28 @@ def write_results(record: dict, path: str) -> str:
 def evaluate_tasks(ckpt: str, tasks: list[str], out_dir: str, *, tag=None, overrides=None, max_length=None,
                    batch_size: int = 1, limit=None, num_fewshot=None, device="auto", allow_nonfinite=False,
                    results_path: str | None = None, log: bool = True, include_paths=(),
-                   bootstrap_iters: int | None = None, overwrite: bool = True) -> dict:
+                   bootstrap_iters: int | None = None, overwrite: bool = True,
+                   ruler_lengths: list[int] | None = None) -> dict:
     """Everything one checkpoint needs; returns the results record (also written to results_path,
     default <out_dir>/harness.json, harness_limitN.json with a `limit` (results_name), which an
     earlier evaluation's is only replaced with `overwrite`; the dated prefix files are not checked).
-    Inputs are checked before the model loads where they can be."""
+    Inputs are checked before the model loads where they can be. RULER tasks (ruler.py) run at
+    `ruler_lengths` in an evaluation of their own, their results merged into the same record."""
     check_max_length_value(max_length)
     if batch_size < 1:
         raise UserError(f"--batch-size {batch_size} must be at least 1")
     if bootstrap_iters is not None and bootstrap_iters < 0:
         raise UserError(f"--bootstrap-iters {bootstrap_iters} must be 0 (no stderr) or more")
-    manager = task_manager(tasks, os.path.join(out_dir, TASK_DIR_NAME), include_paths)
-    names = check_tasks(tasks, manager, include_paths)
-    check_task_docs(manager, names)
+    ruler_names, tasks = ruler.split_tasks(tasks)
+    ruler.refuse_unavailable(ruler_names)
+    ruler.check_lengths(ruler_lengths, ruler_names, max_length)
+    names = []
+    if tasks:
+        manager = task_manager(tasks, os.path.join(out_dir, TASK_DIR_NAME), include_paths)
+        names = check_tasks(tasks, manager, include_paths)
+        check_task_docs(manager, names)
+    else:
+        check_include_paths(include_paths)
     if results_path is None:
         refuse_earlier_results(out_dir, [results_name(limit)], overwrite)
     # lazy: pulls in torch (the model); the task refusals above need none
@@ -121,6 +142,9 @@ def evaluate_tasks(ckpt: str, tasks: list[str], out_dir: str, *, tag=None, overr
     length = resolve_max_length(max_length, model, cfg)
     d = cfg.data
     tokenizer = build_tokenizer(d.tokenizer_type, d.vocab_file, d.merge_file)
+    start = time.perf_counter()
+    prepared = ruler.prepare(ruler_names, ruler_lengths, max_length, model, cfg, tokenizer, out_dir, limit) \
+        if ruler_names else None
     # lazy: lm-eval's evaluator and our adapter (torch): evaluate.py's --max-length check imports this module
     import lm_eval
     from lm_eval.evaluator import simple_evaluate
@@ -128,30 +152,43 @@ def evaluate_tasks(ckpt: str, tasks: list[str], out_dir: str, *, tag=None, overr
 
     from megatron.evaluation.harness.adapter import KerpleLM
 
-    start = time.perf_counter()
-    lm = KerpleLM(model, tokenizer, length, batch_size, seed=cfg.training.seed)
     if bootstrap_iters is None:  # the harness's own default: its stderr, not a cheaper estimate
         bootstrap_iters = inspect.signature(simple_evaluate).parameters["bootstrap_iters"].default
-    results = simple_evaluate(lm, tasks=names, num_fewshot=num_fewshot, limit=limit, task_manager=manager,
-                              log_samples=False, bootstrap_iters=bootstrap_iters, random_seed=cfg.training.seed)
+    common = dict(num_fewshot=num_fewshot, log_samples=False, bootstrap_iters=bootstrap_iters,
+                  random_seed=cfg.training.seed)
+    results = {}
+    if names:
+        lm = KerpleLM(model, tokenizer, length, batch_size, seed=cfg.training.seed)
+        results = simple_evaluate(lm, tasks=names, limit=limit, task_manager=manager, **common)
+    if prepared is not None:
+        lm = KerpleLM(model, tokenizer, prepared.max_length, batch_size, seed=cfg.training.seed)
+        merge_results(results, ruler.evaluate(lm, prepared, **common))
+        if not names:  # RULER only: its context is the run's
+            length = prepared.max_length
     iteration = client.get("iteration")
     record = {
         "schema": SCHEMA, "checkpoint": os.path.abspath(ckpt), "iteration": iteration,
         "pos_emb": cfg.model.pos_emb, "train_length": cfg.model.seq_length, "max_length": length,
         "batch_size": batch_size, "limit": limit, "num_fewshot": num_fewshot, "device": str(device),
         "bootstrap_iters": bootstrap_iters, "include_paths": check_include_paths(include_paths),
-        "tasks": names, "lm_eval_version": lm_eval.__version__ if hasattr(lm_eval, "__version__") else None,
+        "tasks": names + ruler_names,
+        "lm_eval_version": lm_eval.__version__ if hasattr(lm_eval, "__version__") else None,
         "seconds": round(time.perf_counter() - start, 2), "metrics": metrics_of(results),
-        **{k: results[k] for k in ("results", "groups", "versions", "n-shot", "higher_is_better", "n-samples")
-           if k in results},
+        **{k: results[k] for k in RESULT_KEYS if k in results},
     }
+    if prepared is not None:
+        record["ruler"] = ruler.summary(results, prepared)
     path = write_results(record, results_path or os.path.join(out_dir, results_name(limit)))
     if log:
         log_scores(cfg, iteration, record["metrics"])
-    print(f"max-length {length} (training length {cfg.model.seq_length}), pos-emb {cfg.model.pos_emb}, "
+    ruler_note = "" if prepared is None else f"; RULER at {','.join(map(str, prepared.lengths))} tokens" + \
+        (f" with max-length {prepared.max_length}" if names else "")
+    print(f"max-length {length} (training length {cfg.model.seq_length}){ruler_note}, pos-emb {cfg.model.pos_emb}, "
           f"checkpoint {ckpt} iteration {iteration}")
     print(make_table(results))
     if "groups" in results:
         print(make_table(results, "groups"))
+    if prepared is not None:
+        print(ruler.mean_line(record["ruler"]))
     print(f"wrote {path}" + (f"; {limit_note(limit)}" if limit is not None else ""))
     return record
