@@ -34,10 +34,14 @@ def check_room(path: str, key: str) -> None:
         free = free_bytes(path)
         if free is not None and free < DISK_FULL_BYTES:
             raise full(free)
+        times = os.stat(path)
         with tempfile.NamedTemporaryFile(dir=path, prefix=".room-probe-") as f:
             f.write(b"\0" * PROBE_BYTES)
             f.flush()
             os.fsync(f.fileno())
+        # the probe came and went: the directory's times as they were, so a start refused after this
+        # check leaves the run directory exactly as it found it (a refusal changes nothing)
+        os.utime(path, ns=(times.st_atime_ns, times.st_mtime_ns))
     except DiskFull:
         remove_created(created)
         raise

@@ -16,6 +16,7 @@ sharing one run directory are not detected.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import fcntl
 import json
@@ -106,6 +107,7 @@ class RunLock:
 
     def acquire(self) -> RunLock:
         os.makedirs(self.run_dir, exist_ok=True)
+        self._before = _file_state(self.path)  # for release(restore=True): a refused start changes nothing
         fd = self._lock_current_file()
         previous = _read_holder(fd)
         self.stale = previous if previous.get("pid") else None  # its holder died without releasing
@@ -116,13 +118,23 @@ class RunLock:
         self.fd = fd
         return self
 
-    def release(self) -> None:
+    def release(self, restore: bool = False) -> None:
         """Free the lock and blank the holder (a blank file is not reported as stale), or with
-        remove_on_release delete the file, still locked (see the module's docstring)."""
+        remove_on_release delete the file, still locked (see the module's docstring).
+        restore: the start was refused, and a refusal changes nothing: the file gets back the bytes
+        and times it had before acquire() (a file acquire() made is removed)."""
         if self.fd is None:
             return
         os.ftruncate(self.fd, 0)
-        if self.remove_on_release:
+        before = getattr(self, "_before", None)
+        if restore and before is None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+        elif restore:
+            os.lseek(self.fd, 0, os.SEEK_SET)
+            os.write(self.fd, before[0])
+            os.utime(self.fd, ns=before[1])
+        if self.remove_on_release and not restore:
             try:
                 os.unlink(self.path)
             except FileNotFoundError:
@@ -142,6 +154,16 @@ class RunLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def _file_state(path: str) -> tuple[bytes, tuple[int, int]] | None:
+    """(bytes, (atime_ns, mtime_ns)) of a lock file, or None when there is none."""
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            return f.read(), (st.st_atime_ns, st.st_mtime_ns)
+    except FileNotFoundError:
+        return None
 
 
 def save_dir_lock(save: str) -> RunLock:

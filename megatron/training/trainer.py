@@ -105,7 +105,7 @@ class Trainer:
         try:
             self._setup(deepspeed)
         except BaseException:
-            self.release()
+            self.release(restore=True)  # the lock files as they were: a refusal changes nothing
             remove_created(created)  # a refused start leaves no run directory it made (locks, logs)
             raise
         if self.dist.is_rank0 and not self.finished:  # the launch's checks passed: its config becomes the run's
@@ -126,14 +126,15 @@ class Trainer:
                           flush=True)
         except BaseException:
             for lock in locks:
-                lock.release()
+                lock.release(restore=True)  # a refused start changes nothing
             raise
         return locks
 
-    def release(self) -> None:
-        """Let another run use the run and checkpoint directories (train() does this when it ends)."""
+    def release(self, restore: bool = False) -> None:
+        """Let another run use the run and checkpoint directories (train() does this when it ends);
+        restore: a refused start, whose lock files get back their bytes and times (RunLock.release)."""
         for lock in self.locks:
-            lock.release()
+            lock.release(restore)
 
     def _setup(self, deepspeed) -> None:
         cfg = self.cfg

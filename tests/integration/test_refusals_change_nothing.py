@@ -82,9 +82,36 @@ def case_preprocess_missing_input(tmp_path):
              "CharLevelTokenizer", "--output-prefix", str(tmp_path / "out" / "data")], "missing.jsonl")
 
 
+def _trained_run(tmp_path) -> str:
+    """A finished 2-step run in tmp_path/run (its train.lock and checkpoints.lock left by training)."""
+    from tests.conftest import write_token_dataset
+
+    data = write_token_dataset(str(tmp_path / "tiny_text_document"))
+    path = config(tmp_path, data_path=data, train_iters=2, save_interval=2, eval_iters=1)
+    subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), path], cwd=tmp_path, env=child_env(),
+                   capture_output=True, text=True, timeout=300, check=True)
+    return path
+
+
+def case_train_py_changed_model(tmp_path):
+    """Issue 54 item 5: a resume refused because the model changed touched train.lock and checkpoints.lock."""
+    import yaml
+
+    path = _trained_run(tmp_path)
+    changed = yaml.safe_load(open(path))
+    changed["hidden-size"] = 64
+    return ["train.py", write_yaml(tmp_path / "changed.yml", changed)], "hidden"
+
+
+def case_deepy_changed_model(tmp_path):
+    args, named = case_train_py_changed_model(tmp_path)
+    return ["deepy.py", os.path.join(ROOT, "train.py"), args[1]], named
+
+
 CASES = [case_deepy_bad_key, case_deepy_missing_data, case_deepy_slots, case_train_py_missing_data,
          case_evaluate_no_checkpoint, case_evaluate_empty_layout, case_generate_no_checkpoint,
-         case_export_no_checkpoint, case_merge_no_checkpoint, case_import_no_model, case_preprocess_missing_input]
+         case_export_no_checkpoint, case_merge_no_checkpoint, case_import_no_model, case_preprocess_missing_input,
+         case_train_py_changed_model, case_deepy_changed_model]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.__name__[5:] for c in CASES])
