@@ -58,7 +58,7 @@ from megatron.config import NeoXConfig
 from megatron.data.identity import check_tokenizer
 from megatron.device import add_device_flag, describe, resolve_device
 from megatron.errors import DataError, OutOfMemory, UserError, is_out_of_memory, out_of_memory, run_cli, writing
-from megatron.evaluation.harness.cli import add_eval_flags, limit_value, progress_bars, results_path
+from megatron.evaluation.harness.cli import add_eval_flags, limit_value, progress_bars, results_path, ruler_lengths
 from megatron.evaluation.harness.run import check_max_length_value
 from megatron.evaluation.harness.run import evaluate_tasks as run_tasks
 from megatron.evaluation.outputs import (
@@ -152,9 +152,9 @@ def parse_args(argv=None, cfg=None):
         p.error(f"{', '.join(sweep_only)} belong to the perplexity sweep, not to --tasks: run them separately")
     if not args.eval_tasks and any(v is not None for v in (args.max_length, args.limit, args.num_fewshot,
                                                            args.eval_results_prefix, args.include_paths,
-                                                           args.bootstrap_iters)):
-        p.error("--max-length, --limit, --num-fewshot, --include-path, --bootstrap-iters and --eval_results_prefix "
-                "apply to --tasks (the perplexity sweep takes --lengths)")
+                                                           args.bootstrap_iters, args.ruler_lengths)):
+        p.error("--max-length, --limit, --num-fewshot, --include-path, --bootstrap-iters, --ruler-lengths and "
+                "--eval_results_prefix apply to --tasks (the perplexity sweep takes --lengths)")
     if args.eval_results_prefix and len(args.checkpoint) > 1:
         p.error("--eval_results_prefix names one results file: give one --checkpoint (or use --out)")
     args.limit = limit_value(args.limit)
@@ -326,7 +326,8 @@ def evaluate_tasks(args, ckpt: str) -> None:
               results_path=results_path(args.eval_results_prefix),
               overrides=checkpoint_overrides(args), max_length=args.max_length, batch_size=args.batch_size,
               limit=args.limit, num_fewshot=args.num_fewshot, device=args.device, allow_nonfinite=args.allow_nonfinite,
-              include_paths=args.include_paths, bootstrap_iters=args.bootstrap_iters, overwrite=args.overwrite)
+              include_paths=args.include_paths, bootstrap_iters=args.bootstrap_iters, overwrite=args.overwrite,
+              ruler_lengths=ruler_lengths(args.ruler_lengths))
 
 
 def load_for_sweep(args, ckpt: str):

@@ -257,3 +257,14 @@ def test_a_length_lm_eval_would_loop_on_forever_is_refused(trained):
         ruler.check_lengths_fit(["ruler_vt", "ruler_cwe", "ruler_fwe", "niah_single_1"], [256, 2048], tok)
     with pytest.raises(UserError, match="ruler_fwe needs at least 200"):
         ruler.check_lengths_fit(["ruler_fwe"], [128], tok)
+
+
+def test_evaluate_py_tasks_passes_ruler_lengths(monkeypatch, tmp_path):
+    """evaluate.py --tasks shares the harness with eval.py: --ruler-lengths reaches it as integers."""
+    import evaluate
+
+    seen = {}
+    monkeypatch.setattr(evaluate, "run_tasks", lambda *a, **kw: seen.update(kw))
+    args = evaluate.parse_args(["--checkpoint", str(tmp_path), "--tasks", "niah_single_1", "--ruler-lengths", "1024,2048"])
+    evaluate.evaluate_tasks(args, str(tmp_path))
+    assert seen["ruler_lengths"] == [1024, 2048]
