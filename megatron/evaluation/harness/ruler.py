@@ -33,7 +33,10 @@ import io
 import logging
 import math
 import os
+import random
 import sys
+
+import numpy as np
 
 from megatron.errors import UserError
 
@@ -261,9 +264,6 @@ def seed_as_lm_eval() -> None:
     """The seeds lm-eval's simple_evaluate sets before it loads tasks (its defaults): the generators
     draw from the global `random` and numpy states, so the documents depend on these and the
     tokenizer alone (import_generators has run first)."""
-    import random
-
-    import numpy as np
     from lm_eval.defaults import DEFAULT_OTHER_SEED, DEFAULT_RANDOM_SEED  # lazy: lm-eval
 
     random.seed(DEFAULT_RANDOM_SEED)
