@@ -45,10 +45,21 @@ def active_slots(hostfile: str, include: str | None, exclude: str | None) -> dic
 
     try:
         pool = fetch_hostfile(hostfile)
-        return dict(parse_inclusion_exclusion(pool, include or "", exclude or "")) if pool else {}
+        active = dict(parse_inclusion_exclusion(pool, include or "", exclude or "")) if pool else {}
     except ValueError as e:  # the runner's own words name the bad line or host
         raise UserError(f"hostfile {hostfile!r}: {e}; fix `hostfile:` (lines: `<host> slots=<n>`) or "
                         "`include:`/`exclude:`") from None
+    # Degenerate host sets the runner would take and then fail on deep inside (a 25-line traceback):
+    # refused here, where the dry run and every launch path read the slots.
+    empty = [h for h, s in active.items() if not s]
+    if empty:
+        raise UserError(f"hostfile {hostfile!r}: host {empty[0]} would run no process (slots=0, or every slot "
+                        "excluded); give it slots=<n> >= 1, or remove it from the hostfile (or `exclude:` the host)")
+    if pool and not active:
+        raise UserError(f"include: {include or '-'} / exclude: {exclude or '-'} leave no host of the hostfile "
+                        f"{hostfile!r} (its hosts: {', '.join(pool)}); the launch would start no process: fix "
+                        "`include:`/`exclude:`")
+    return active
 
 
 def active_hosts(hostfile: str, include: str | None, exclude: str | None) -> list[str]:

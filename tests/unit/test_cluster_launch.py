@@ -29,6 +29,22 @@ def test_the_hostfiles_slots_decide_and_a_disagreeing_num_gpus_is_refused(tmp_pa
     check_slots(hf, "h1", None, None, 1)  # include narrows the hosts
 
 
+def test_degenerate_host_sets_are_refused_where_the_slots_are_read(tmp_path):
+    """Issue 54 item 1: a host with slots=0, and include/exclude that leave no host, passed the dry run
+    ("0 host(s), 0 processes") and ended in a traceback inside DeepSpeed's runner."""
+    zero = tmp_path / "zero"
+    zero.write_text("h1 slots=2\nh2 slots=0\n")
+    with pytest.raises(UserError, match="host h2 would run no process"):
+        check_slots(str(zero), None, None, None, None)
+    two = tmp_path / "two"
+    two.write_text("h1 slots=1\nh2 slots=1\n")
+    with pytest.raises(UserError, match=r"exclude: h1@h2 leave no host of the hostfile .* \(its hosts: h1, h2\)"):
+        check_slots(str(two), None, "h1@h2", None, None)
+    with pytest.raises(UserError, match="Hostname 'h3' not found in hostfile"):
+        check_slots(str(two), "h3", None, None, None)  # include naming no listed host: the runner's own words
+    check_slots(str(two), None, "h2", None, None)  # one host left: fine
+
+
 def test_ssh_keepalive_ends_a_dead_connection_within_a_quarter_of_the_timeout():
     options = ssh_keepalive(60)
     assert "ServerAliveInterval=5" in options and "ServerAliveCountMax=3" in options and "BatchMode=yes" in options
