@@ -65,7 +65,12 @@ def launch_ranks(env=None) -> LaunchRanks:
                             "in the job script (each task's rank then comes from SLURM_PROCID), or run one task "
                             "(srun --ntasks 1)")
         return LaunchRanks(rank, world, local)
-    if tasks and tasks > 1 and env.get("SLURM_PROCID") is not None:
+    if tasks and tasks > 1 and env.get("SLURM_PROCID") is None:  # srun sets both: these are partial
+        raise UserError(f"SLURM_STEP_NUM_TASKS={tasks} but SLURM_PROCID is not set: Slurm's task variables are "
+                        "partial (copied into the environment by hand?), so this process cannot know its rank and "
+                        "would train as a world of one. Start the tasks with srun (it sets both), or unset "
+                        "SLURM_STEP_NUM_TASKS to run one process")
+    if tasks and tasks > 1:
         rank = _int(env, "SLURM_PROCID", 0)
         if rank >= tasks:
             raise UserError(f"SLURM_PROCID={rank} is not below the step's {tasks} tasks: check srun's --ntasks")

@@ -26,7 +26,9 @@ def test_launch_ranks(env, expected):
     ({"RANK": "0"}, "RANK is set but WORLD_SIZE is not"),
     ({"RANK": "2", "WORLD_SIZE": "2"}, "RANK=2 is not below WORLD_SIZE=2"),
     ({"RANK": "x", "WORLD_SIZE": "2"}, "RANK='x' must be an integer"),
-], ids=["world-of-one-under-srun", "no-world-size", "rank-too-big", "not-a-number"])
+    # issue 54 item 2: partial Slurm variables trained as a world of one and said nothing
+    ({"SLURM_STEP_NUM_TASKS": "2"}, "SLURM_STEP_NUM_TASKS=2 but SLURM_PROCID is not set"),
+], ids=["world-of-one-under-srun", "no-world-size", "rank-too-big", "not-a-number", "partial-slurm"])
 def test_contradictions_are_refused_by_name(env, said):
     with pytest.raises(UserError, match=said.replace("(", r"\(")):
         launch_ranks(env)
