@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import datetime
 import os
+import re
 import socket
 import subprocess
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ import torch
 
 from megatron.console import quiet_op_load
 from megatron.device import DeviceError, process_group_backend, resolve_device, select_deepspeed_accelerator
+from megatron.errors import UserError
 from megatron.ranks import launch_ranks
 from megatron.training.heartbeat import start_heartbeat, stop_heartbeat
 from megatron.training.op_cache import set_op_cache_dir
@@ -92,13 +94,33 @@ def init_distributed(device: str | torch.device = "auto", backend: str = "nccl",
         import deepspeed  # lazy: DeepSpeed; evaluate.py imports this module (shutdown) without it
 
         with quiet_op_load("starting the process group", is_rank0=os.environ.get("RANK", "0") == "0"):
-            deepspeed.init_distributed(dist_backend=wanted, auto_mpi_discovery=False,
-                                       timeout=datetime.timedelta(minutes=timeout_minutes))
+            try:
+                deepspeed.init_distributed(dist_backend=wanted, auto_mpi_discovery=False,
+                                           timeout=datetime.timedelta(minutes=timeout_minutes))
+            except torch.distributed.DistError as e:
+                raise ranks_missing(e, timeout_minutes) from None
         atexit.register(shutdown_distributed)
     info = DistInfo(torch.distributed.get_rank(), torch.distributed.get_world_size(), local_rank, chosen)
     if lost_host_timeout is not None:
         start_heartbeat(info.rank, info.world_size, lost_host_timeout, describe_stop)
     return info
+
+
+def ranks_missing(error: Exception, timeout_minutes: float) -> UserError:
+    """The one line for ranks that never met (torch's "Timed out ... waiting for clients. 1/2 clients
+    joined" was a 43-line traceback): who is missing, where they were to meet, what to check."""
+    env = os.environ
+    world, rank = env.get("WORLD_SIZE", "?"), env.get("RANK", "?")
+    where = f"{env.get('MASTER_ADDR', '?')}:{env.get('MASTER_PORT', '?')}"
+    found = re.search(r"(\d+)/(\d+) clients joined", str(error))
+    joined = f"{found.group(1)} of {found.group(2)} ranks joined" if found else f"the {world} ranks did not all meet"
+    tasks = f", Slurm step of {env['SLURM_STEP_NUM_TASKS']} tasks on {env.get('SLURM_STEP_NODELIST', '?')}" \
+        if env.get("SLURM_STEP_NUM_TASKS") else ""
+    return UserError(f"rank {rank} of {world}: the process group did not form within distributed-timeout-minutes "
+                     f"({timeout_minutes:g}): {joined} at the rendezvous {where}{tasks}. The missing ranks never "
+                     "started, died at start (see their output), or cannot reach that address and port (MASTER_ADDR, "
+                     "a firewall); check that every host runs its tasks and that WORLD_SIZE is the task count "
+                     f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else 'no detail'})")
 
 
 def shutdown_distributed() -> None:
