@@ -77,6 +77,16 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state(state["cuda_rng_state"])
 
 
+# A fine-tune's own checkpoints resume like any run's: without the keys that start from another
+# model's weights at iteration 0 (issue 54 item 8: the advice to resume named only `load`).
+_RESUME_NOT_FINETUNE = " and `finetune: false` (and no `finetune-new-pos-emb`: the scheme is already replaced)"
+
+
+def _starts_anew(c) -> bool:
+    """This config starts from `load`'s weights at iteration 0 (finetune or a scheme replaced)."""
+    return bool(c.finetune or c.finetune_new_pos_emb)
+
+
 class Checkpointer:
     """Saves and restores a DeepSpeed engine plus our client state (iteration, RNG, config)."""
 
@@ -232,7 +242,9 @@ class Checkpointer:
         refuse_overlap("save:", c.save, [(f"the checkpoints this run starts from at iteration 0 (load: {c.load}, "
                                           f"{steps}, `latest` {tag})", c.load)],
                        fix=f"give this run its own `save` (or run-dir), e.g. -o save={c.save.rstrip(os.sep)}_finetune; "
-                           "its saves would otherwise replace those steps and move `latest` back")
+                           "its saves would otherwise replace those steps and move `latest` back"
+                           + (f". To resume this fine-tune from its own checkpoints instead, keep `load: {c.load}`"
+                              f"{_RESUME_NOT_FINETUNE}" if _starts_anew(c) else ""))
 
     def _tag_to_load(self) -> str | None:
         """The step to resume (`iteration:`, else the one `latest` names; read once, validated), or
@@ -264,8 +276,9 @@ class Checkpointer:
                 f"save: {c.save!r} already holds checkpoints {describe_steps(steps)}"
                 + (f" (`latest` names {latest})" if latest else "")
                 + f", and this run does not resume from them (load: {c.load or 'not set'}), so it would overwrite "
-                f"them; resume them with `load: {c.save}`, give this run its own `save` (or run-dir), or set "
-                "`overwrite-checkpoints: true` to start over (they are deleted first)")
+                f"them; resume them with `load: {c.save}`{_RESUME_NOT_FINETUNE if _starts_anew(c) else ''}, give "
+                "this run its own `save` (or run-dir), or set `overwrite-checkpoints: true` to start over (they are "
+                "deleted first)")
 
     def _claim_save_dir(self) -> None:
         """After check(): with overwrite-checkpoints, delete what `save` holds. Every rank looks

@@ -85,3 +85,22 @@ def test_merged_checkpoint_is_weights_only_and_says_how_to_start_from_it(trained
         _trainer(trained, tmp_path, save=None, load=merged, train_iters=6, zero_optimization={"stage": 2})
     assert _trainer(trained, tmp_path, save=None, load=merged, train_iters=6, finetune=True).iteration == 0
     assert _trainer(trained, tmp_path, save=None, load=merged, train_iters=6, no_load_optim=True).iteration == 4
+
+
+def test_a_finetune_started_again_is_told_how_to_resume_it(trained, ck, tmp_path):
+    """Issue 54 item 8: the same fine-tune command again was told `load: <its own checkpoints>`, which
+    was refused again; neither message said that a resume also needs `finetune: false`."""
+    own = str(tmp_path / "ft")
+    first = _trainer(trained, tmp_path, load=ck, save=own, finetune=True, train_iters=2, save_interval=2)
+    first.train()
+    with pytest.raises(CheckpointError) as again:
+        _trainer(trained, tmp_path, load=ck, save=own, finetune=True, train_iters=2, save_interval=2)
+    assert f"resume them with `load: {own}` and `finetune: false`" in str(again.value)
+    with pytest.raises(ValueError) as half:  # the advice half followed: load set, finetune still on
+        _trainer(trained, tmp_path, load=own, save=own, finetune=True, train_iters=2, save_interval=2)
+    assert f"keep `load: {own}` and `finetune: false`" in str(half.value)
+    resumed = _trainer(trained, tmp_path, load=own, save=own, finetune=False, train_iters=2, save_interval=2)
+    try:
+        assert resumed.iteration == 2  # the fine-tune's own step, resumed
+    finally:
+        resumed.release()
