@@ -15,6 +15,7 @@ from torch import nn
 from megatron.attention.base import partitioned
 from megatron.attention.mask import consecutive_starts, query_blocks, row_positions
 from megatron.attention.resolve import long_cpu_inference, resolve_backend
+from megatron.model.shared_prefix import shared_prefix_applies, shared_prefix_attention
 from megatron.positional.distance import run_slice
 from megatron.positional.logn import scale_queries
 
@@ -156,6 +157,11 @@ class SelfAttention(nn.Module):
         # Log-n scaling multiplies query rows (a per-row scalar: it commutes with any rotation),
         # so every backend computes s_i * q.k / sqrt(D).
         q = scale_queries(q, ctx.q_scale)
+        if shared_prefix_applies(ctx, late):  # a fork's rows read their shared past once (shared_prefix.py)
+            prefix = ctx.cache.shared_prefix()
+            ctx.cache.append_own(k, v)
+            out = shared_prefix_attention(q, k, v, prefix, ctx)
+            return self.dense(out.transpose(1, 2).reshape(B, L, -1))
         if ctx.cache is not None:
             k, v = ctx.cache.update(k, v)  # (B, H_kv, L_kept + L, D): the cache holds the kv heads only
         # Grouped-query k, v stay (B, H_kv, ...): the backend maps query head i to kv head

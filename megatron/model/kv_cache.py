@@ -21,10 +21,36 @@ import torch
 from megatron.positional.distance import position_run, run_start
 
 
+class SharedPrefix:
+    """A fork's layer entry (KVCache.repeat_rows): the past keys and values (B, H_kv, L_past, D) of the
+    B rows forked, each read by its n rows, and each row's own keys and values since the fork
+    (B * n, H_kv, L_own, D) or None. Kept apart, so the n rows read one copy of the past
+    (megatron/model/shared_prefix.py); `materialize()` gives the plain (B * n, ...) tensors where
+    a caller needs them."""
+
+    def __init__(self, k: torch.Tensor, v: torch.Tensor, n: int):
+        self.k, self.v, self.n = k, v, n
+        self.own: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def materialize(self) -> tuple[torch.Tensor, torch.Tensor]:
+        k, v = _repeat_rows(self.k, self.n), _repeat_rows(self.v, self.n)
+        if self.own is not None:
+            k, v = torch.cat([k, self.own[0]], dim=2), torch.cat([v, self.own[1]], dim=2)
+        return k, v
+
+
 def _repeat_rows(t: torch.Tensor, n: int) -> torch.Tensor:
     """(B, ...) -> (B * n, ...), row b * n + j = row b. For one row a view (stride 0, no copy): the
     next append copies it once anyway (LayerCache.update's cat), so a copy here would be a second."""
     return t[:, None].expand(t.shape[0], n, *t.shape[1:]).reshape(t.shape[0] * n, *t.shape[1:])
+
+
+def _plain(entry) -> tuple[torch.Tensor, torch.Tensor]:
+    return entry.materialize() if isinstance(entry, SharedPrefix) else entry
+
+
+def _plain_or_none(entry):
+    return None if entry is None else _plain(entry)
 
 
 class LayerCache:
@@ -36,11 +62,23 @@ class LayerCache:
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # k, v: (B, H, L_new, D) -> (B, H, L_kept + L_new, D)
         past = self.owner.kv[self.index]
+        if isinstance(past, SharedPrefix):  # a fork read the plain way: every row its own copy from here
+            past = past.materialize()
         if past is not None:
             k = torch.cat([past[0], k], dim=2)
             v = torch.cat([past[1], v], dim=2)
         self.owner.kv[self.index] = (k, v)
         return k, v
+
+    def shared_prefix(self) -> SharedPrefix | None:
+        """This layer's entry when it is a fork's shared past with no own keys yet (the first forward
+        on the fork: megatron/model/shared_prefix.py reads the past once for all rows), else None."""
+        entry = self.owner.kv[self.index]
+        return entry if isinstance(entry, SharedPrefix) and entry.own is None else None
+
+    def append_own(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Record the rows' own new keys and values beside the shared past (after shared_prefix())."""
+        self.owner.kv[self.index].own = (k, v)
 
 
 class KVCache:
@@ -61,7 +99,7 @@ class KVCache:
         on one shared prefix (retrieval's candidates, megatron/evaluation/retrieval/scoring.py). This
         cache is not changed: appending makes new tensors (LayerCache.update)."""
         fork = KVCache(len(self.kv), self.window)
-        fork.kv = [None if kv is None else (_repeat_rows(kv[0], n), _repeat_rows(kv[1], n)) for kv in self.kv]
+        fork.kv = [None if kv is None else SharedPrefix(*_plain(kv), n) for kv in self.kv]
         fork.length, fork.positions = self.length, self.positions
         fork.row_starts = None if self.row_starts is None else self.row_starts.repeat_interleave(n)
         return fork
@@ -110,4 +148,5 @@ class KVCache:
             return
         self.positions = (position_run(start + first, kept - first, self.positions.device) if start is not None
                           else self.positions[first:])
-        self.kv = [None if kv is None else (kv[0][:, :, first:], kv[1][:, :, first:]) for kv in self.kv]
+        self.kv = [None if kv is None else (kv[0][:, :, first:], kv[1][:, :, first:])
+                   for kv in map(_plain_or_none, self.kv)]

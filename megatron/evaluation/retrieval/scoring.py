@@ -4,8 +4,9 @@ forward over the haystack.
 The prompt (B rows of L tokens, no padding: every prompt of a length has exactly L tokens) is
 read once into a kv-cache. Its last position's distribution gives every candidate's first token.
 For the rest, the cache is forked to K rows per prompt (`KVCache.repeat_rows`) and the K
-candidates' remaining tokens are read on top of it: a few tokens against L cached keys, so K
-candidates cost about one forward (benchmarks: tools/bench_retrieval.py), not K. The candidate
+candidates' remaining tokens are read on top of it, the haystack's keys read once for all K
+(megatron/model/shared_prefix.py): K candidates cost 1.04x one forward at 2,048 tokens, not K
+(tools/bench_retrieval.py, docs/benchmarks.md). The candidate
 with the highest total log-probability (float32 log-softmax over the whole vocabulary, as the
 training loss) is the model's choice. Greedy generation continues the original cache one token
 at a time for as many tokens as the answer has, and is right when it spells the answer exactly.
