@@ -12,19 +12,15 @@ is missed already at the shortest length.
 """
 from __future__ import annotations
 
-import math
 
-Z95 = 1.959963984540054
-
-
-def wilson_interval(correct: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """The 95% Wilson score interval of correct / n ((0, 1) for n = 0: nothing is known)."""
+def wilson_interval(correct: int, n: int) -> tuple[float, float]:
+    """The 95% Wilson score interval of correct / n (scipy's; (0, 1) for n = 0: nothing is known)."""
     if n == 0:
         return 0.0, 1.0
-    p = correct / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    from scipy.stats import binomtest  # lazy: scipy, only once there is something to summarise
+
+    ci = binomtest(correct, n).proportion_ci(confidence_level=0.95, method="wilson")
+    return float(ci.low), float(ci.high)
 
 
 # Each scoring's verdict in a sample row (grid.sample_row)
