@@ -27,9 +27,36 @@ FIGURES = os.path.join(ROOT, "docs", "readme_figures.json")
 
 
 def load_figures(path: str = FIGURES) -> dict:
-    """The figures file, each perplexity a Decimal (so its recorded digits are known)."""
-    with open(path, encoding="utf-8") as f:
-        return json.load(f, parse_float=Decimal)
+    """The figures file, each perplexity a Decimal (so its recorded digits are known), checked key by
+    key: a hand edit that breaks it is named with the file and the key, not met as a traceback."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            figures = json.load(f, parse_float=Decimal)
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path}: not a readable JSON file ({e})") from None
+    problem = figures_problem(figures)
+    if problem:
+        raise UserError(f"{path}: {problem}; fix the file (docs/readme_figures.json's own `about` says its form)")
+    return figures
+
+
+def figures_problem(figures) -> str | None:
+    """The first key of the figures file that is not as check_figures reads it, or None."""
+    if not isinstance(figures, dict) or not isinstance(figures.get("machines"), dict) \
+            or not isinstance(figures.get("figures"), dict):
+        return "the top level needs `machines` and `figures` objects"
+    for key, machine in figures["machines"].items():
+        if not isinstance(machine, dict) or not all(k in machine for k in ("cpu", "vendor", "threads")):
+            return f"machines.{key} needs `cpu`, `vendor` and `threads`"
+    for name, spec in figures["figures"].items():
+        if not isinstance(spec, dict) or not isinstance(spec.get("eval"), str) or not isinstance(spec.get("ppl"), dict):
+            return f"figures.{name} needs `eval` (a path) and `ppl` ({{machine: {{length: perplexity}}}})"
+        for machine, values in spec["ppl"].items():
+            if machine not in figures["machines"]:
+                return f"figures.{name}.ppl.{machine} names no machine of `machines`"
+            if not isinstance(values, dict) or not all(k.isdigit() and isinstance(v, Decimal) for k, v in values.items()):
+                return f"figures.{name}.ppl.{machine} must map lengths to perplexities with decimals, e.g. {{\"128\": 122.50}}"
+    return None
 
 
 def this_machine() -> dict:
@@ -114,8 +141,9 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(lines) + "\n")
         all_ok &= ok
         checked += 1
-    if not checked:
+    if not checked:  # nothing compared is not "every value within its tolerance"
         print("no results to check yet: run `make quickstart` first")
+        return 0
     print("every value within its tolerance" if all_ok else "some values are OUTSIDE their tolerance (above)")
     return 0 if all_ok else 1
 

@@ -71,3 +71,24 @@ def test_the_check_judges_by_machine(tmp_path):
     # a run that evaluated none of the stated lengths compared nothing: that is a failure, not an all-clear
     lines, ok = TOOL["judge"]("x", spec, machines, here, {256: 100.0})
     assert not ok and "COMPARED NOTHING: the run's eval.json has lengths [256], the figures are at [128]" in lines[-1]
+
+
+def test_a_broken_figures_file_is_named_with_its_key(tmp_path):
+    """Issue 54's class: every file read back gets one check naming the file and the key."""
+    import json
+
+    import pytest
+
+    from megatron.errors import UserError
+
+    good = json.loads(open(TOOL["FIGURES"]).read())
+    bad = {**good, "figures": {**good["figures"], "quickstart": {**good["figures"]["quickstart"],
+                                                                  "ppl": {"nowhere": {"128": 1.5}}}}}
+    path = tmp_path / "figures.json"
+    path.write_text(json.dumps(bad))
+    with pytest.raises(UserError, match=r"figures\.quickstart\.ppl\.nowhere names no machine"):
+        TOOL["load_figures"](str(path))
+    path.write_text("{")
+    with pytest.raises(UserError, match="not a readable JSON file"):
+        TOOL["load_figures"](str(path))
+    assert TOOL["load_figures"]() == TOOL["load_figures"](TOOL["FIGURES"])  # the shipped file passes
