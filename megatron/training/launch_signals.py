@@ -19,6 +19,10 @@ launcher and the workers training, unsaved, holding the run's locks. Now, while 
 - deepy.py then waits for every process of the tree, at most GRACE_S seconds after the first
   signal; what is left is SIGKILLed. Either way it ends with one line naming the checkpoint that
   `latest` names (and whether this stop saved it) and the state of the run's locks.
+- A signal that arrived after the last step (the run finished anyway) is said so, and when
+  STOP_OUTCOME_ENV names a file, deepy.py writes the stop's outcome there ("resume": stopped before
+  its end; "finished"): Slurm's batch scripts (tools/slurm/supervise.sh) requeue only a run that has
+  something left to do.
 """
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ import time
 import types
 
 from megatron.checkpoint.tags import read_latest
+from megatron.atomic_io import atomic_output
 from megatron.errors import UserError, debug_enabled
 from megatron.training.heartbeat import KILL_NOW, post_signal
 from megatron.training.launch_output import OutputRelay
@@ -40,6 +45,7 @@ from megatron.training.run_lock import RunDirInUse, training_locks
 GRACE_S = float(os.environ.get("KERPLE_STOP_GRACE_S", 600))  # the slowest save we expect, and its step
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
 NODE_LAUNCHER = "deepspeed.launcher.launch"  # DeepSpeed's per-node launcher module (the workers' parent)
+STOP_OUTCOME_ENV = "KERPLE_STOP_OUTCOME"  # a file deepy.py writes a signalled stop's outcome to (see the module)
 
 
 def _say(text: str) -> None:
@@ -245,6 +251,7 @@ class Supervisor:
                 self._remember_tree()
                 self._wait_or_kill()
                 _say(f"deepy.py: stopped by {signal.Signals(self.first).name}: " + self.stop_report())
+                self.report.record_outcome()
         finally:
             for sig, handler in self._previous.items():
                 signal.signal(sig, handler)
@@ -293,9 +300,24 @@ class StopReport:
     def mark(self) -> None:
         self.before = self._latest()
 
+    def finished(self) -> bool:
+        """Whether the run reached its end (megatron/training/finished.py's rule) despite the signal."""
+        from megatron.training.finished import finished_iteration  # lazy: yaml and the metrics reader
+
+        return finished_iteration(self.cfg) is not None
+
+    def record_outcome(self) -> None:
+        """"finished" or "resume" into the file STOP_OUTCOME_ENV names, if it names one."""
+        path = os.environ.get(STOP_OUTCOME_ENV)
+        if path:
+            with atomic_output(path, fsync=False) as tmp, open(tmp, "w") as f:
+                f.write("finished\n" if self.finished() else "resume\n")
+
     def summary(self) -> str:
         save, now = self.cfg.checkpoint.save, self._latest()
-        if not save:
+        if save and self.finished():
+            saved = f"the run had already finished ({now}, its last step): nothing to resume"
+        elif not save:
             saved = "nothing was saved (no `save` directory)"
         elif now is None:
             saved = f"no checkpoint in {save}"
@@ -318,8 +340,10 @@ def run_child(cmd: list[str], **popen_kwargs) -> tuple[int, int | None]:
     terminal's Ctrl-C reaches it once, through this process, and a signal to this process alone
     (`kill -INT`, SIGTERM, SIGHUP) reaches it too; then this process waits for it to save and exit.
     subprocess.call would SIGKILL the child on Ctrl-C (KeyboardInterrupt), mid-save, leaving its
-    workers without the launcher that passes them signals."""
-    proc = subprocess.Popen(cmd, process_group=0, stdin=subprocess.DEVNULL, **popen_kwargs)
+    workers without the launcher that passes them signals. The child does not write STOP_OUTCOME_ENV's
+    file: one run finished is not the tool's whole work finished (its file stays empty: requeue)."""
+    env = {k: v for k, v in popen_kwargs.pop("env", os.environ).items() if k != STOP_OUTCOME_ENV}
+    proc = subprocess.Popen(cmd, process_group=0, stdin=subprocess.DEVNULL, env=env, **popen_kwargs)
     received: list[int] = []
 
     def forward(signum, frame):

@@ -9,6 +9,7 @@ tools/slurm/train.sbatch run.yml` from the repository, on a CPU partition.
 - several srun tasks that each see WORLD_SIZE=1 are refused by name.
 """
 import os
+import time
 
 import pytest
 
@@ -20,6 +21,7 @@ from tests.integration.fault_helpers import child_env, train_losses
 
 ITERS = 120  # long enough that a signal sent at step 12 arrives before the end, also on busy cores
 SBATCH = os.path.join("tools", "slurm", "train.sbatch")
+SAVE_STARTS_WITHIN_S = 5  # from `scancel --signal=USR1` to the save's first line, with steps of ~0.3-1 s
 
 
 def job_log(shared, job_id: str) -> str:
@@ -60,13 +62,18 @@ def test_usr1_preemption_saves_requeues_and_resumes_exactly(slurm_cluster, share
     cfg = run_config(shared, dataset, "preempted", train_iters=ITERS)
     job = sbatch_train(slurm_cluster, shared, cfg)
     assert wait_job(slurm_cluster, job, states=("RUNNING",), timeout=60) == "RUNNING"
-    import time
 
     deadline = time.monotonic() + 180
     while "iteration 12/" not in job_log(shared, job):
         assert time.monotonic() < deadline and job_state(slurm_cluster, job) == "RUNNING", job_log(shared, job)[-3000:]
         time.sleep(0.2)
     slurm_cluster.run(slurm_cluster.hosts[0], ["scancel", "--signal=USR1", "--batch", job])
+    sent = time.monotonic()
+    while "[signal] received signal SIGUSR1" not in job_log(shared, job):  # the save starts with this line
+        assert time.monotonic() - sent < 60, job_log(shared, job)[-3000:]
+        time.sleep(0.1)
+    delivery_s = time.monotonic() - sent
+    assert delivery_s <= SAVE_STARTS_WITHIN_S, (delivery_s, job_log(shared, job)[-3000:])
     state = wait_job(slurm_cluster, job, states=("COMPLETED", "FAILED", "CANCELLED"), timeout=300)
     log = job_log(shared, job)
     assert state == "COMPLETED", (state, log[-5000:])
