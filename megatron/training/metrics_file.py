@@ -17,6 +17,22 @@ from megatron.atomic_io import atomic_output
 from megatron.errors import DataError
 
 METRICS_FILE = "metrics.jsonl"
+TEXT_KEYS = ("kind", "device", "torch")  # the row's kind and the `start` row's words; every other value is a number
+
+
+def row_problem(row: dict) -> str | None:
+    """What is wrong with a row's shape (the writer, training/logging.py, writes these), or None:
+    `iteration` a whole number >= 0, the TEXT_KEYS text, every other value a number or null."""
+    step = row.get("iteration")
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        return f"`iteration` is {step!r}, not a step number" if "iteration" in row else "`iteration` is missing"
+    for key, value in row.items():
+        if key in TEXT_KEYS:
+            if not isinstance(value, str):
+                return f"`{key}` is {value!r}, not text"
+        elif key != "iteration" and value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            return f"`{key}` is {str(value)[:40]!r}, not a number"
+    return None
 
 
 def metrics_path(run_dir: str) -> str:
@@ -39,6 +55,9 @@ def parse_rows(lines, name: str) -> list[dict]:
                             "line (rows are independent) or the file") from e
         if not isinstance(row, dict):
             raise DataError(f"{name}:{lineno}: a JSON {type(row).__name__}, not a metrics row; delete that line")
+        problem = row_problem(row)
+        if problem:
+            raise DataError(f"{name}:{lineno}: {problem}: the row is damaged; delete that line (rows are independent)")
         rows.append(row)
     return rows
 

@@ -42,6 +42,30 @@ def test_corrupt_middle_line_names_file_and_line(tmp_path, capsys):
     assert "warning: no train_speed: " in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("row, key", [
+    ({"kind": "train", "iteration": "abc", "lm_loss": 1.0}, "iteration"),
+    ({"kind": "train", "iteration": -3, "lm_loss": 1.0}, "iteration"),
+    ({"kind": "train", "iteration": True, "lm_loss": 1.0}, "iteration"),
+    ({"kind": "train", "lm_loss": 1.0}, "iteration"),
+    ({"kind": 7, "iteration": 2}, "kind"),
+    ({"kind": "train", "iteration": 2, "lm_loss": "1.5"}, "lm_loss"),
+    ({"kind": "train", "iteration": 2, "elapsed_time_per_iteration_ms": [100.0]}, "elapsed_time_per_iteration_ms"),
+    ({"kind": "start", "iteration": 0, "device": 3}, "device"),
+])
+def test_a_row_of_the_wrong_shape_names_the_file_line_and_key(tmp_path, row, key):
+    """A row read back is checked key by key (the tools did `r["iteration"] % every` and sorted the
+    step times: a string there was a traceback far from the file)."""
+    path = write(tmp_path / "metrics.jsonl", [ROWS[0], row, ROWS[1]])
+    with pytest.raises(DataError, match=rf"metrics\.jsonl:2: `{key}` .*delete that line"):
+        read_metrics(path)
+
+
+def test_every_row_the_trainer_writes_passes_the_check(tmp_path):
+    rows = [{"kind": "start", "iteration": 0, "device": "cpu (2 threads)", "processes": 1, "torch": "2.13.0"},
+            *ROWS, {"kind": "validation", "iteration": 4, "lm_loss": 1.0, "lm_loss_ppl": 2.7, "grad_norm": None}]
+    assert read_metrics(write(tmp_path / "metrics.jsonl", rows)) == rows
+
+
 def test_resumed_writer_cuts_the_half_row_first(tiny_config, tmp_path):
     """Appending after a half row would glue the next row onto it: a corrupt line in the middle."""
     path = write(tmp_path / "metrics.jsonl", ROWS[:2], tail='{"kind": "train", "it')
