@@ -40,18 +40,12 @@ from study.gap_vs_quality import count_once, gap_quality_points, leave_one_group
 from study.gap_vs_quality import fit as quality_fit
 from study.growth import growth_rows
 from study.replicates import identities, trained_as
+from study.schemes import ALIBI, DOMAINS, LOG, NAMES, PAPER_SIX, POWER, ROTARY, SIN, T5, T5_128, V2_L
 from study.train_length_quality import changes, quality_points
 from study.train_test import _r, pairs
 from study.trend import gap_points, slope
 
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z0-9_]+)\s*\}\}")
-LOG, POWER, ALIBI, T5, T5_128, ROTARY, SIN = ("kerple_log", "kerple_power_ap_", "alibi", "rpe (max distance L)", "rpe",
-                                              "rotary", "sinusoidal")
-PAPER_SIX = (LOG, POWER, ALIBI, T5, ROTARY, SIN)  # the schemes of the paper's Table 3 (T5: every bucket trained)
-NAMES = {LOG: "KERPLE-log", POWER: "KERPLE-power", ALIBI: "ALiBi", T5: "T5", ROTARY: "rotary", SIN: "sinusoidal",
-         T5_128: "T5 (max distance 128)"}
-DOMAINS = ("code", "latex", "web")  # v2's groups, train length 64
-V2_L = 64
 
 
 @dataclass(frozen=True)
