@@ -85,7 +85,8 @@ def decide(comparisons: list[Comparison]) -> Verdict:
     held = [f"{c.name}: at {_where(c.supported())}" for c in comparisons if c.supported()]
     open_ = [c for c in comparisons if not c.supported()]
     tested = [(e.p_holm, c.name) for c in open_ for e in c.evidence if not math.isnan(e.p_holm)]
-    closest = (f"smallest p_holm {_p(min(tested)[0])} ({min(tested)[1]})" if tested else "no test (one seed)")
+    closest = (f"smallest p_holm {_p(min(tested)[0])}" + (f": {min(tested)[1]}" if len(comparisons) > 1 else "")
+               if tested else "no test (one seed)")
     if len(comparisons) == 1:
         parts = [closest]
     elif not held:
@@ -271,12 +272,3 @@ def cell_text(cell: dict) -> str:
     if quiet:
         parts.append(f"not shown in {', '.join(quiet)}")
     return text + "; v3: " + "; ".join(parts)
-
-
-def holds_in(cell: dict) -> str:
-    """Where the claim holds, never wider than the tests: "v2 and v3" only when no v3 group disagrees and one
-    agrees; "v2" when v2 agrees; "neither" otherwise."""
-    v3 = [v.word for _, v in cell["v3"]]
-    if cell["v2"].word != AGREE:
-        return "v3 only" if AGREE in v3 and DISAGREE not in v3 else "neither"
-    return "v2 and v3" if AGREE in v3 and DISAGREE not in v3 else "v2"
