@@ -42,8 +42,8 @@ from study.growth import growth_rows
 from study.paper_claims import CLAIMS as PAPER_CLAIMS
 from study.paper_claims import Records, cell_text, context_tests, verdicts
 from study.replicates import identities, replicate_differences, trained_as
-from study.schemes import ALIBI, DOMAINS, LOG, NAMES, PAPER_SIX, POWER, ROTARY, SIN, T5, T5_128, V2_L
 from study.same_context import split_rows
+from study.schemes import ALIBI, DOMAINS, LOG, NAMES, PAPER_SIX, POWER, ROTARY, SIN, T5, T5_128, V2_L
 from study.train_length_quality import changes, quality_points
 from study.train_test import _r, pairs
 from study.trend import gap_points, slope

@@ -32,7 +32,7 @@ from megatron.evaluation.stats import holm, paired_test
 from study.aggregate import table3_cells
 from study.growth import growth_rows
 from study.same_context import split_rows
-from study.schemes import ALIBI, DOMAINS, LOG, NAMES, PAPER_SIX, POWER, ROTARY, SIN, T5, V2_L, window
+from study.schemes import ALIBI, DOMAINS, LOG, NAMES, PAPER_SIX, ROTARY, SIN, T5, V2_L, window
 
 ALPHA = 0.05
 AGREE, DISAGREE, NOT_SHOWN, NOT_RUN = "agree", "disagree", "not shown", "not run"

@@ -10,8 +10,7 @@ import pytest
 
 from megatron.evaluation.results import RunResult
 from study.claims import narrowing_wording
-from study.paper_claims import (AGREE, DISAGREE, NOT_RUN, NOT_SHOWN, Comparison, Evidence, cell_text, decide,
-                                verdicts)
+from study.paper_claims import AGREE, DISAGREE, NOT_RUN, NOT_SHOWN, Comparison, Evidence, cell_text, decide, verdicts
 from tests.conftest import ROOT
 
 LENGTHS = (64, 128, 256, 512, 1024, 2048)
