@@ -121,7 +121,8 @@ class Records:
     def mean_gap(self, d: str, L: int, a: str, b: str, length: int) -> float:
         """Mean of 100 (ppl_a / ppl_b - 1) over the seeds both have at this length (nan: none)."""
         A, B = self.ppl[(d, L, a)], self.ppl[(d, L, b)]
-        v = [100.0 * (A[s][length] / B[s][length] - 1.0) for s in set(A) & set(B) if length in A[s] and length in B[s]]
+        v = [100.0 * (A[s][length] / B[s][length] - 1.0) for s in sorted(set(A) & set(B), key=str)  # a fixed order:
+             if length in A[s] and length in B[s]]  # the same float sum on every machine
         return float(np.mean(v)) if v else math.nan
 
 
