@@ -698,7 +698,7 @@ def same_context_claims(c: Claims, study: Study) -> None:
               f"{_p(t.p)}, Holm {_p(text_holm[d])}, exact {_p(t.exact_p)})", f"{len(text)} kerple_log seeds",
               "std over seeds", "perplexity over positions 0-63 of the 32x windows (the same 0-63 tokens of context "
               "as at 1x) against ppl(1x), paired t-test, Holm over the 3 domains; exact sign-flip test", src)
-        mean, p, q = tests[(d, V2_L)]
+        mean, p, q, _ = tests[(d, V2_L)]
         t = paired_test({s: v["head_ppl"] for s, v in runs.items()}, {s: study.ppl[(d, V2_L, LOG)][s][32 * V2_L]
                                                                       for s in runs})
         c.add(f"{d}_log_context_change", f"{_pm(context)}% ({sum(v > 0 for v in context)} of {len(context)} seeds "
@@ -758,7 +758,7 @@ def v3_alibi_claims(c: Claims, study: Study) -> None:
 def paper_table_claims(c: Claims, study: Study) -> None:
     """The table against the paper's own claims (paper_claims.py): one claim per (claim, domain) cell, and v2's
     three verdicts per claim for the prose."""
-    found = verdicts(study.runs)
+    found = verdicts(study.runs, study.paper)
     for key, claim, test, _ in PAPER_CLAIMS:
         for d in DOMAINS:
             c.add(f"paper_{key}_{d}", cell_text(found[(key, d)]), f"{claim}: {d} (v2: {d} L = 64; v3: its other "
