@@ -39,19 +39,16 @@ from study.flat_kernels import FLAT_AT_L, head_values
 from study.gap_vs_quality import count_once, gap_quality_points, leave_one_group_out
 from study.gap_vs_quality import fit as quality_fit
 from study.growth import growth_rows
-from study.replicates import identities, trained_as
+from study.paper_claims import CLAIMS as PAPER_CLAIMS
+from study.paper_claims import Records, cell_text, context_tests, verdicts
+from study.replicates import identities, replicate_differences, trained_as
+from study.same_context import split_rows
+from study.schemes import ALIBI, DOMAINS, LOG, NAMES, PAPER_SIX, POWER, ROTARY, SIN, T5, T5_128, V2_L
 from study.train_length_quality import changes, quality_points
 from study.train_test import _r, pairs
 from study.trend import gap_points, slope
 
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z0-9_]+)\s*\}\}")
-LOG, POWER, ALIBI, T5, T5_128, ROTARY, SIN = ("kerple_log", "kerple_power_ap_", "alibi", "rpe (max distance L)", "rpe",
-                                              "rotary", "sinusoidal")
-PAPER_SIX = (LOG, POWER, ALIBI, T5, ROTARY, SIN)  # the schemes of the paper's Table 3 (T5: every bucket trained)
-NAMES = {LOG: "KERPLE-log", POWER: "KERPLE-power", ALIBI: "ALiBi", T5: "T5", ROTARY: "rotary", SIN: "sinusoidal",
-         T5_128: "T5 (max distance 128)"}
-DOMAINS = ("code", "latex", "web")  # v2's groups, train length 64
-V2_L = 64
 
 
 @dataclass(frozen=True)
@@ -111,6 +108,7 @@ class Study:
                           for c in table3_cells(log_runs(runs))}
         self.identity = identities(records, config_root) if config_root else {}
         self.record = {(r["dataset"], r["train_length"], r["label"], r["seed"]): r for r in records}
+        self.paper = Records(runs)  # the lookups of the table against the paper's claims (paper_claims.py)
 
     def row(self, d: str, L: int, scheme: str, log: bool = False) -> list[dict]:
         """Table 3's tested cells of one scheme in one group, by length (the family of its Holm correction);
@@ -410,16 +408,29 @@ def drift_claims(c: Claims, study: Study) -> None:
                sum(r["heads"] for r in rows if r["dataset"] == d)) for d in DOMAINS}
     c.add("drift_per_domain", ", ".join(f"{d} {a} of {b}" for d, (a, b) in per.items()), "", "", "",
           "[drift.md](drift.md)")
+    v3 = [r for r in drift_rows(study.records) if not (r["dataset"] in DOMAINS and r["train_length"] == V2_L)]
+    if v3:
+        total, over = sum(r["heads"] for r in v3), sum(r["over_target"] for r in v3)
+        worst = max(v3, key=lambda r: r["max"])
+        c.add("drift_v3", f"{over} of {total} head-parameters moved more than {DRIFT_TARGET:.0%} (the largest "
+              f"{worst['max']:.1%}: {worst['scheme']}, {worst['dataset']} L = {worst['train_length']}, "
+              f"{worst['parameter']})", "head-parameters (heads x seeds x parameters) of every group but v2's three "
+              "at L = 64: the groups of v3's slopes and fits", "",
+              f"relative change over the last 20% of training above {DRIFT_TARGET:.0%}", "[drift.md](drift.md)")
 
 
 def flat_claims(c: Claims, study: Study) -> None:
     rows = head_values(study.records)
-    flat = sum(r["flat"] for r in rows)
-    c.add("flat_heads", f"{flat} of {len(rows)}", "KERPLE heads (kerple_log and kerple_power_ap_, every record)",
-          "", f"f(L) >= -ln 2 = {FLAT_AT_L:.3f}", "[flat_kernels.md](flat_kernels.md)")
+    once = "a head of a configuration trained twice (replicates.py) counted once, flat when its mean f(L) is"
+    flat, heads = flat_once(study, rows)
+    c.add("flat_heads", f"{flat} of {heads}", "distinct KERPLE heads (kerple_log and kerple_power_ap_, every record; "
+          f"{len(rows)} with the replicate runs' heads counted twice)", "", f"{once} >= -ln 2 = {FLAT_AT_L:.3f}",
+          "[flat_kernels.md](flat_kernels.md)")
     log = [r for r in rows if r["scheme"] == LOG]
-    c.add("flat_log_heads", f"{sum(r['flat'] for r in log)} of {len(log)}", "kerple_log heads x seeds, every record",
-          "", f"f(L) >= -ln 2 = {FLAT_AT_L:.3f}", "[flat_kernels.md](flat_kernels.md)")
+    flat, heads = flat_once(study, log)
+    c.add("flat_log_heads", f"{flat} of {heads}", f"distinct kerple_log heads x seeds, every record ({len(log)} with "
+          "the replicate runs' heads counted twice)", "", f"{once} >= -ln 2 = {FLAT_AT_L:.3f}",
+          "[flat_kernels.md](flat_kernels.md)")
     where = defaultdict(list)
     for r in rows:
         if r["flat"]:
@@ -432,6 +443,17 @@ def flat_claims(c: Claims, study: Study) -> None:
     best = max(log, key=lambda r: r["f"][1])
     c.add("flattest_log_any", f"{best['f'][1]:.2f} ({best['dataset']}, L = {best['train_length']})",
           "every kerple_log head of every record", "", "", "[flat_kernels.md](flat_kernels.md)")
+
+
+def flat_once(study: Study, rows: list[dict]) -> tuple[int, int]:
+    """(flat heads, heads) with each (configuration, head) counted once: a configuration trained under two
+    group names (replicates.py) is one model measured twice, so its head is one head, flat when the mean of
+    its runs' f(L) is."""
+    by = defaultdict(list)
+    for r in rows:
+        by[(trained_as(study.identity, r["dataset"], r["train_length"], r["scheme"], r["seed"]), r["head"])].append(
+            r["f"][1])
+    return sum(float(np.mean(v)) >= FLAT_AT_L for v in by.values()), len(by)
 
 
 def slope_ci(points: dict, s: tuple, level: float = 0.95) -> tuple[float, float]:
@@ -449,6 +471,19 @@ def tight(points: dict, s: tuple) -> bool:
     span = math.log2(Ls[-1] / Ls[0])
     lo, hi = slope_ci(points, s)
     return -abs(g0) < lo * span and hi * span < abs(g0)
+
+
+def narrowing_wording(slope_value: float, first_gap: float, p_all: float, n_all: int, p_table: float,
+                      n_table: int) -> str:
+    """How the report may state that a gap narrows with L: shown only when its slope survives Holm's correction
+    over all the slopes it was chosen from (n_all); the correction within its own table (n_table) is given
+    beside, never the ground. Narrowing: the slope moves the gap toward 0 from its value at the shortest L."""
+    beside = f"Holm p {_p(p_all)} over all {n_all}; {_p(p_table)} within its own table of {n_table}"
+    if not p_all < 0.05:
+        return f"not shown after correcting for {n_all} slopes ({beside})"
+    if (slope_value > 0) != (first_gap > 0):
+        return f"shown after correcting for {n_all} slopes ({beside})"
+    return f"contradicted after correcting for {n_all} slopes: the gap widens ({beside})"
 
 
 def trend_claims(c: Claims, study: Study) -> None:
@@ -485,6 +520,13 @@ def trend_claims(c: Claims, study: Study) -> None:
                   f"{lo:+.1f} to {hi:+.1f} (p = {_p(s[2])}, Holm {_p(adjusted[(d, gap, k)])} over the {family} slopes of "
                   "its table)", f"{sum(len(v) for v in pts.values())} (L, seed) points", "standard error",
                   "least-squares slope, t-test; Holm over the table's slopes", "[trend.md](trend.md)")
+            if gap == "windowed - full" and k == 32:
+                first = float(np.mean(list(pts[min(pts)].values())))
+                c.add(f"{d}_window_32x_narrowing", narrowing_wording(s[0], first, all_holm[(d, gap, k)], len(all_holm),
+                                                                     adjusted[(d, gap, k)], family),
+                      f"{sum(len(v) for v in pts.values())} (L, seed) points", "",
+                      f"the slope's t-test, Holm over all {len(all_holm)} slopes of trend.md (the slopes it was "
+                      "chosen from) decides; Holm within its own table given beside", "[trend.md](trend.md)")
             if d.endswith("_warmup10") and k == 32 and gap in ("windowed - full", "power - log"):
                 verdicts[tight(pts, s)].append(f"{d.split('_')[0].replace('latex', 'LaTeX')} {gap}")
                 raw.append(s[2])
@@ -640,6 +682,112 @@ def count_claims(c: Claims, study: Study) -> None:
           f"pairs: {'; '.join(two)})" if two else ""), f"{len(tested)} tests of Table 3", "", "", "[table3.csv](table3.csv)")
 
 
+def same_context_claims(c: Claims, study: Study) -> None:
+    """The change from 1x to 32x split into the text and the context (same_context.py), per v2 domain."""
+    rows, tests = split_rows(study.runs, 32), context_tests(study.paper)
+    text_tests = {d: paired_test({s: study.ppl[(d, V2_L, LOG)][s][V2_L] for s in rows[(d, V2_L, LOG)]},
+                                 {s: v["head_ppl"] for s, v in rows[(d, V2_L, LOG)].items()}) for d in DOMAINS}
+    text_holm = dict(zip(DOMAINS, holm(text_tests[d].p for d in DOMAINS)))
+    src = "[table3.md](table3.md), [runs/](runs/) (position-wise losses)"
+    for d in DOMAINS:
+        runs = rows[(d, V2_L, LOG)]
+        text = [v["text"] for v in runs.values()]
+        context = [v["context"] for v in runs.values()]
+        t = text_tests[d]
+        c.add(f"{d}_log_text_change", f"{_pm(text)}% ({sum(v < 0 for v in text)} of {len(text)} seeds below 1x; p = "
+              f"{_p(t.p)}, Holm {_p(text_holm[d])}, exact {_p(t.exact_p)})", f"{len(text)} kerple_log seeds",
+              "std over seeds", "perplexity over positions 0-63 of the 32x windows (the same 0-63 tokens of context "
+              "as at 1x) against ppl(1x), paired t-test, Holm over the 3 domains; exact sign-flip test", src)
+        mean, p, q, _ = tests[(d, V2_L)]
+        t = paired_test({s: v["head_ppl"] for s, v in runs.items()}, {s: study.ppl[(d, V2_L, LOG)][s][32 * V2_L]
+                                                                      for s in runs})
+        c.add(f"{d}_log_context_change", f"{_pm(context)}% ({sum(v > 0 for v in context)} of {len(context)} seeds "
+              f"above; p = {_p(p)}, Holm {_p(q)} over the {len(tests)} groups, exact {_p(t.exact_p)})",
+              f"{len(context)} kerple_log seeds", "std over seeds", "ppl(32x) against positions 0-63 of the same "
+              f"32x windows, paired t-test, Holm over every group's kerple_log ({len(tests)}); exact sign-flip test",
+              src)
+        total = [v["total"] for v in runs.values()]
+        c.add(f"{d}_log_split", f"{np.mean(total):+.1f}% in all = {np.mean(text):+.1f}% from the text and "
+              f"{np.mean(context):+.1f}% from the context", f"means over {len(total)} kerple_log seeds", "",
+              "(1 + text)(1 + context) = ppl(32x) / ppl(1x) per seed; the means of each (a description)", src)
+        win = rows.get((d, V2_L, f"{LOG} (window {V2_L})"), {})
+        if win:
+            total = [v["total"] for v in win.values()]
+            c.add(f"{d}_window_32x_vs_1x", f"{_pm(total)}% ({sum(v < 0 for v in total)} of {len(total)} seeds lower)",
+                  f"{len(total)} seeds", "std over seeds", "a description (its difference from full attention is "
+                  "the windowed row of Table 3 at 32x)", "[table3.md](table3.md)")
+
+
+def v3_alibi_claims(c: Claims, study: Study) -> None:
+    """ALiBi against kerple_log in v3's equal-token trend, where the v2 direction is quoted."""
+    src = "[table3.md](table3.md), [table3.csv](table3.csv)"
+    cells = 0
+    ahead_cells = []
+    for d in ("code_warmup10", "latex_warmup10"):
+        Ls = sorted(L for dd, L, s in study.ppl if dd == d and s == ALIBI)
+        if not Ls or not all((d, L, LOG) in study.ppl for L in Ls):
+            continue
+        parts, holm_parts, order = [], [], []
+        for L in Ls:
+            g = [v for x in study.row(d, L, ALIBI) for v in study.gaps(d, L, ALIBI, LOG, x["length"]).values()]
+            parts.append(f"L = {L}: {sum(v < 0 for v in g)} of {len(g)}")
+            row = study.row(d, L, ALIBI)
+            sig = [f"{'ALiBi' if x['better'] else 'KERPLE-log'} better at {x['length'] // L}x (p_holm {_p(x['p_holm'])})"
+                   for x in row if x["better"] or x["dagger"]]
+            holm_parts.append(f"L = {L}: {', '.join(sig) or 'no length'}")
+            three = sorted((s for s in (LOG, POWER, ALIBI) if (d, L, s) in study.ppl),
+                           key=lambda s: study.means(d, L, s, 32 * L))
+            order.append(f"L = {L}: " + " < ".join(f"{NAMES[s]} {study.means(d, L, s, 32 * L):.1f}" for s in three))
+            means = [np.mean(list(study.gaps(d, L, ALIBI, LOG, x["length"]).values())) for x in row]
+            cells += len(means)
+            ahead_cells.append((d, sum(m > 0 for m in means), len(means)))
+        c.add(f"{d}_alibi_ahead_pairs", "; ".join(parts), "seed x length pairs (3 seeds x 6 lengths per L)", "",
+              "count of pairs whose ALiBi perplexity is below kerple_log's (a description)", src)
+        c.add(f"{d}_alibi_holm", "; ".join(holm_parts), "3 seed pairs per length", "",
+              "Table 3's paired t-test, Holm within the row (6 lengths)", src)
+        c.add(f"{d}_order_32x", "; ".join(order), "3 seeds each", "", "none (an order of means at 32x)", src)
+    per = defaultdict(lambda: [0, 0])
+    for d, a, n in ahead_cells:
+        per[d][0] += a
+        per[d][1] += n
+    c.add("alibi_behind_v3", ", ".join(f"{a} of {n} in {d}" for d, (a, n) in per.items()),
+          f"(group, length) cells of v3's equal-token trend ({cells}), 3 seed pairs each", "",
+          "count of cells where ALiBi's mean gap to kerple_log is above 0 (a description)", src)
+
+
+def paper_table_claims(c: Claims, study: Study) -> None:
+    """The table against the paper's own claims (paper_claims.py): one claim per (claim, domain) cell, and v2's
+    three verdicts per claim for the prose."""
+    found = verdicts(study.runs, study.paper)
+    for key, claim, test, _ in PAPER_CLAIMS:
+        for d in DOMAINS:
+            c.add(f"paper_{key}_{d}", cell_text(found[(key, d)]), f"{claim}: {d} (v2: {d} L = 64; v3: its other "
+                  "groups)", "", f"{test}; agree / disagree only at p_holm < 0.05 (study/paper_claims.py)",
+                  "[table3.csv](table3.csv), [growth.md](growth.md)")
+        c.add(f"paper_{key}_test", test, "", "", "the test of the row (a description)", "study/paper_claims.py")
+        c.add(f"paper_{key}_v2", ", ".join(f"{d.replace('latex', 'LaTeX')} {found[(key, d)]['v2'].word}"
+                                           for d in DOMAINS), f"{claim}: v2's three domains at L = 64", "", test,
+              "[table3.csv](table3.csv)")
+
+
+def replicate_claims(c: Claims, study: Study) -> None:
+    """Run-to-run noise: the same config and seed trained under two names (replicates.py)."""
+    pairs = replicate_differences(study.runs, study.identity)
+    if not pairs:
+        return
+    largest = [max(abs(v) for v in p["diff"].values()) for p in pairs]
+    worst = pairs[int(np.argmax(largest))]
+    at = max(worst["diff"], key=lambda L: abs(worst["diff"][L]))
+    scheme, d, seed, L = worst["a"]
+    c.add("replicate_noise", f"up to {worst['diff'][at]:+.1f}% ({NAMES.get(scheme, scheme)} seed "
+          f"{seed}, {d} against {worst['b'][1]} at L = {L}, {at // L}x); {sum(x > 0 for x in largest)} of "
+          f"{len(pairs)} pairs differ, by a median of {float(np.median(largest)):.1f}% at their most",
+          f"{len(pairs)} pairs of results that trained the same config and seed under two group names, every "
+          "length both scored on the same text", "",
+          "|100 (ppl_a / ppl_b - 1)|, the largest over lengths per pair (a description of run-to-run noise)",
+          "[trend.md](trend.md)")
+
+
 def study_claims(runs, records, config_root: str | None = None) -> Claims:
     """Every claim; config_root: the checkout the records' configs are relative to (replicates.py)."""
     c = Claims()
@@ -654,6 +802,10 @@ def study_claims(runs, records, config_root: str | None = None) -> Claims:
     flat_claims(c, study)
     trend_claims(c, study)
     quality_claims(c, study)
+    same_context_claims(c, study)
+    v3_alibi_claims(c, study)
+    replicate_claims(c, study)
+    paper_table_claims(c, study)
     c.add("exact_floor_3", f"{min_sign_flip_p(3):.2g}", "3 pairs", "", "2 / 2^3", "")
     c.add("exact_floor_5", f"{min_sign_flip_p(5):.4g}", "5 pairs", "", "2 / 2^5", "")
     return c

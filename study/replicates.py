@@ -62,3 +62,24 @@ def trained_as(identity: dict | None, dataset: str, train_length, scheme: str, s
     equals no other result's)."""
     ident = (identity or {}).get((dataset, train_length, scheme, seed))
     return ("config", ident) if ident is not None else ("run", dataset, train_length, scheme, seed)
+
+
+def replicate_differences(runs, identity: dict) -> list[dict]:
+    """Every pair of full-attention results that trained the same config and seed under two names: the pair's
+    keys and {length: 100 (ppl_a / ppl_b - 1)} at the lengths both scored on the same text. What they differ
+    by is run-to-run noise (training that is not bit-reproducible), the floor under any gap between runs."""
+    by = {}
+    for r in runs:
+        if r.window is None and r.train_length:
+            ident = (identity or {}).get((r.dataset, r.train_length, r.scheme, r.seed))
+            if ident is not None:
+                by.setdefault(ident, []).append(r)
+    out = []
+    for same in by.values():
+        same = sorted(same, key=lambda r: str(r.key))
+        for i, a in enumerate(same):
+            for b in same[i + 1:]:
+                diff = {L: 100.0 * (a.ppl[L] / b.ppl[L] - 1.0) for L in sorted(set(a.ppl) & set(b.ppl))
+                        if a.same_text(L) == b.same_text(L)}
+                out.append({"a": a.key, "b": b.key, "diff": diff})
+    return out
