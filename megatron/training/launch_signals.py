@@ -35,8 +35,8 @@ import threading
 import time
 import types
 
-from megatron.checkpoint.tags import read_latest
 from megatron.atomic_io import atomic_output
+from megatron.checkpoint.tags import read_latest
 from megatron.errors import UserError, debug_enabled
 from megatron.training.heartbeat import KILL_NOW, post_signal
 from megatron.training.launch_output import OutputRelay
