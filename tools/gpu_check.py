@@ -23,6 +23,10 @@ Steps, in the order they run (each under its own share of one clock, --seconds, 
     throughput   the paper's config through deepy.py (DeepSpeed, bf16, activation checkpointing) on
                  random tokens: tokens/s and MFU as train.py logs them
     attention-hd128  the attention step at head dim 128, with what time is left
+    retrieval    only with --only retrieval (a call of its own, ~5 minutes): tools/retrieval_study.py,
+                 the quickstart model trained on the retrieval corpus per scheme (kerple_log, alibi,
+                 rotary, none; 3000 steps of 64 x 128 tokens) and the kv grid at 1x-16x with window
+                 attention beside them, into retrieval.md (issue 53: a CPU does not teach the copy)
 
 A step starts only when the clock leaves it its minimum; otherwise it is skipped with a line that
 says so. The benchmark steps get a --time-budget of their own (they skip their last cells, the
@@ -40,6 +44,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 
@@ -62,6 +67,7 @@ class Step:
     argv: list[str]
     outputs: list[str] = field(default_factory=list)  # files it writes under OUT_DIR
     interrupt: bool = False  # at its timeout: SIGINT first (pytest then reports what finished), SIGKILL later
+    on_request: bool = False  # only when --only names it: its own call (it does not fit beside the others)
 
 
 def bench_attention(out: str, name: str, head_dim: int, tiny: bool, budget: float,
@@ -117,6 +123,11 @@ def steps(out: str, tiny: bool, python: str) -> list[Step]:
              ["throughput.json"]),
         Step("attention-hd128", 45 * s, 0, [python, *bench_attention(out, "attention-hd128", 128, tiny, 0)],
              ["attention-hd128.md"]),
+        # Its runs (checkpoints) go outside OUT_DIR, which comes back whole; only the table comes back.
+        Step("retrieval", 60 * s, 0, [python, "tools/retrieval_study.py", "--out",
+                                      os.path.join(tempfile.gettempdir(), "gpu_check_retrieval_runs"),
+                                      "--table", os.path.join(out, "retrieval.md"), *(["--tiny"] if tiny else [])],
+             ["retrieval.md"], on_request=True),
     ]
 
 
@@ -175,7 +186,7 @@ def run(out: str, total: float, tiny: bool, python: str, only: list[str] | None 
     summary = {"format": "kerple-gpu-check/1", "tiny": tiny, "seconds_budget": total,
                "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "steps": []}
     summary["device"] = device_info(python)
-    plan = [st for st in steps(out, tiny, python) if only is None or st.name in only]
+    plan = [st for st in steps(out, tiny, python) if (st.name in only if only else not st.on_request)]
     with open(os.path.join(out, LOG), "a") as log:
         log.write(f"gpu_check {summary['date']}: device {json.dumps(summary['device'])}\n")
         for i, step in enumerate(plan):

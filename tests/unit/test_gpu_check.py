@@ -174,3 +174,20 @@ def test_a_targeted_rerun_section_is_folded_and_judged(tmp_path):
     assert markers("attention-inline")[0] in text and markers("attention")[0] in text
     assert "KERPLE-log fwd+bwd, hd 128, attention-inline, triton [inline]" in text
     assert "KERPLE-log fwd+bwd, hd 64, triton [inline]" in text
+
+
+def test_the_retrieval_study_runs_only_when_named(tmp_path, monkeypatch):
+    """It needs a call of its own (~5 minutes): the full check's plan leaves it out, `--only retrieval`
+    runs it alone; its runs go outside OUT_DIR (which comes back whole), its table into it."""
+    ran = []
+    monkeypatch.setattr(check, "run_step", lambda step, seconds, log: ran.append(step) or
+                        {"name": step.name, "status": "ok", "rc": 0, "seconds": 0.0})
+    monkeypatch.setattr(check, "device_info", lambda python: {})
+    check.run(str(tmp_path / "full"), 560.0, False, sys.executable)
+    assert "retrieval" not in [s.name for s in ran] and "test-gpu" in [s.name for s in ran]
+    ran.clear()
+    check.run(str(tmp_path / "one"), 560.0, False, sys.executable, only=["retrieval"])
+    (step,) = ran
+    assert step.argv[1] == "tools/retrieval_study.py" and step.outputs == ["retrieval.md"]
+    assert step.argv[step.argv.index("--table") + 1] == str(tmp_path / "one" / "retrieval.md")
+    assert not step.argv[step.argv.index("--out") + 1].startswith(str(tmp_path / "one"))

