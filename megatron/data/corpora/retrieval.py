@@ -9,7 +9,7 @@ Why this density: the answers are what teaches copying, and a first version with
 150-450 characters of filler (answers ~5% of the tokens) did not teach it in 800 CPU steps
 (docs/evaluation.md, "A retrieval corpus"). Here about half the tokens are needles and answers, and a
 document is about one training window (128 tokens of the quickstart's BPE), so most questions can
-be answered from inside the window. Measured: 400 CPU steps of this design do not teach it either
+be answered from inside the window. Measured: 600 CPU steps of this design do not teach it either
 (the answer's value tokens cost what the needle's do): it is a corpus for a GPU run
 (tools/retrieval_study.py). The keys are drawn from other words than evaluation's, so no
 evaluation key is in the training data, and the evaluation's filler, taken from this corpus's test
