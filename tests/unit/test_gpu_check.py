@@ -176,7 +176,7 @@ def test_a_targeted_rerun_section_is_folded_and_judged(tmp_path):
     assert "KERPLE-log fwd+bwd, hd 64, triton [inline]" in text
 
 
-def test_the_retrieval_study_runs_only_when_named(tmp_path, monkeypatch):
+def test_the_extrapolation_study_runs_only_when_named(tmp_path, monkeypatch):
     """It needs a call of its own (~5 minutes): the full check's plan leaves it out, `--only retrieval`
     runs it alone; its runs go outside OUT_DIR (which comes back whole), its table into it."""
     ran = []
@@ -188,6 +188,6 @@ def test_the_retrieval_study_runs_only_when_named(tmp_path, monkeypatch):
     ran.clear()
     check.run(str(tmp_path / "one"), 560.0, False, sys.executable, only=["retrieval"])
     (step,) = ran
-    assert step.argv[1] == "tools/retrieval_study.py" and step.outputs == ["retrieval.md"]
+    assert step.argv[1] == "tools/extrapolation_study.py" and step.outputs == ["retrieval.md"]
     assert step.argv[step.argv.index("--table") + 1] == str(tmp_path / "one" / "retrieval.md")
     assert not step.argv[step.argv.index("--out") + 1].startswith(str(tmp_path / "one"))

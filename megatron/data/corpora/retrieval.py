@@ -11,7 +11,7 @@ Why this density: the answers are what teaches copying, and a first version with
 document is about one training window (128 tokens of the quickstart's BPE), so most questions can
 be answered from inside the window. Measured: 600 CPU steps of this design do not teach it either
 (the answer's value tokens cost what the needle's do): it is a corpus for a GPU run
-(tools/retrieval_study.py). The keys are drawn from other words than evaluation's, so no
+(tools/extrapolation_study.py). The keys are drawn from other words than evaluation's, so no
 evaluation key is in the training data, and the evaluation's filler, taken from this corpus's test
 split, only adds look-alike distractors.
 """

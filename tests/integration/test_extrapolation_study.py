@@ -1,4 +1,4 @@
-"""tools/retrieval_study.py end to end at toy size: it builds the retrieval corpus where there is
+"""tools/extrapolation_study.py end to end at toy size: it builds the retrieval corpus where there is
 none, trains a scheme on it through deepy.py, runs the kv grid, reads the same model with window
 attention, and writes the side-by-side table (the GPU check's `retrieval` step runs it at size)."""
 import os
@@ -14,7 +14,7 @@ def test_tiny_study_trains_evaluates_and_compares(tmp_path):
     # a corpus slice instead of the whole: the tool only builds one when it finds none
     subprocess.run([sys.executable, "tools/prepare_data.py", "retrieval", "--data-dir", str(data), "--max-files", "60",
                     "--vocab-size", "1024"], cwd=ROOT, env=child_env(), check=True, capture_output=True)
-    proc = subprocess.run([sys.executable, "tools/retrieval_study.py", "--out", str(out), "--tiny", "--schemes",
+    proc = subprocess.run([sys.executable, "tools/extrapolation_study.py", "--out", str(out), "--tiny", "--schemes",
                            "kerple_log", "--batch", "2", "--data-dir", str(data), "--device", "cpu", "--table", str(table)],
                           cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
@@ -30,7 +30,7 @@ def test_tiny_study_trains_evaluates_and_compares(tmp_path):
 def test_a_missing_corpus_directory_that_cannot_be_built_is_one_line(tmp_path):
     blocked = tmp_path / "file"
     blocked.write_text("not a directory")
-    proc = subprocess.run([sys.executable, "tools/retrieval_study.py", "--out", str(tmp_path / "o"), "--tiny",
+    proc = subprocess.run([sys.executable, "tools/extrapolation_study.py", "--out", str(tmp_path / "o"), "--tiny",
                            "--data-dir", str(blocked)], cwd=ROOT, env=child_env(), capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
