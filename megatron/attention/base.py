@@ -39,6 +39,11 @@ class AttentionBackend:
     # Whether forward takes `row_starts` (padded batches, megatron/attention/mask.py); a backend
     # that cannot sets False and the resolver never hands it a padded batch.
     takes_padding: bool = True
+    # Why it cannot keep attention inside packed documents (megatron/attention/documents.py), or
+    # None when forward honours `documents`; the resolver never hands such a batch to one that cannot.
+    documents_refusal: str | None = None
+    # Why it cannot take positions a training recipe drew (gapped: randomized positions, PoSE), or None.
+    sampled_positions_refusal: str | None = None
     # Whether `prepare` may build a bias over positions from the scheme's parameters (a dense
     # bias on their autograd graph, whose gradient summed over layers before its reduction to
     # the parameters would change their bits). A backend whose prepared state is positions, or
@@ -58,7 +63,7 @@ class AttentionBackend:
         return self.priority
 
     def prepare(self, scheme, q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None = None,
-                row_starts: torch.Tensor | None = None):
+                row_starts: torch.Tensor | None = None, documents=None):
         """Per-forward state shared by every layer (see the module docstring), or None. It may hold
         tensors on the autograd graph of the scheme's parameters: built once and used by every
         layer, their gradient is the sum over layers, as when each layer built its own. It lives
@@ -69,13 +74,15 @@ class AttentionBackend:
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scheme,
                 q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None = None,
                 softmax_in_fp32: bool = False, dropout_p: float = 0.0, prepared=None,
-                row_starts: torch.Tensor | None = None) -> torch.Tensor:
+                row_starts: torch.Tensor | None = None, documents=None) -> torch.Tensor:
         """q: (B, H_local, Lq, D); k, v: (B, H_kv, Lk, D), H_kv dividing H_local (grouped-query
         attention, the module docstring; H_kv = H_local for multi-head); q_pos: (Lq,), k_pos: (Lk,) int64
         absolute positions. Returns (B, H_local, Lq, D). dropout_p is applied as given (the
         caller passes 0 in eval). `prepared`: this backend's prepare(scheme, q_pos, k_pos, window)
         for these positions, or None to prepare here. `row_starts` (B,): padded rows, hidden as
-        megatron.attention.mask.allowed_mask says (None: no padding); pass the same to prepare."""
+        megatron.attention.mask.allowed_mask says (None: no padding); pass the same to prepare.
+        `documents`: a megatron.attention.documents.PackedDocuments (queries and keys the same L
+        tokens): no query sees another document's keys; None: one sequence per row."""
         raise NotImplementedError
 
 

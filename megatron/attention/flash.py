@@ -76,6 +76,10 @@ class FlashAttention(AttentionBackend):
     # flash_attn_func takes no key-padding mask (padded batches would need its varlen entry point
     # and unpadded inputs): the resolver picks another backend for them.
     takes_padding = False
+    # Packed documents would go through flash-attn's varlen entry point (flash_attn_varlen_func,
+    # cu_seqlens per document), which is not wired: it could not be tested without a GPU build.
+    documents_refusal = ("flash_attn_func has no per-document mask and its varlen entry point "
+                         "(flash_attn_varlen_func) is not wired here; use attention-backend triton, flex or sdpa")
 
     def unsupported_reason(self, scheme, device, dtype, training, dropout=False):
         # Scheme first: it holds on every machine, so the message is the same everywhere.
@@ -92,20 +96,22 @@ class FlashAttention(AttentionBackend):
             return "flash-attn 2 needs an Ampere or newer GPU (compute capability 8.0+)"
         return None
 
-    def prepare(self, scheme, q_pos, k_pos, window=None, row_starts=None):
+    def prepare(self, scheme, q_pos, k_pos, window=None, row_starts=None, documents=None):
         check_window(window)
+        if documents is not None:
+            raise ValueError(f"the flash backend cannot mask packed documents: {self.documents_refusal}")
         if row_starts is not None:
             raise ValueError("the flash backend takes no padded batches; use attention-backend triton, sdpa or auto")
         _check_layout(q_pos, k_pos)
         return True  # checked: nothing else depends on the positions
 
     def forward(self, q, k, v, scheme, q_pos, k_pos, window=None, softmax_in_fp32=False,
-                dropout_p=0.0, prepared=None, row_starts=None):
+                dropout_p=0.0, prepared=None, row_starts=None, documents=None):
         # softmax_in_fp32 needs no flag: flash-attn accumulates the softmax in fp32.
         if flash_attn_func is None:
             raise ValueError(NOT_INSTALLED)
-        if prepared is None or row_starts is not None:
-            self.prepare(scheme, q_pos, k_pos, window, row_starts)
+        if prepared is None or row_starts is not None or documents is not None:
+            self.prepare(scheme, q_pos, k_pos, window, row_starts, documents)
         kv_group(q, k)  # flash-attn's own check of the head counts reads less plainly
         kernel = scheme.fused_kernel()
         assert not kernel.has_weight and kernel.bias in ("none", "power") and kernel.r3 is None, (

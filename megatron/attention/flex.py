@@ -30,7 +30,9 @@ parameters index as in multi-head attention; the block mask is the same for ever
 
 Positions must be consecutive runs (q_pos = q0 + arange(Lq), k_pos = k0 + arange(Lk), q0 >= k0,
 which training and the kv-cache both produce); the offset q0 - k0 is a captured tensor, so a new
-offset or window does not recompile.
+offset or window does not recompile. Packed documents (megatron/attention/documents.py) get a block
+mask per batch row from the documents' starts, whose blocks wholly across documents are skipped;
+the bias stays a function of i - j, the same within a document from either origin.
 """
 from __future__ import annotations
 
@@ -100,6 +102,22 @@ def _padded_block_mask(lq: int, lk: int, offset: int, window: int | None, first_
     return build(mask_mod, first_key.numel(), None, lq, lk, device=first_key.device), off
 
 
+def _document_block_mask(length: int, window: int | None, doc_starts: torch.Tensor):
+    """The causal (+ window) BlockMask of packed documents (megatron/attention/documents.py): query
+    t of row b sees key j only when doc_starts[b, t] <= j. create_block_mask evaluates it block by
+    block and drops every block no (query, key) pair of which is allowed, so a tile lying wholly
+    across two documents is never computed, not computed and masked. Not cached: it depends on
+    the batch's documents."""
+    width = torch.tensor(_NO_WINDOW if window is None else window, dtype=torch.int64, device=doc_starts.device)
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        d = q_idx - kv_idx
+        return (d >= 0) & (d < width) & (kv_idx >= doc_starts[b, q_idx])
+
+    build = _compiled_create_block_mask() if length * length > LARGE_MASK else create_block_mask
+    return build(mask_mod, doc_starts.shape[0], None, length, length, device=doc_starts.device)
+
+
 def _score_mod(kernel, off: torch.Tensor):
     """score_mod evaluating `kernel` (a DistanceKernel) at d = q_idx + off - kv_idx, clamped at 0,
     through the kernel's own closed forms (bias_at / weight_at with a head index): the formula is
@@ -164,6 +182,8 @@ class FlexAttention(AttentionBackend):
     # scheme's per-head parameters (no bias over positions), so every layer shares it.
     prepares_from_parameters = False
     eager_on_cpu: bool = False  # see the module docstring
+    sampled_positions_refusal = ("flex's block mask and score_mod index consecutive positions, and a "
+                                 "recipe's drawn positions have gaps; use attention-backend sdpa or reference")
 
     def unsupported_reason(self, scheme, device, dtype, training, dropout=False):
         if scheme.fused_kernel() is None:
@@ -196,12 +216,15 @@ class FlexAttention(AttentionBackend):
             return None
         return self.priority
 
-    def prepare(self, scheme, q_pos, k_pos, window=None, row_starts=None) -> FlexPrepared:
+    def prepare(self, scheme, q_pos, k_pos, window=None, row_starts=None, documents=None) -> FlexPrepared:
         """The block mask and offset for these positions (the layout check's host sync, once) and
         the scheme's kernel."""
         check_window(window)
         offset = _consecutive_offset(q_pos, k_pos)
-        if row_starts is not None:  # key index of each row's first real token
+        if documents is not None:  # queries and keys are the same tokens: offset 0
+            block_mask = _document_block_mask(q_pos.numel(), window, documents.starts.to(q_pos.device))
+            off = torch.tensor(0, dtype=torch.int64, device=q_pos.device)
+        elif row_starts is not None:  # key index of each row's first real token
             first_key = (row_starts.to(k_pos.device) - k_pos[0]).to(torch.int64)
             block_mask, off = _padded_block_mask(q_pos.numel(), k_pos.numel(), offset, window, first_key)
         else:
@@ -210,7 +233,7 @@ class FlexAttention(AttentionBackend):
         return FlexPrepared(block_mask, offset, off, kernel)
 
     def forward(self, q, k, v, scheme, q_pos, k_pos, window=None, softmax_in_fp32=False,
-                dropout_p=0.0, prepared=None, row_starts=None):
+                dropout_p=0.0, prepared=None, row_starts=None, documents=None):
         # softmax_in_fp32 needs no flag: flex accumulates the scores and softmax in fp32.
         if dropout_p > 0.0:
             raise ValueError("the flex backend has no attention dropout; resolve_backend should have "
@@ -220,7 +243,7 @@ class FlexAttention(AttentionBackend):
         if q.device.type == "cuda" and D < 16:
             raise ValueError(f"flex on CUDA needs head_dim >= 16 (Triton's dot), got {D}; use a larger "
                              "head dim or the sdpa / reference backend")
-        prepared = prepared or self.prepare(scheme, q_pos, k_pos, window, row_starts)
+        prepared = prepared or self.prepare(scheme, q_pos, k_pos, window, row_starts, documents)
         kernel = prepared.kernel
         if kernel is None:
             kernel = _covering_kernel(scheme, prepared.offset + q.shape[2] - 1, q.device)

@@ -8,7 +8,12 @@ causal mask no real query sees a later key). Positions stay shared by the batch 
 (L,)); a row's padding keys (k_pos < row_starts[b]) are hidden from every query except the padding
 slot itself, so a padding query attends to itself alone (finite, never read) and no real query
 sees padding. A scheme that depends on absolute positions (embeddings, FIRE, log-n scaling) takes
-the row's own positions, `row_positions`: position - row start."""
+the row's own positions, `row_positions`: position - row start.
+
+Packed documents (`doc_starts`, training only: megatron/data/position_recipes.py): (B, L) int64 holds,
+for token t of row b, the index of its document's first token. Query t sees key index j only when
+doc_starts[b, t] <= j (the causal rule does the rest): a document is a contiguous run of a row, so
+that one comparison is "same document". Queries and keys are the same L tokens (no kv-cache)."""
 from __future__ import annotations
 
 import torch
@@ -27,9 +32,10 @@ def check_window(window: int | None) -> None:
 
 
 def allowed_mask(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None = None,
-                 row_starts: torch.Tensor | None = None) -> torch.Tensor:
+                 row_starts: torch.Tensor | None = None, doc_starts: torch.Tensor | None = None) -> torch.Tensor:
     """Bool (Lq, Lk): True where query i may attend to key j; with `row_starts` (B,) (module
-    docstring) bool (B, 1, Lq, Lk), the padding keys of each row hidden as well.
+    docstring) bool (B, 1, Lq, Lk), the padding keys of each row hidden as well; with `doc_starts`
+    (B, L) (module docstring) bool (B, 1, L, L), keys of other documents hidden too.
 
     Causal: k_pos[j] <= q_pos[i]. With a window W >= 1 also q_pos[i] - k_pos[j] < W, i.e. query i
     sees keys i-W < j <= i: exactly W keys including itself (window=1 keeps only the diagonal).
@@ -41,10 +47,30 @@ def allowed_mask(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None = 
     allowed = diff >= 0
     if window is not None:
         allowed = allowed & (diff < window)
+    if doc_starts is not None:
+        allowed = allowed & same_document(doc_starts)  # (B, L, L)
     if row_starts is None:
-        return allowed
+        return allowed if doc_starts is None else allowed[:, None]  # (B, 1, L, L) with documents
     real_key = k_pos[None, :] >= row_starts.to(k_pos.device)[:, None]  # (B, Lk)
     return (allowed & (real_key[:, None, :] | (diff == 0)))[:, None]  # (B, 1, Lq, Lk)
+
+
+def same_document(doc_starts: torch.Tensor) -> torch.Tensor:
+    """Bool (B, L, L): key index j is at or after the first index of query t's document; with the
+    causal rule (j <= t) that is "the same document" (module docstring)."""
+    keys = torch.arange(doc_starts.shape[1], device=doc_starts.device)
+    return keys[None, None, :] >= doc_starts[:, :, None]
+
+
+def check_doc_starts(doc_starts: torch.Tensor | None, batch: int, length: int) -> None:
+    """Raise unless doc_starts is None or a (batch, length) integer tensor (each token's document's
+    first index); its values are the data module's to get right (position_recipes.document_starts)."""
+    if doc_starts is None:
+        return
+    if (tuple(doc_starts.shape) != (batch, length) or doc_starts.is_floating_point()
+            or doc_starts.dtype == torch.bool):
+        raise ValueError(f"doc_starts must be a ({batch}, {length}) integer tensor (the index where each "
+                         f"token's document begins), got {tuple(doc_starts.shape)} {doc_starts.dtype}")
 
 
 def query_blocks(q_pos: torch.Tensor, k_pos: torch.Tensor, span: int | None):

@@ -34,26 +34,28 @@ def scaled_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 class ReferencePrepared:
     weight: torch.Tensor | None  # (H, Lq, Lk) fp32 score weight, or None ((B, H, Lq, Lk): padded rows
     bias: torch.Tensor | None  # (H, Lq, Lk) fp32 score bias, or None     of a position-dependent scheme)
-    allowed: torch.Tensor  # (Lq, Lk) bool; (B, 1, Lq, Lk) with padded rows
+    allowed: torch.Tensor  # (Lq, Lk) bool; (B, 1, Lq, Lk) with padded rows or packed documents
 
 
 @register_backend("reference", priority=1000)
 class ReferenceAttention(AttentionBackend):
-    def prepare(self, scheme, q_pos, k_pos, window=None, row_starts=None):
+    def prepare(self, scheme, q_pos, k_pos, window=None, row_starts=None, documents=None):
         # The scheme computes in fp32; like the paper, forward casts to the scores' dtype.
-        allowed = allowed_mask(q_pos, k_pos, window, row_starts)  # (Lq, Lk) or (B, 1, Lq, Lk)
+        doc_starts = None if documents is None else documents.starts
+        allowed = allowed_mask(q_pos, k_pos, window, row_starts, doc_starts)  # (Lq, Lk) or (B, 1, Lq, Lk)
         # The diagonal is always allowed under a causal mask, so a query whose own position is a
         # key has a key (no 0/0): known on the host when the keys' run covers the queries' run;
         # otherwise read from the mask.
         q0, k0 = run_start(q_pos), run_start(k_pos)
         if q0 is None or k0 is None or not (k0 <= q0 and q0 + q_pos.numel() <= k0 + k_pos.numel()):
             assert bool(allowed.any(dim=-1).all()), "a query row has no allowed key"
-        return ReferencePrepared(scheme.batch_score_weight(q_pos, k_pos, row_starts),
-                                 scheme.batch_score_bias(q_pos, k_pos, row_starts), allowed)
+        own = None if documents is None else documents.within_positions()  # (B, L) or None
+        return ReferencePrepared(scheme.batch_score_weight(q_pos, k_pos, row_starts, own),
+                                 scheme.batch_score_bias(q_pos, k_pos, row_starts, own), allowed)
 
     def forward(self, q, k, v, scheme, q_pos, k_pos, window=None, softmax_in_fp32=False,
-                dropout_p=0.0, prepared=None, row_starts=None):
-        prepared = prepared or self.prepare(scheme, q_pos, k_pos, window, row_starts)
+                dropout_p=0.0, prepared=None, row_starts=None, documents=None):
+        prepared = prepared or self.prepare(scheme, q_pos, k_pos, window, row_starts, documents)
         group = kv_group(q, k)
         k, v = repeat_kv(k, group), repeat_kv(v, group)  # autograd sums dk, dv over each group
         scores = scaled_scores(q, k)  # (B, H, Lq, Lk), input dtype

@@ -27,14 +27,21 @@ def backend_names() -> list[str]:
     return list(backend_classes())
 
 
-def _supporting(scheme, device, dtype, training, dropout, padded=False) -> list[str]:
-    return [n for n, cls in backend_classes().items() if _reason(cls(), scheme, device, dtype, training, dropout, padded) is None]
+def _supporting(scheme, device, dtype, training, dropout, padded=False, documents=False, sampled=False) -> list[str]:
+    return [n for n, cls in backend_classes().items()
+            if _reason(cls(), scheme, device, dtype, training, dropout, padded, documents, sampled) is None]
 
 
-def _reason(backend, scheme, device, dtype, training, dropout, padded) -> str | None:
-    """Why `backend` cannot run the case, or None; `padded`: the batch has padded rows."""
+def _reason(backend, scheme, device, dtype, training, dropout, padded, documents=False, sampled=False) -> str | None:
+    """Why `backend` cannot run the case, or None; `padded`: the batch has padded rows;
+    `documents`: rows hold packed documents (reset-attention-mask); `sampled`: the positions are a
+    training recipe's draw, with gaps (pos-random-max-length, pos-skip-target-length)."""
     if padded and not backend.takes_padding:
         return "it takes no padded batches (no key-padding mask)"
+    if documents and backend.documents_refusal:
+        return backend.documents_refusal
+    if sampled and backend.sampled_positions_refusal:
+        return backend.sampled_positions_refusal
     return backend.unsupported_reason(scheme, device, dtype, training, dropout=dropout)
 
 
@@ -49,7 +56,8 @@ def long_cpu_inference(device: torch.device | str, training: bool, tokens: int |
     return torch.device(device).type == "cpu" and not training and (tokens or 0) >= CPU_FLEX_MIN_TOKENS
 
 
-def auto_backend(scheme, device, dtype, training, dropout=False, tokens=None, padded=False) -> AttentionBackend:
+def auto_backend(scheme, device, dtype, training, dropout=False, tokens=None, padded=False, documents=False,
+                 sampled=False) -> AttentionBackend:
     """The best-ranked backend that supports the case; reference always does. `tokens`: the
     full-sequence length (queries = keys) when known, for the long CPU inference rule."""
     if long_cpu_inference(device, training, tokens):
@@ -62,7 +70,7 @@ def auto_backend(scheme, device, dtype, training, dropout=False, tokens=None, pa
     ranked = []
     for name, cls in backend_classes().items():
         backend = cls()
-        if _reason(backend, scheme, device, dtype, training, dropout, padded) is not None:
+        if _reason(backend, scheme, device, dtype, training, dropout, padded, documents, sampled) is not None:
             continue
         rank = backend.auto_rank(scheme, device, dtype, training)
         if rank is not None:
@@ -75,34 +83,37 @@ def auto_backend(scheme, device, dtype, training, dropout=False, tokens=None, pa
 
 def resolve_backend(name: str, scheme, device: torch.device | str, dtype: torch.dtype,
                     training: bool, dropout: bool = False, tokens: int | None = None,
-                    padded: bool = False) -> AttentionBackend:
+                    padded: bool = False, documents: bool = False, sampled: bool = False) -> AttentionBackend:
     """`dropout`: attention dropout > 0 will be applied (fused kernels without dropout refuse).
     `tokens`: the full-sequence length (queries = keys, no kv-cache), for "auto" only.
     `padded`: the batch has left-padded rows (a key-padding mask: megatron/attention/mask.py).
+    `documents`, `sampled`: packed documents, positions a training recipe drew (_reason).
 
     Runs without autograd: the backends' checks may evaluate the scheme (fused_kernel() clamps
     its parameters), and the pipeline model resolves inside an activation-checkpointed layer on
     its first call only, so recorded ops there would make the recomputation save a different
     number of tensors than the original forward (torch.utils.checkpoint.CheckpointError)."""
     with torch.no_grad():
-        return _resolve(name, scheme, device, dtype, training, dropout, tokens, padded)
+        return _resolve(name, scheme, device, dtype, training, dropout, tokens, padded, documents, sampled)
 
 
-def _resolve(name, scheme, device, dtype, training, dropout, tokens=None, padded=False) -> AttentionBackend:
+def _resolve(name, scheme, device, dtype, training, dropout, tokens=None, padded=False, documents=False,
+             sampled=False) -> AttentionBackend:
     device = torch.device(device)
     classes = backend_classes()
     where = describe_case(scheme, device, dtype, training)
     if name == "auto":
-        backend = auto_backend(scheme, device, dtype, training, dropout, tokens, padded)
+        backend = auto_backend(scheme, device, dtype, training, dropout, tokens, padded, documents, sampled)
         logger.info("attention backend auto -> %s for %s", backend.name, where)
         return backend
     if name not in classes:
         raise ValueError(f"unknown attention backend {name!r}; choose 'auto' or one of: "
                          f"{', '.join(classes)}")
     backend = classes[name]()
-    reason = _reason(backend, scheme, device, dtype, training, dropout, padded)
+    reason = _reason(backend, scheme, device, dtype, training, dropout, padded, documents, sampled)
     if reason is not None:
+        supporting = _supporting(scheme, device, dtype, training, dropout, padded, documents, sampled)
         raise ValueError(f"attention backend {name!r} cannot run {where}: {reason}. Backends that "
-                         f"support it: {', '.join(_supporting(scheme, device, dtype, training, dropout, padded))} "
+                         f"support it: {', '.join(supporting)} "
                          "(or use 'auto')")
     return backend

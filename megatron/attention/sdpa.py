@@ -30,7 +30,9 @@ memory-efficient and cuDNN kernels admit grouped heads (sdp_utils.cpp), to be co
 
 Padded batches (`row_starts`, megatron/attention/mask.py) take the dense route with a per-row
 mask (B, H or 1, Lq, Lk): padding keys -inf, the bias at each row's positions where it depends
-on them (FIRE)."""
+on them (FIRE). Packed documents (megatron/attention/documents.py) take the same dense route: the
+mask's other-document keys are -inf too (SDPA has no block skipping on this route: the dense
+mask costs the same whatever the documents)."""
 from __future__ import annotations
 
 import math
@@ -69,20 +71,21 @@ class SDPAAttention(AttentionBackend):
                     "only add a mask to them")
         return None
 
-    def prepare(self, scheme, q_pos, k_pos, window=None, row_starts=None):
-        """The float mask (H or 1, Lq, Lk) in fp32 ((B, H or 1, Lq, Lk) for padded rows), or None
-        for the built-in causal path: no bias, no window, no padding and q_pos == k_pos consecutive
-        (is_causal=True then equals the positional mask)."""
+    def prepare(self, scheme, q_pos, k_pos, window=None, row_starts=None, documents=None):
+        """The float mask (H or 1, Lq, Lk) in fp32 ((B, H or 1, Lq, Lk) for padded rows or packed
+        documents), or None for the built-in causal path: no bias, no window, no padding, one
+        document per row and q_pos == k_pos consecutive (is_causal=True then equals the positional mask)."""
         check_window(window)
-        padded = row_starts is not None
+        padded = row_starts is not None or documents is not None  # a mask per batch row
         if not padded and not scheme.has_score_bias and window is None and _is_plain_causal(q_pos, k_pos):
             return SDPAPrepared(None)
         if not padded and q_pos.device.type == "cpu" and not torch.is_grad_enabled():
             prepared = _prepare_cpu_inference(scheme, q_pos, k_pos, window)
             if prepared is not None:
                 return prepared
-        bias = scheme.batch_score_bias(q_pos, k_pos, row_starts)  # (H, Lq, Lk) / (B, H, Lq, Lk) fp32, or None
-        allowed = allowed_mask(q_pos, k_pos, window, row_starts)  # (Lq, Lk) / (B, 1, Lq, Lk)
+        doc_starts, own = (None, None) if documents is None else (documents.starts, documents.within_positions())
+        bias = scheme.batch_score_bias(q_pos, k_pos, row_starts, own)  # (H, Lq, Lk) / (B, H, Lq, Lk) fp32, or None
+        allowed = allowed_mask(q_pos, k_pos, window, row_starts, doc_starts)  # (Lq, Lk) / (B, 1, Lq, Lk)
         mask = torch.zeros(allowed.shape, dtype=torch.float32, device=q_pos.device)
         mask = mask.masked_fill(~allowed, float("-inf"))
         if bias is not None:
@@ -90,12 +93,12 @@ class SDPAAttention(AttentionBackend):
         return SDPAPrepared(mask)
 
     def forward(self, q, k, v, scheme, q_pos, k_pos, window=None, softmax_in_fp32=False,
-                dropout_p=0.0, prepared=None, row_starts=None):
+                dropout_p=0.0, prepared=None, row_starts=None, documents=None):
         # softmax_in_fp32 needs no flag: SDPA's kernels accumulate the softmax in fp32.
         assert not scheme.has_score_weight, "resolve_backend should have refused this scheme"
         scale = 1.0 / math.sqrt(q.shape[-1])
         gqa = kv_group(q, k) > 1  # the module docstring: torch maps the heads (multi-head: no flag)
-        prepared = prepared or self.prepare(scheme, q_pos, k_pos, window, row_starts)
+        prepared = prepared or self.prepare(scheme, q_pos, k_pos, window, row_starts, documents)
         mask = prepared.mask
         if mask is None:
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True,

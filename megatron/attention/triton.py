@@ -48,6 +48,9 @@ class TritonAttention(AttentionBackend):
     # over positions: shared by the layers, their gradients are summed once over all layers
     # (kernels/attention.py ForwardGradients) instead of per layer, so every layer shares it.
     prepares_from_parameters = False
+    sampled_positions_refusal = ("the fused kernels index consecutive positions (start + 0..L-1) and a recipe's "
+                                 "drawn positions have gaps; use attention-backend sdpa or reference")
+
     def unsupported_reason(self, scheme, device, dtype, training, dropout=False):
         # Scheme and dropout first: they hold on every machine, so the message is the same everywhere.
         if scheme.fused_kernel() is None:
@@ -72,7 +75,7 @@ class TritonAttention(AttentionBackend):
             return None
         return self.priority
 
-    def prepare(self, scheme, q_pos, k_pos, window=None, row_starts=None) -> TritonPrepared:
+    def prepare(self, scheme, q_pos, k_pos, window=None, row_starts=None, documents=None) -> TritonPrepared:
         """The first query and key positions (the kernel indexes by them) and the scheme's kernel."""
         check_window(window)
         starts = consecutive_starts(q_pos, k_pos)
@@ -89,7 +92,7 @@ class TritonAttention(AttentionBackend):
         return TritonPrepared(q0, k0, *share_kernel(kernel))
 
     def forward(self, q, k, v, scheme, q_pos, k_pos, window=None, softmax_in_fp32=False,
-                dropout_p=0.0, prepared=None, row_starts=None):
+                dropout_p=0.0, prepared=None, row_starts=None, documents=None):
         # softmax_in_fp32 needs no flag: the kernel keeps scores and the softmax in fp32.
         if dropout_p > 0.0:
             raise ValueError("the triton attention backend has no attention dropout; set attention-dropout 0 "
@@ -101,5 +104,6 @@ class TritonAttention(AttentionBackend):
 
         prepared = prepared or self.prepare(scheme, q_pos, k_pos, window)
         kernel = prepared.kernel if prepared.kernel is not None else scheme.fused_kernel()
+        bounds = None if documents is None else documents.bounds()  # (B, 2, L): tiles across documents skipped
         return triton_attention(q, k, v, kernel, prepared.q0, prepared.k0, window, row_starts,
-                                prepared.shared)  # (B, H, Lq, D)
+                                prepared.shared, bounds)  # (B, H, Lq, D)

@@ -72,3 +72,21 @@ def run_slice(pos: torch.Tensor, index) -> torch.Tensor:
         return pos[index]
     first, stop, _ = index.indices(pos.numel())
     return position_run(start + first, max(stop - first, 0), pos.device)
+
+
+# ---- positions a training recipe drew ----------------------------------------------------------
+# Randomized positions and PoSE (megatron/data/position_recipes.py) hand the model sorted positions
+# with gaps. The mark says so without reading the device, so the backend is resolved for them
+# (the fused kernels index consecutive positions and refuse them by name) before any kernel runs.
+_SAMPLED_MARK = "_kerple_sampled_positions"
+
+
+def sampled_positions(pos: torch.Tensor) -> torch.Tensor:
+    """`pos` marked as positions a training recipe drew (gapped, sorted)."""
+    setattr(pos, _SAMPLED_MARK, True)
+    return pos
+
+
+def is_sampled(pos: torch.Tensor | None) -> bool:
+    """Whether `pos` carries sampled_positions' mark."""
+    return pos is not None and getattr(pos, _SAMPLED_MARK, False)

@@ -82,7 +82,8 @@ def _meta(kernel, head_dim: int, dtype: torch.dtype, table_len: int = 0) -> dict
 
 class _TritonAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, q0, k0, window, kernel, r1, r2, r3, w_a, w_p, table, row_starts=None, shared=None):
+    def forward(ctx, q, k, v, q0, k0, window, kernel, r1, r2, r3, w_a, w_p, table, row_starts=None, shared=None,
+                doc_bounds=None):
         B, H, LQ, D = q.shape
         LK = k.shape[2]
         dev = q.device
@@ -94,6 +95,9 @@ class _TritonAttention(torch.autograd.Function):
         meta["GROUP"] = group  # query heads per key/value head (a constexpr: 1 compiles as before)
         starts = (row_starts.to(device=dev, dtype=torch.int64).contiguous() if row_starts is not None
                   else torch.empty(0, dtype=torch.int64, device=dev))
+        meta["HAS_DOCS"] = doc_bounds is not None  # packed documents: (B, 2, L) starts and ends
+        docs = (doc_bounds.to(device=dev, dtype=torch.int64).contiguous() if doc_bounds is not None
+                else torch.empty(0, dtype=torch.int64, device=dev))
         params = [_vec(x, dev) for x in (r1, r2, r3, w_a, w_p)]
         lut = torch.empty(0, dtype=torch.float32, device=dev)
         bucket = torch.empty(0, dtype=torch.int32, device=dev)
@@ -129,13 +133,13 @@ class _TritonAttention(torch.autograd.Function):
 
         def run(cfg: LaunchConfig) -> None:
             attention_fwd_kernel[(triton.cdiv(LQ, cfg.block_m), B * H)](
-                q, k, v, out, lse, *params, lut, starts,
+                q, k, v, out, lse, *params, lut, starts, docs,
                 *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
                 *common, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HAS_WINDOW=window is not None,
                 EXACT_PV=exact_pv, **meta, **cfg.launch_options())
 
         _launch("fwd", q, LK, run)
-        ctx.save_for_backward(q, k, v, out, lse, *params, lut, bucket, starts)
+        ctx.save_for_backward(q, k, v, out, lse, *params, lut, bucket, starts, docs)
         ctx.info = (q0, k0, window, kernel.bias, kernel.table_scale,
                     0 if table is None else table.shape[0], meta, jac_names)
         ctx.shared = shared
@@ -143,7 +147,7 @@ class _TritonAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k, v, out, lse, r1, r2, r3, w_a, w_p, lut, bucket, starts = ctx.saved_tensors
+        q, k, v, out, lse, r1, r2, r3, w_a, w_p, lut, bucket, starts, docs = ctx.saved_tensors
         q0, k0, window, bias_kind, table_scale, num_buckets, meta, jac_names = ctx.info
         B, H, LQ, D = q.shape
         LK = k.shape[2]
@@ -175,13 +179,13 @@ class _TritonAttention(torch.autograd.Function):
             # One program per key block and key/value head: it walks its group's query heads
             # (attention_bwd.py), so dk, dv come out (B, H_kv, LK, D) with no buffer per query head.
             attention_bwd_dkdv_kernel[(n_key_blocks, B * (H // meta["GROUP"]))](
-                q, k, v, do, lse, delta, dk, dv, part, *params, jac, bucket, starts,
+                q, k, v, do, lse, delta, dk, dv, part, *params, jac, bucket, starts, docs,
                 *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
                 *dk.stride()[:3], *dv.stride()[:3], *common, n_key_blocks,
                 NSLOT=nslot, LUT_GRAD=num_buckets > 0, N_JAC=len(jac_names), **blocks)
             dq_m, dq_n = cfg.dq_blocks()  # the mirror tile (kernels/tuning.py)
             attention_bwd_dq_kernel[(triton.cdiv(LQ, dq_m), B * H)](
-                q, k, v, do, lse, delta, dq, *params, starts,
+                q, k, v, do, lse, delta, dq, *params, starts, docs,
                 *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dq.stride()[:3],
                 *common, **{**blocks, "BLOCK_M": dq_m, "BLOCK_N": dq_n})
             return part
@@ -196,7 +200,7 @@ class _TritonAttention(torch.autograd.Function):
             else:
                 # The deterministic reduction: a plain sum over batch and key blocks, fixed order.
                 grads = to_grads(part.view(B, H, -1, nslot).sum(dim=(0, 2)))  # from (H, nslot)
-        return (dq, dk, dv, None, None, None, None, *grads, None, None)
+        return (dq, dk, dv, None, None, None, None, *grads, None, None, None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -301,12 +305,20 @@ def share_kernel(kernel: DistanceKernel) -> tuple[DistanceKernel, ForwardGradien
 
 
 def triton_attention(q, k, v, kernel, q0: int, k0: int, window: int | None = None,
-                     row_starts: torch.Tensor | None = None, shared: ForwardGradients | None = None) -> torch.Tensor:
+                     row_starts: torch.Tensor | None = None, shared: ForwardGradients | None = None,
+                     doc_bounds: torch.Tensor | None = None) -> torch.Tensor:
     """Causal attention with the DistanceKernel's bias/weight: (B, H, Lq, D) like the reference.
     `row_starts` (B,): padded rows, hidden as megatron/attention/mask.py says (None: no padding).
-    `shared`: the ForwardGradients of a kernel from share_kernel (None for any other kernel)."""
+    `shared`: the ForwardGradients of a kernel from share_kernel (None for any other kernel).
+    `doc_bounds` (B, 2, L): packed documents (megatron/attention/documents.py PackedDocuments.bounds),
+    queries and keys the same L tokens (q0 = k0); tiles wholly across documents are skipped."""
     # The kernels read STARTS[b] for every batch row b: a shorter tensor would be read past its end.
     check_row_starts(row_starts, q.shape[0], values=False)
+    if doc_bounds is not None and (tuple(doc_bounds.shape) != (q.shape[0], 2, q.shape[2]) or k.shape[2] != q.shape[2]
+                                   or int(q0) != int(k0) or row_starts is not None):
+        raise ValueError(f"packed documents need queries and keys at the same {q.shape[2]} positions, no padded "
+                         f"rows and doc_bounds of shape ({q.shape[0]}, 2, {q.shape[2]}); got "
+                         f"{tuple(doc_bounds.shape)} with {k.shape[2]} keys, q0 {q0}, k0 {k0}")
     if int(q0) + q.shape[2] - 1 - int(k0) >= MAX_DISTANCE:
         raise ValueError(f"the triton attention kernels take query-key distances below {MAX_DISTANCE} (2^23: "
                          f"they form distances as floats bit by bit); got {int(q0) + q.shape[2] - 1 - int(k0)} "
@@ -317,4 +329,4 @@ def triton_attention(q, k, v, kernel, q0: int, k0: int, window: int | None = Non
     t = kernel = kernel.covering(int(q0) + q.shape[2] - 1 - int(k0), q.device)
     table = t.table.float() if t.table is not None else None
     return _TritonAttention.apply(q, k, v, int(q0), int(k0), window, kernel,
-                                 t.r1, t.r2, t.r3, t.w_a, t.w_p, table, row_starts, shared)
+                                 t.r1, t.r2, t.r3, t.w_a, t.w_p, table, row_starts, shared, doc_bounds)

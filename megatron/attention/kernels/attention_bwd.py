@@ -22,7 +22,7 @@ The table path (a log/power bias tabulated per distance, kernels/bias_table.py; 
 import triton
 import triton.language as tl
 
-from megatron.attention.kernels.bands import key_walk, query_walk, walk_part
+from megatron.attention.kernels.bands import document_keys, document_queries, key_walk, query_walk, walk_part
 from megatron.attention.kernels.distance_bias import (
     LN2,
     LOG2E,
@@ -62,11 +62,12 @@ def _along_keys(x, KEY_MAJOR: tl.constexpr):
 
 @triton.jit
 def _probabilities(q, k, q_pos, cols, lse, row_ok, col_ok, r1, r2, r3, w_a, w_p, lut_row,
-                   K0, WINDOW, sm_scale, start_b, center, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                   K0, WINDOW, sm_scale, start_b, doc_q, center, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    FAR: tl.constexpr, BIAS: tl.constexpr, HAS_R2: tl.constexpr, HAS_R3: tl.constexpr,
                    HAS_WEIGHT: tl.constexpr, HAS_WA: tl.constexpr, HAS_WP: tl.constexpr,
                    HAS_WINDOW: tl.constexpr, MAXD, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-                   HAS_STARTS: tl.constexpr, MASKED: tl.constexpr, KEY_MAJOR: tl.constexpr):
+                   HAS_STARTS: tl.constexpr, HAS_DOCS: tl.constexpr, MASKED: tl.constexpr,
+                   KEY_MAJOR: tl.constexpr):
     """Recompute (P, S_raw, w, d, d_index, L) for a (query block, key block) tile as the forward did,
     in log2 units like the forward (exp2; attention_fwd.py says why): S_raw is returned in log2
     units too (times log2 e); only the weight's gradient needs it, and converts it back.
@@ -103,6 +104,8 @@ def _probabilities(q, k, q_pos, cols, lse, row_ok, col_ok, r1, r2, r3, w_a, w_p,
                 allowed = allowed & (d_index < WINDOW)
             if HAS_STARTS:  # padded rows: megatron/attention/mask.py
                 allowed = allowed & ((_along_keys(K0 + cols, KEY_MAJOR) >= start_b) | (d_index == 0))
+            if HAS_DOCS:  # packed documents: the key lies in the query's document (doc_q: its start)
+                allowed = allowed & (_along_keys(cols, KEY_MAJOR) >= _along_queries(doc_q, KEY_MAJOR))
             d_index = tl.maximum(d_index, 0)
         # Unmasked dk/dv tiles: the distance as a difference of floats (attention_fwd.py FLOAT_D;
         # dk/dv kerple_log near tiles 726 -> 702 loop instructions, alibi 428 -> 404). Not in dq:
@@ -130,7 +133,7 @@ def _probabilities(q, k, q_pos, cols, lse, row_ok, col_ok, r1, r2, r3, w_a, w_p,
 @triton.jit
 def attention_bwd_dkdv_kernel(
     Q, K, V, DO, LSE, DELTA, DK, DV, PART,
-    R1, R2, R3, WA, WP, LUT, JAC, BUCKET, STARTS,
+    R1, R2, R3, WA, WP, LUT, JAC, BUCKET, STARTS, DOCS,
     sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom,
     sdkb, sdkh, sdkn, sdvb, sdvh, sdvn,
     H, LQ, LK, Q0, K0, WINDOW, sm_scale, N_KEY_BLOCKS,
@@ -139,7 +142,7 @@ def attention_bwd_dkdv_kernel(
     HAS_WEIGHT: tl.constexpr, HAS_WA: tl.constexpr, HAS_WP: tl.constexpr,
     HAS_WINDOW: tl.constexpr, MAXD, NSLOT: tl.constexpr, LUT_GRAD: tl.constexpr,
     PRECISION: tl.constexpr, UPCAST: tl.constexpr, HAS_STARTS: tl.constexpr, N_JAC: tl.constexpr,
-    GROUP: tl.constexpr,
+    GROUP: tl.constexpr, HAS_DOCS: tl.constexpr,
 ):
     start_n = tl.program_id(0)
     bkv = tl.program_id(1)  # batch * key/value head (the module docstring: grouped-query heads)
@@ -163,6 +166,11 @@ def attention_bwd_dkdv_kernel(
     slots = tl.arange(0, NSLOT)
     # The query blocks that see this key block, and those that need no mask (kernels/bands.py).
     lo, hi, full_lo, full_hi = query_walk(start_n, Q0, K0, LQ, LK, WINDOW, BLOCK_M, BLOCK_N, HAS_WINDOW, HAS_STARTS)
+    doc_row = DOCS + b * 2 * LQ  # packed documents: (start, end) of each token's document
+    if HAS_DOCS:  # query blocks wholly past the keys' documents are never visited (kernels/bands.py)
+        last = tl.minimum(start_n * BLOCK_N + BLOCK_N, LK) - 1
+        hi, full_hi = document_queries(hi, full_hi, tl.load(doc_row + LQ + start_n * BLOCK_N),
+                                       tl.load(doc_row + LQ + last), BLOCK_M)
     # KERPLE-log's far tiles (kernels/distance_bias.py FAR_U): the query blocks whose centre
     # distance Q0 + start_m - K0 - key start + (BLOCK_M - BLOCK_N) / 2 reaches far_distance, the
     # unmasked band's last ones: walked by a loop of their own (part 2), after the near ones.
@@ -204,11 +212,14 @@ def attention_bwd_dkdv_kernel(
                 do = tl.load(DO + b * sdob + h * sdoh + rows[:, None] * sdom + offs_d[None, :], mask=q_mask, other=0.0)
                 lse = tl.load(LSE + bh * LQ + rows, mask=row_ok, other=0.0)
                 delta = tl.load(DELTA + bh * LQ + rows, mask=row_ok, other=0.0)
+                doc_q = rows
+                if HAS_DOCS:
+                    doc_q = tl.load(doc_row + rows, mask=row_ok, other=0)
                 p, s_raw, w, d, d_index, log2z = _probabilities(
                     q, k, Q0 + rows, cols, lse, row_ok, col_ok,
-                    r1, r2, r3, w_a, w_p, lut_row, K0, WINDOW, sm_scale, start_b, start_m + center_shift,
+                    r1, r2, r3, w_a, w_p, lut_row, K0, WINDOW, sm_scale, start_b, doc_q, start_m + center_shift,
                     BLOCK_M, BLOCK_N, FAR and part == 2, BIAS, HAS_R2, HAS_R3, HAS_WEIGHT, HAS_WA, HAS_WP, HAS_WINDOW,
-                    MAXD, PRECISION, UPCAST, HAS_STARTS, part == 0 or part == 3, True)
+                    MAXD, PRECISION, UPCAST, HAS_STARTS, HAS_DOCS, part == 0 or part == 3, True)
                 # Key-major tiles (BN, BM): P^T, dP^T, dS^T. All four products then have the key
                 # block as their M side, held in registers (P^T, dS^T as wgmma's A operand straight
                 # from the accumulators): no transpose through shared memory, and with BLOCK_N >= 64
@@ -294,14 +305,14 @@ def attention_bwd_dkdv_kernel(
 @triton.jit
 def attention_bwd_dq_kernel(
     Q, K, V, DO, LSE, DELTA, DQ,
-    R1, R2, R3, WA, WP, LUT, STARTS,
+    R1, R2, R3, WA, WP, LUT, STARTS, DOCS,
     sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdom, sdqb, sdqh, sdqm,
     H, LQ, LK, Q0, K0, WINDOW, sm_scale,
     D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BIAS: tl.constexpr, HAS_R2: tl.constexpr, HAS_R3: tl.constexpr,
     HAS_WEIGHT: tl.constexpr, HAS_WA: tl.constexpr, HAS_WP: tl.constexpr,
     HAS_WINDOW: tl.constexpr, MAXD, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-    HAS_STARTS: tl.constexpr, GROUP: tl.constexpr,
+    HAS_STARTS: tl.constexpr, GROUP: tl.constexpr, HAS_DOCS: tl.constexpr,
 ):
     start_m = tl.program_id(0)
     bh = tl.program_id(1)
@@ -328,6 +339,13 @@ def attention_bwd_dq_kernel(
     # The key blocks this query block sees, and those that need no mask (kernels/bands.py).
     lo, hi, full_lo, full_hi = key_walk(start_m, Q0, K0, LQ, LK, WINDOW, BLOCK_M, BLOCK_N, HAS_WINDOW,
                                         HAS_STARTS, True)
+    doc_q = rows  # (unused without documents)
+    if HAS_DOCS:  # key blocks wholly before the queries' documents are never visited (kernels/bands.py)
+        doc_row = DOCS + b * 2 * LQ
+        doc_q = tl.load(doc_row + rows, mask=row_ok, other=0)
+        last = tl.minimum(start_m * BLOCK_M + BLOCK_M, LQ) - 1
+        lo, full_lo = document_keys(lo, full_lo, tl.load(doc_row + start_m * BLOCK_M), tl.load(doc_row + last),
+                                    BLOCK_N)
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     # KERPLE-log's far tiles (kernels/distance_bias.py FAR_U): the key blocks whose centre distance
     # Q0 + start_m * BLOCK_M - K0 - start_n + (BLOCK_M - BLOCK_N) / 2 reaches far_distance, the
@@ -348,9 +366,9 @@ def attention_bwd_dq_kernel(
             v = tl.load(V + b * svb + h_kv * svh + cols[:, None] * svn + offs_d[None, :], mask=kv_mask, other=0.0)
             p, s_raw, w, d, d_index, log2z = _probabilities(
                 q, k, Q0 + rows, cols, lse, row_ok, col_ok,
-                r1, r2, r3, w_a, w_p, lut_row, K0, WINDOW, sm_scale, start_b, center_shift - start_n,
+                r1, r2, r3, w_a, w_p, lut_row, K0, WINDOW, sm_scale, start_b, doc_q, center_shift - start_n,
                 BLOCK_M, BLOCK_N, FAR and part == 1, BIAS, HAS_R2, HAS_R3, HAS_WEIGHT, HAS_WA, HAS_WP, HAS_WINDOW,
-                MAXD, PRECISION, UPCAST, HAS_STARTS, part == 0 or part == 3, False)
+                MAXD, PRECISION, UPCAST, HAS_STARTS, HAS_DOCS, part == 0 or part == 3, False)
             dp = mm(do, tl.trans(v), PRECISION, UPCAST)
             ds = p * (dp - delta[:, None])
             if HAS_WEIGHT:

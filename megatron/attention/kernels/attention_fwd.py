@@ -13,6 +13,10 @@ masked gets exp(0) garbage, which the first allowed key wipes out exactly (its r
 exp(-1e30 - m) = 0). Every real row has its diagonal, so every stored row saw an allowed key.
 Padded batches (HAS_STARTS): key K0 + j of batch row b is hidden when it precedes STARTS[b], except
 from the query at its own position (megatron/attention/mask.py, the one rule).
+Packed documents (HAS_DOCS, Q0 = K0: queries and keys the same tokens): DOCS[b, 0, t] is where
+token t's document begins, DOCS[b, 1, t] one past its end; key j is hidden from query i when
+j < DOCS[b, 0, i], and key blocks wholly before the block's first document are never visited
+(kernels/bands.py document_keys).
 EXACT_PV (half-precision inputs whose positional parameters need gradients) multiplies P by V in
 two halves so O is P @ V to ~2^-17 (the backward's delta relies on it).
 The online softmax runs in log2 units (exp2, log2 e folded into the scale); LSE is stored in
@@ -20,7 +24,7 @@ natural units, as the backward kernels read it."""
 import triton
 import triton.language as tl
 
-from megatron.attention.kernels.bands import key_walk, walk_part
+from megatron.attention.kernels.bands import document_keys, key_walk, walk_part
 from megatron.attention.kernels.distance_bias import (
     LN2,
     LOG2E,
@@ -47,12 +51,12 @@ def _rescale(acc, l_i, m_i, m_new):
 
 @triton.jit
 def _fwd_band(acc, m_i, l_i, q, k_base, v_base, skn, svn, lo, hi, q_pos, q_first, offs_n, offs_d, d_ok, LK, K0,
-              WINDOW, start_b, qk_scale, r1, r2, r3, w_a, w_p, lut_row, MAXD,
+              WINDOW, start_b, doc_q, qk_scale, r1, r2, r3, w_a, w_p, lut_row, MAXD,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, FAR: tl.constexpr,
               BIAS: tl.constexpr, HAS_R2: tl.constexpr, HAS_R3: tl.constexpr,
               HAS_WEIGHT: tl.constexpr, HAS_WA: tl.constexpr, HAS_WP: tl.constexpr,
               HAS_WINDOW: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-              EXACT_PV: tl.constexpr, HAS_STARTS: tl.constexpr, MASKED: tl.constexpr):
+              EXACT_PV: tl.constexpr, HAS_STARTS: tl.constexpr, HAS_DOCS: tl.constexpr, MASKED: tl.constexpr):
     """The online softmax over the key blocks starting at lo, lo + BLOCK_N, ... < hi. MASKED False:
     the caller guarantees every (query, key) pair of these tiles is allowed (keys in range, before
     the block's first query, inside the window, no padding), so no mask and no clamp is computed.
@@ -88,6 +92,8 @@ def _fwd_band(acc, m_i, l_i, q, k_base, v_base, skn, svn, lo, hi, q_pos, q_first
                 allowed = allowed & (d_index < WINDOW)
             if HAS_STARTS:
                 allowed = allowed & (((K0 + cols)[None, :] >= start_b) | (d_index == 0))
+            if HAS_DOCS:  # the key lies in the query's document (megatron/attention/mask.py)
+                allowed = allowed & (cols[None, :] >= doc_q[:, None])
             d_index = tl.maximum(d_index, 0)
         if FAR:  # -r1 log2(1 + r2 d), the log2 by its series (the kernel's bias is in log2 units)
             delta = ((tl.arange(0, BLOCK_M) - (BLOCK_M - BLOCK_N) // 2).to(tl.float32)[:, None]
@@ -131,14 +137,14 @@ def _fwd_band(acc, m_i, l_i, q, k_base, v_base, skn, svn, lo, hi, q_pos, q_first
 @triton.jit
 def attention_fwd_kernel(
     Q, K, V, OUT, LSE,
-    R1, R2, R3, WA, WP, LUT, STARTS,
+    R1, R2, R3, WA, WP, LUT, STARTS, DOCS,
     sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sob, soh, som,
     H, LQ, LK, Q0, K0, WINDOW, sm_scale,
     D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BIAS: tl.constexpr, HAS_R2: tl.constexpr, HAS_R3: tl.constexpr,
     HAS_WEIGHT: tl.constexpr, HAS_WA: tl.constexpr, HAS_WP: tl.constexpr,
     HAS_WINDOW: tl.constexpr, MAXD, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-    EXACT_PV: tl.constexpr, HAS_STARTS: tl.constexpr, GROUP: tl.constexpr,
+    EXACT_PV: tl.constexpr, HAS_STARTS: tl.constexpr, HAS_DOCS: tl.constexpr, GROUP: tl.constexpr,
 ):
     start_m = tl.program_id(0)
     bh = tl.program_id(1)
@@ -166,6 +172,13 @@ def attention_fwd_kernel(
         start_b = tl.load(STARTS + b)
     lo, hi, full_lo, full_hi = key_walk(start_m, Q0, K0, LQ, LK, WINDOW, BLOCK_M, BLOCK_N, HAS_WINDOW,
                                         HAS_STARTS, False)  # kernels/bands.py
+    doc_q = offs_m  # (unused without documents)
+    if HAS_DOCS:
+        doc_row = DOCS + b * 2 * LQ
+        doc_q = tl.load(doc_row + offs_m, mask=row_ok, other=0)  # each query's document start
+        last = tl.minimum(start_m * BLOCK_M + BLOCK_M, LQ) - 1
+        lo, full_lo = document_keys(lo, full_lo, tl.load(doc_row + start_m * BLOCK_M), tl.load(doc_row + last),
+                                    BLOCK_N)
     m_i = tl.full([BLOCK_M], NEG, dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
@@ -184,9 +197,9 @@ def attention_fwd_kernel(
             band_lo, band_hi = walk_part(lo, hi, full_lo, full_hi, far_end, BLOCK_N, part)
             acc, m_i, l_i = _fwd_band(
                 acc, m_i, l_i, q, k_base, v_base, skn, svn, band_lo, band_hi, q_pos, q_first, offs_n, offs_d, d_ok,
-                LK, K0, WINDOW, start_b, qk_scale, r1, r2, r3, w_a, w_p, lut_row, MAXD,
+                LK, K0, WINDOW, start_b, doc_q, qk_scale, r1, r2, r3, w_a, w_p, lut_row, MAXD,
                 BLOCK_M, BLOCK_N, FAR and part == 1, BIAS, HAS_R2, HAS_R3, HAS_WEIGHT, HAS_WA, HAS_WP, HAS_WINDOW,
-                PRECISION, UPCAST, EXACT_PV, HAS_STARTS, part == 0 or part == 3)
+                PRECISION, UPCAST, EXACT_PV, HAS_STARTS, HAS_DOCS, part == 0 or part == 3)
 
     out = acc / l_i[:, None]
     tl.store(OUT + b * sob + h * soh + offs_m[:, None] * som + offs_d[None, :], out.to(OUT.dtype.element_ty),

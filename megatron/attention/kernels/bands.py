@@ -94,3 +94,23 @@ def far_split(first, end, threshold, STEP: tl.constexpr):
     the unmasked band splits between tiles near the diagonal and far ones (kernels/distance_bias.py
     FAR_U), so each part is a loop of its own with one way of computing the bias."""
     return tl.minimum(first + tl.cdiv(tl.maximum(threshold - first, 0), STEP) * STEP, end)
+
+
+@triton.jit
+def document_keys(lo, full_lo, first_start, last_start, BLOCK_N: tl.constexpr):
+    """Packed documents (megatron/attention/documents.py), forward and dq: the key walk of a query
+    block narrowed to its queries' documents. first_start, last_start: where the documents of the
+    block's first and last query begin. A key block before first_start is wholly in earlier
+    documents, seen by no query of the block: never visited (skipped, not masked). A tile is
+    unmasked only from last_start on (every key in every query's document: starts never decrease
+    along a row), the causal bound doing the rest."""
+    return tl.maximum(lo, (first_start // BLOCK_N) * BLOCK_N), tl.maximum(full_lo, last_start)
+
+
+@triton.jit
+def document_queries(hi, full_hi, first_end, last_end, BLOCK_M: tl.constexpr):
+    """Packed documents, dk/dv: the query walk of a key block narrowed to its keys' documents.
+    first_end, last_end: one past the last token of the documents of the block's first and last
+    key. A query block from last_end on is wholly in later documents: never visited. A tile is
+    unmasked only when all its queries lie before first_end (the causal bound doing the rest)."""
+    return tl.minimum(hi, last_end), tl.minimum(full_hi, first_end - BLOCK_M + 1)

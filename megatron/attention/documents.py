@@ -1,0 +1,47 @@
+"""Packed documents: the one object a training batch hands the model and every attention backend
+when a row holds several documents (reset-attention-mask / reset-position-ids, Megatron-LM's keys).
+
+`starts` (B, L) int64: for token t of row b, the index of the first token of its document, which
+is all the mask needs (megatron/attention/mask.py: key j is in query t's document iff
+starts[b, t] <= j <= t). `reset_positions`: the positions restart at each document, so whatever
+reads absolute positions (embeddings, FIRE, log-n scaling) takes `positions` (t - starts[b, t]);
+a relative scheme needs nothing, since within a document i - j is the same from either origin
+and other documents are masked. Built from the tokens by megatron/data/position_recipes.py."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class PackedDocuments:
+    starts: torch.Tensor  # (B, L) int64: the index where each token's document begins
+    reset_positions: bool = False  # reset-position-ids: positions restart at each document
+
+    @property
+    def positions(self) -> torch.Tensor:
+        """(B, L) int64: each token's position within its document."""
+        index = torch.arange(self.starts.shape[1], device=self.starts.device)
+        return index[None, :] - self.starts
+
+    @property
+    def ends(self) -> torch.Tensor:
+        """(B, L) int64: one past the last index of each token's document."""
+        B, L = self.starts.shape
+        index = torch.arange(L, device=self.starts.device)
+        firsts = torch.where(self.starts == index[None, :], index[None, :], L)  # a document's first token
+        after = firsts.flip(1).cummin(1).values.flip(1)  # (B, L): the first document start at or after t
+        return torch.cat([after[:, 1:], torch.full((B, 1), L, device=self.starts.device, dtype=after.dtype)], dim=1)
+
+    def bounds(self) -> torch.Tensor:
+        """(B, 2, L) int64: starts and ends, the per-token document bounds the Triton kernels read."""
+        return torch.stack([self.starts, self.ends], dim=1)
+
+    def to(self, device) -> PackedDocuments:
+        return PackedDocuments(self.starts.to(device=device, dtype=torch.int64), self.reset_positions)
+
+    def within_positions(self) -> torch.Tensor | None:
+        """The per-row positions absolute-position parts read: within each document when positions
+        restart, else None (the row's own positions stand)."""
+        return self.positions if self.reset_positions else None
