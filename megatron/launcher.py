@@ -269,13 +269,15 @@ def training_backend(cfg) -> str | None:
     from megatron.positional.base import positional_spec
     from megatron.positional.registry import build_scheme
 
-    m = cfg.model
+    m, d = cfg.model, cfg.data
     device = resolve_device(cfg.parallel.device, "device:")
     with torch.device("cpu"):
         scheme = build_scheme(m.pos_emb, positional_spec(m))
     try:
         backend = resolve_backend(m.attention_backend, scheme, device, cfg.precision.torch_dtype, training=True,
-                                  dropout=m.attention_dropout > 0)
+                                  dropout=m.attention_dropout > 0,
+                                  documents=d.reset_attention_mask or d.reset_position_ids,
+                                  sampled=d.pos_random_max_length is not None or d.pos_skip_target_length is not None)
     except ValueError as e:
         raise cfg.refusal([("attention_backend", f"training would refuse it on this machine: {e}")]) from None
     dtype = str(cfg.precision.torch_dtype).removeprefix("torch.")

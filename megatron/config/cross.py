@@ -10,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
 
+from megatron.config.position_recipes import position_recipe_problems
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -53,6 +55,7 @@ def _projected_clamp_reaches_master_weights(cfg) -> list[tuple[str, str]]:
 
 RULES = (
     Rule(("model", "parallel"), _shapes_split_by_tensor_parallel),
+    Rule(("data", "model", "parallel"), position_recipe_problems),
     Rule(("model", "precision", "optimizer"), _projected_clamp_reaches_master_weights),
 )
 

@@ -44,6 +44,26 @@ class DataConfig:
                                  "SentencePiece model).")
     merge_file: str | None = key(None, "GPT-2 BPE merges file.")
     eod_mask_loss: bool = key(False, "Exclude end-of-document tokens from the loss.")
+    reset_attention_mask: bool = key(
+        False, "Megatron-LM's: in training, no token attends to a token of another document of its packed "
+        "sequence (a document ends with its end-of-document token, which stays in it); evaluation and "
+        "generation are unchanged. Every backend but flash honours it, skipping whole tiles across documents.")
+    reset_position_ids: bool = key(
+        False, "Megatron-LM's: in training, positions restart after each end-of-document token, so every "
+        "scheme computes from positions within the document. Needs reset-attention-mask (here attention never "
+        "crosses documents whose positions restarted).")
+    pos_random_max_length: int | None = key(
+        None, "Randomized positions (Ruoss et al., ACL 2023): each training micro-batch takes sorted positions "
+        "drawn without replacement from [0, N), N this value (>= seq-length); evaluation uses consecutive "
+        "positions. The draw is seeded by (seed, iteration, micro-step, rank): resume is exact. Rows of one "
+        "micro-batch share a draw. sdpa and reference backends.", gt=0)
+    pos_skip_target_length: int | None = key(
+        None, "PoSE (Zhu et al., ICLR 2024): each training micro-batch's positions are cut into pos-skip-chunks "
+        "chunks at uniform points, chunk 0 at 0 and each later one shifted by a sorted uniform skip in "
+        "[0, T - seq-length], T this value, so the distances reach T - 1; evaluation uses consecutive positions. "
+        "Seeded like pos-random-max-length (exact resume). sdpa and reference backends.", gt=0)
+    pos_skip_chunks: int = key(2, "PoSE's chunk count (the paper's default: 2), read with pos-skip-target-length.",
+                               ge=1)
     mmap_warmup: bool = key(False, "NeoX: read the whole .bin once at start to warm the page cache; the "
                             ".bin is memory-mapped and read on demand here.", inert=True)
     use_shared_fs: bool = key(True, "NeoX: all nodes see the same filesystem; here run-dir and the data "

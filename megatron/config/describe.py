@@ -22,6 +22,7 @@ def _lines(cfg) -> list[tuple[str, str]]:
         ("sequence", f"train {m.seq_length}, validation/test {_or(t.seq_length_val, m.seq_length)}, "
                      f"max positions {m.max_position_embeddings}"),
         ("pos-emb", m.pos_emb),
+        ("positions", _positions(d)),
         ("attention", f"backend {m.attention_backend}, window "
                       f"{_or(m.attention_window, 'none (full causal)')}, dropout {m.attention_dropout}"),
         ("precision", prec),
@@ -41,6 +42,22 @@ def _lines(cfg) -> list[tuple[str, str]]:
         ("load", _or(c.load, "nothing") + (f" (iteration {c.iteration})" if c.iteration is not None else "")),
         ("run dir", _or(cfg.logging.run_dir, "-")),
     ]
+
+
+def _positions(d) -> str:
+    """What training's positions are (megatron/data/position_recipes.py); evaluation's are consecutive."""
+    parts = []
+    if d.reset_attention_mask or d.reset_position_ids:
+        parts.append("packed documents: " + ", ".join(
+            (["attention inside each document (reset-attention-mask)"] if d.reset_attention_mask else [])
+            + (["positions restart at each document (reset-position-ids)"] if d.reset_position_ids else [])))
+    if d.pos_random_max_length is not None:
+        parts.append(f"randomized: sorted draw from [0, {d.pos_random_max_length}) per micro-batch (Ruoss et al. 2023)")
+    if d.pos_skip_target_length is not None:
+        parts.append(f"PoSE: {d.pos_skip_chunks} chunks with skips reaching {d.pos_skip_target_length} (Zhu et al. 2024)")
+    if not parts:
+        return "consecutive from 0 (training and evaluation)"
+    return "training " + "; ".join(parts) + "; evaluation consecutive from 0"
 
 
 def describe(cfg) -> str:

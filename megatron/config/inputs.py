@@ -52,8 +52,10 @@ def data_prefix_problem(prefix: str) -> str | None:
 
 
 def reads_tokenizer(cfg) -> bool:
-    """Training reads the tokenizer files only for the vocabulary size or the EOD id."""
-    return cfg.model.padded_vocab_size is None or cfg.data.eod_mask_loss
+    """Training reads the tokenizer files only for the vocabulary size or the EOD id (eod-mask-loss,
+    and the documents of reset-attention-mask / reset-position-ids)."""
+    d = cfg.data
+    return cfg.model.padded_vocab_size is None or d.eod_mask_loss or d.reset_attention_mask or d.reset_position_ids
 
 
 def _tokenizer_problems(cfg) -> list[tuple[str, str, str]]:
@@ -69,7 +71,8 @@ def _tokenizer_problems(cfg) -> list[tuple[str, str, str]]:
         if path is None:
             out.append((name, VALUE, f"tokenizer-type {d.tokenizer_type} needs {hyphen(name)}; it is not set"))
         elif not os.path.isfile(path):
-            skip = "" if d.eod_mask_loss else " (or set padded-vocab-size so the tokenizer is not read)"
+            needs_eod = d.eod_mask_loss or d.reset_attention_mask or d.reset_position_ids
+            skip = "" if needs_eod else " (or set padded-vocab-size so the tokenizer is not read)"
             out.append((name, INPUT, f"no such file{_where(path)}; {d.tokenizer_type} needs it{skip}"))
     return out
 

@@ -16,22 +16,25 @@ from megatron.attention.base import partitioned
 from megatron.attention.mask import consecutive_starts, query_blocks, row_positions
 from megatron.attention.resolve import long_cpu_inference, resolve_backend
 from megatron.model.shared_prefix import shared_prefix_applies, shared_prefix_attention
-from megatron.positional.distance import run_slice
+from megatron.positional.distance import is_sampled, run_slice
 from megatron.positional.logn import scale_queries
 
 
 def cached_backend(backends: dict, model_cfg, scheme: nn.Module, device: torch.device, dtype: torch.dtype,
-                   training: bool, tokens: int | None = None, padded: bool = False):
+                   training: bool, tokens: int | None = None, padded: bool = False, documents: bool = False,
+                   sampled: bool = False):
     """The attention backend for this (device, dtype, mode), resolved once into `backends` (a
     model's own dict: GPTModel and GPTPipe keep one, a pipeline layer called on its own too). `tokens`: the full-sequence
     length (no kv-cache), which "auto" consults for long CPU inference only. `padded`: a batch
-    with left-padded rows (not every backend takes them)."""
+    with left-padded rows (not every backend takes them). `documents`, `sampled`: packed documents,
+    positions a training recipe drew (megatron/attention/resolve.py)."""
     long = long_cpu_inference(device, training, tokens)
-    key = (device.type, dtype, training, long, padded)
+    key = (device.type, dtype, training, long, padded, documents, sampled)
     if key not in backends:
         backends[key] = resolve_backend(model_cfg.attention_backend, scheme, device, dtype, training,
                                         dropout=training and model_cfg.attention_dropout > 0,
-                                        tokens=tokens if long else None, padded=padded)
+                                        tokens=tokens if long else None, padded=padded, documents=documents,
+                                        sampled=sampled)
     return backends[key]
 
 
@@ -61,15 +64,18 @@ class AttentionContext:
     q_scale: torch.Tensor | None = None
     # (B,) first real position of each row of a left-padded batch (megatron/attention/mask.py), or None.
     row_starts: torch.Tensor | None = None
+    # Packed documents (megatron/attention/documents.py), or None: one sequence per row.
+    documents: object | None = None
 
     @classmethod
     def build(cls, model_cfg, scheme: nn.Module, backends: dict, device: torch.device, dtype: torch.dtype,
               training: bool, q_pos: torch.Tensor, k_pos: torch.Tensor | None = None,
-              row_starts: torch.Tensor | None = None) -> AttentionContext:
+              row_starts: torch.Tensor | None = None, documents=None) -> AttentionContext:
         """The context for the layers' hidden states (on `device`, of `dtype`) at positions q_pos
         (keys: k_pos, default q_pos), with the backend resolved once per (device, dtype, mode)
         into `backends`.
         `row_starts`: each row's first real position in a left-padded batch, or None.
+        `documents`: packed documents (training), or None.
 
         Build it OUTSIDE activation-checkpointed regions when layers share it: the prepared
         tensors are then inputs of every layer (one autograd node, gradient summed over layers),
@@ -78,14 +84,17 @@ class AttentionContext:
         full = k_pos is None and long_cpu_inference(device, training, q_pos.numel()) and (
             consecutive_starts(q_pos, q_pos) is not None)
         backend = cached_backend(backends, model_cfg, scheme, device, dtype, training,
-                                 tokens=q_pos.numel() if full else None, padded=row_starts is not None)
+                                 tokens=q_pos.numel() if full else None, padded=row_starts is not None,
+                                 documents=documents is not None, sampled=is_sampled(q_pos))
         k_pos = q_pos if k_pos is None else k_pos
         window = model_cfg.attention_window
-        prepared = backend.prepare(scheme, q_pos, k_pos, window, row_starts) if shares_prepared(scheme, backend) else None
+        prepared = (backend.prepare(scheme, q_pos, k_pos, window, row_starts, documents)
+                    if shares_prepared(scheme, backend) else None)
+        own = documents.within_positions() if documents is not None else None  # reset-position-ids
+        q_scale = scheme.query_scale(row_positions(q_pos, row_starts) if own is None else own, window)
         return cls(scheme=scheme, backend=backend, q_pos=q_pos, k_pos=k_pos, window=window,
                    softmax_in_fp32=model_cfg.attention_softmax_in_fp32, dropout_p=model_cfg.attention_dropout,
-                   prepared=prepared, q_scale=scheme.query_scale(row_positions(q_pos, row_starts), window),
-                   row_starts=row_starts)
+                   prepared=prepared, q_scale=q_scale, row_starts=row_starts, documents=documents)
 
 
 def shares_prepared(scheme: nn.Module, backend) -> bool:
@@ -184,7 +193,7 @@ class SelfAttention(nn.Module):
                 qb, kb = ctx.scheme.rotate_qk(qb, kb, q_pos, k_pos)
             prepared = ctx.prepared
             if prepared is not None and rows != slice(None):  # the shared one is for the whole call
-                prepared = ctx.backend.prepare(ctx.scheme, q_pos, k_pos, ctx.window, ctx.row_starts)
+                prepared = ctx.backend.prepare(ctx.scheme, q_pos, k_pos, ctx.window, ctx.row_starts, ctx.documents)
             outs.append(ctx.backend.forward(
                 qb, kb, vb, ctx.scheme, q_pos, k_pos,
                 window=ctx.window,
@@ -192,5 +201,6 @@ class SelfAttention(nn.Module):
                 dropout_p=ctx.dropout_p if self.training else 0.0,
                 prepared=prepared,
                 row_starts=ctx.row_starts,
+                documents=ctx.documents,
             ))  # (B, H_local, L_block, D); kb, vb: (B, H_kv_local, L_keys, D)
         return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)

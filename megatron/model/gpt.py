@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from megatron.attention.mask import check_row_starts, row_positions
+from megatron.attention.mask import check_doc_starts, check_row_starts, row_positions
 from megatron.model.attention import AttentionContext, cached_backend
 from megatron.model.init import build_init
 from megatron.model.kv_cache import KVCache
@@ -101,7 +101,7 @@ class GPTModel(nn.Module):
         return self.word_embeddings.weight if self.output_layer is None else self.output_layer.weight
 
     def hidden_states(self, tokens: torch.Tensor, positions: torch.Tensor | None = None, cache=None,
-                      row_starts: torch.Tensor | None = None):
+                      row_starts: torch.Tensor | None = None, documents=None):
         """tokens (B, L) -> final-normed hidden states (B, L, h).
 
         With a megatron.model.kv_cache.KVCache, `tokens` are the NEW tokens only: they take
@@ -112,9 +112,19 @@ class GPTModel(nn.Module):
         mask.py). Right padding needs nothing (causal attention never looks ahead): score each
         row's real tokens and ignore the rest. Every scheme sees each row at its own positions
         (position - row start): a padded row's real tokens get the outputs they get alone. With a
-        cache, pass row_starts with the first (prompt) call; the cache keeps them."""
+        cache, pass row_starts with the first (prompt) call; the cache keeps them.
+
+        Packed documents (training: megatron/attention/documents.py): no token attends to another
+        document, and with reset positions whatever reads absolute positions (embeddings, FIRE,
+        log-n) takes each token's position within its document; `positions` stay the row's (L,)
+        positions, from which a relative scheme's differences are the same within a document."""
         B, L = tokens.shape
         k_pos = None
+        if documents is not None:
+            if cache is not None or row_starts is not None:
+                raise ValueError("packed documents are a training batch's: they take no kv-cache and no padded rows")
+            check_doc_starts(documents.starts, B, L)
+            documents = documents.to(tokens.device)
         if cache is not None:
             row_starts = cache.keep_row_starts(row_starts)
             positions, k_pos = cache.step_positions(L, tokens.device)
@@ -126,13 +136,14 @@ class GPTModel(nn.Module):
             if not bool(row_starts.any()):
                 row_starts = None  # nothing padded on the left: the unpadded path, bit for bit
         x = self.word_embeddings(tokens)
-        absolute = self.position.embed(row_positions(positions, row_starts))
+        own = documents.within_positions() if documents is not None else None  # (B, L) with reset positions
+        absolute = self.position.embed(row_positions(positions, row_starts) if own is None else own)
         if absolute is not None:
             x = x + absolute.to(x.dtype)
         x = self.embedding_dropout(x)
         # Once per forward, outside the checkpointed layers: every layer shares the scheme's bias.
         ctx = AttentionContext.build(self.model_cfg, self.position, self._backends, x.device, x.dtype, self.training,
-                                     positions, k_pos, row_starts)
+                                     positions, k_pos, row_starts, documents)
         if cache is not None:
             return self._cached_layers(x, ctx, cache)
         ctx.dropout_rng = self.sharding.dropout_rng
@@ -158,10 +169,12 @@ class GPTModel(nn.Module):
         return KVCache(len(self.layers), self.model_cfg.attention_window)
 
     # ---- entry points ------------------------------------------------------------------------
-    def forward(self, tokens, labels=None, loss_mask=None, positions=None, cache=None, row_starts=None):
+    def forward(self, tokens, labels=None, loss_mask=None, positions=None, cache=None, row_starts=None,
+                documents=None):
         """Logits (B, L, V) (gathered over TP ranks); or, when labels are given, the NeoX loss:
-        sum(CE(logits.float()) * loss_mask) / sum(loss_mask). `cache`, `row_starts`: see hidden_states."""
-        x = self.hidden_states(tokens, positions, cache, row_starts)
+        sum(CE(logits.float()) * loss_mask) / sum(loss_mask). `cache`, `row_starts`, `documents`:
+        see hidden_states."""
+        x = self.hidden_states(tokens, positions, cache, row_starts, documents)
         if labels is None:
             return self.logits(x)
         return masked_mean(self._token_losses_from_hidden(x, labels), loss_mask)

@@ -17,9 +17,11 @@ import numpy as np
 import torch
 
 from megatron.checkpoint.tags import read_latest, tag_for
+from megatron.config.inputs import reads_tokenizer
 from megatron.config.originals import publish_staged
 from megatron.console import seconds_since_start
 from megatron.data.loader import batch_loader, loss_mask_for
+from megatron.data.position_recipes import PositionRecipe, to_device
 from megatron.device import collective_device
 from megatron.device import describe as describe_device
 from megatron.errors import is_out_of_memory, out_of_memory
@@ -63,7 +65,7 @@ def resolve_vocab(cfg):
     """(tokenizer or None, padded vocab size). The tokenizer is only needed for its size/EOD."""
     d, m = cfg.data, cfg.model
     tok = None
-    if m.padded_vocab_size is None or cfg.data.eod_mask_loss:
+    if reads_tokenizer(cfg):
         tok = build_tokenizer(d.tokenizer_type, d.vocab_file, d.merge_file)
     size = m.padded_vocab_size or padded_vocab_size(
         tok.vocab_size, m.make_vocab_size_divisible_by, cfg.parallel.model_parallel_size)
@@ -154,6 +156,11 @@ class Trainer:
         self._validated = (None, None)  # (iteration, metrics) of the last interval's validation
         self._restore_tp_rng(client)
         self.datasets = build_datasets(cfg, self.batch, self.tokenizer.vocab_size if self.tokenizer else self.vocab_size)
+        self.recipe = PositionRecipe.from_config(cfg, self._eod())  # training's positions (position_recipes.py)
+        if (cfg.data.reset_attention_mask or cfg.data.reset_position_ids) and self._eod() is None:
+            raise ValueError(f"reset-attention-mask / reset-position-ids cut documents at the tokenizer's end-of-document "
+                             f"token and tokenizer-type {cfg.data.tokenizer_type} has none; use a tokenizer with one, "
+                             "or turn both keys off")
         self.loss_watch = health.LossWatch(cfg.training.max_nonfinite_loss_steps, self.checkpointer.resumed_from)
         self.finished = self._already_finished()
         # a finished run started again writes nothing: its log goes to the console only
@@ -314,10 +321,13 @@ class Trainer:
         if self.pipe:  # the pipe engine runs all gas micro-batches; its loss is already the DP mean
             return pipeline_train_step(self.engine, loader)
         losses = []
-        for _ in range(self.gas):
+        for micro_step in range(self.gas):
             # NeoX's forward timer contains its batch generator (get_batch runs inside forward_step)
             with self.timers("forward"), self.timers("batch generator"):
                 batch = next(loader)
+                if self.recipe.active:  # seeded by (seed, iteration, micro-step, rank): exact resume
+                    batch = {**batch, "recipe": self.recipe.batch_inputs(batch["tokens"], self.iteration, micro_step,
+                                                                        self.par.dp_rank)}
             losses.append(self.forward_backward(batch))
         # One host read at the end of the step, not one after each micro-batch (each waited for
         # the device with the next micro-batch not yet queued)
@@ -331,7 +341,8 @@ class Trainer:
             with self.timers("batch generator"):  # NeoX's get_batch also moves the batch and builds the mask
                 tokens, labels = batch["tokens"].to(self.dist.device), batch["labels"].to(self.dist.device)
                 mask = loss_mask_for(tokens, self._eod(), self.cfg.data.eod_mask_loss).to(self.dist.device)
-            loss = self.engine(tokens, labels=labels, loss_mask=mask)
+                recipe = to_device(batch.get("recipe", {}), self.dist.device)  # documents, drawn positions
+            loss = self.engine(tokens, labels=labels, loss_mask=mask, **recipe)
         with self.timers("backward"):
             self.engine.backward(loss)
         if self.engine.is_gradient_accumulation_boundary():
