@@ -1,0 +1,97 @@
+"""Randomized positions and PoSE (megatron/data/position_recipes.py): the positions follow the
+stated law and are a pure function of their seed coordinates; a relative scheme's loss depends only
+on position differences; bad values are refused in one line by the config (dry run and training)."""
+import numpy as np
+import pytest
+import torch
+
+from megatron.config import load_config
+from megatron.config.errors import ConfigError
+from megatron.data.position_recipes import PositionRecipe, draw_generator, pose_positions, random_positions
+from megatron.model import GPTModel
+from tests.conftest import TINY_MODEL, write_yaml
+
+
+def test_random_positions_are_a_uniform_sorted_draw():
+    L, N, draws = 8, 40, 4000
+    counts = np.zeros(N)
+    for i in range(draws):
+        pos = random_positions(L, N, draw_generator(1, i, 0, 0))
+        assert torch.equal(pos, pos.sort().values) and pos.unique().numel() == L
+        assert 0 <= int(pos.min()) and int(pos.max()) < N
+        counts[pos.numpy()] += 1
+    # each position is included with probability L / N: a chi-square test at 39 degrees of freedom
+    expected = draws * L / N
+    chi2 = ((counts - expected) ** 2 / expected).sum()
+    assert chi2 < 72.0, chi2  # the 0.999 quantile of chi-square(39) is 72.05
+
+
+def test_pose_positions_follow_the_paper():
+    L, T, draws = 16, 64, 3000
+    last_skip = np.zeros(T - L + 1)
+    for i in range(draws):
+        pos = pose_positions(L, T, 2, draw_generator(2, i, 0, 0))
+        steps = (pos[1:] - pos[:-1]).tolist()
+        assert int(pos[0]) == 0 and int(pos[-1]) <= T - 1
+        assert sum(s != 1 for s in steps) <= 1 and min(steps) >= 1  # two chunks, consecutive inside
+        last_skip[int(pos[-1]) - (L - 1)] += 1
+    expected = draws / (T - L + 1)  # the skip is uniform on [0, T - L]
+    chi2 = ((last_skip - expected) ** 2 / expected).sum()
+    assert chi2 < 85.4, chi2  # the 0.999 quantile of chi-square(48)
+    many = pose_positions(L, T, 5, draw_generator(3, 0, 0, 0))
+    assert int(many[0]) == 0 and (many[1:] > many[:-1]).all()
+
+
+def test_draws_are_a_pure_function_of_their_coordinates():
+    recipe = PositionRecipe(random_max_length=100, seed=7)
+    tokens = torch.ones(2, 10, dtype=torch.long)
+    a = recipe.batch_inputs(tokens, 5, 1, 0)["positions"]
+    assert torch.equal(a, recipe.batch_inputs(tokens, 5, 1, 0)["positions"])
+    for other in ((6, 1, 0), (5, 0, 0), (5, 1, 1)):
+        assert not torch.equal(a, recipe.batch_inputs(tokens, *other)["positions"])
+    pose = PositionRecipe(skip_target_length=100, skip_chunks=3, seed=7)
+    assert torch.equal(pose.batch_inputs(tokens, 5, 1, 0)["positions"], pose.batch_inputs(tokens, 5, 1, 0)["positions"])
+
+
+SHIFT_INVARIANT = ["kerple_log", "kerple_power_ap_ap", "alibi", "rpe", "sandwich", "rotary", "none"]
+
+
+@pytest.mark.parametrize("name", SHIFT_INVARIANT)
+def test_relative_loss_depends_only_on_differences(tiny_config, name):
+    """Positions drawn by a recipe (gapped) shifted by c: the loss of a relative scheme is unchanged."""
+    cfg = tiny_config(pos_emb=name, attention_backend="sdpa" if name != "kerple_power_ap_ap" else "reference",
+                      num_layers=1, hidden_size=16, num_attention_heads=2, rpe_num_buckets=8, rpe_max_distance=40)
+    torch.manual_seed(0)
+    model = GPTModel(cfg.model, 32).train()
+    tokens = torch.randint(1, 32, (2, 12))
+    labels = torch.roll(tokens, -1, dims=1)
+    pos = pose_positions(12, 60, 3, draw_generator(0, 0, 0, 0))
+    losses = [model(tokens, labels=labels, positions=pos + c).item() for c in (0, 37)]
+    assert abs(losses[0] - losses[1]) <= (2e-6 if name == "rotary" else 1e-6), losses
+
+
+def _load(tmp_path, **over):
+    data = {**TINY_MODEL, "run-dir": str(tmp_path / "run"), **over}
+    return load_config([write_yaml(tmp_path / "bad.yml", data)])
+
+
+@pytest.mark.parametrize("over,key", [
+    ({"pos-random-max-length": 16}, "pos-random-max-length"),  # shorter than seq-length 32
+    ({"pos-skip-target-length": 64, "pos-skip-chunks": 0}, "pos-skip-chunks"),
+    ({"pos-skip-target-length": 20}, "pos-skip-target-length"),
+    ({"reset-position-ids": True}, "reset-position-ids"),  # without reset-attention-mask
+    ({"pos-emb": "learned", "pos-random-max-length": 64}, "pos-random-max-length"),  # past the table
+    ({"pos-random-max-length": 64, "pos-skip-target-length": 64}, "pos-skip-target-length"),
+])
+def test_bad_values_are_refused_naming_the_key(tmp_path, over, key):
+    with pytest.raises(ConfigError) as err:
+        _load(tmp_path, **over)
+    problems = [line for line in str(err.value).splitlines() if line.strip().startswith("-")]
+    assert len(problems) == 1 and key in problems[0], str(err.value)
+
+
+def test_good_values_load(tmp_path):
+    cfg = _load(tmp_path, **{"reset-attention-mask": True, "reset-position-ids": True})
+    assert "restart at each document" in cfg.describe()
+    cfg = _load(tmp_path, **{"pos-skip-target-length": 128, "pos-skip-chunks": 3})
+    assert "PoSE: 3 chunks" in cfg.describe()
