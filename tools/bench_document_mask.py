@@ -1,0 +1,76 @@
+"""Packed-document masking against the unmasked step on CPU at the quickstart size: one training
+step (forward + backward) of configs/quickstart.yml's model, micro-batch 16 of 128 tokens, each
+variant timed interleaved with the others in one process on one thread, so a busy machine slows
+them alike. Prints the median step time of each variant and its ratio to the unmasked step.
+
+    python tools/bench_document_mask.py [--reps 15] [--backend sdpa]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from megatron.attention.documents import PackedDocuments
+from megatron.config import load_config
+from megatron.data.position_recipes import document_starts
+from megatron.model import GPTModel
+
+EOD = 0
+
+
+def packed_tokens(batch: int, length: int, mean_doc: int | None, vocab: int, seed: int) -> torch.Tensor:
+    """Random tokens with an EOD ending a document every ~mean_doc tokens (None: no EOD)."""
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(1, vocab, (batch, length), generator=g)
+    if mean_doc is not None:
+        tokens[torch.rand(batch, length, generator=g) < 1.0 / mean_doc] = EOD
+    return tokens
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--reps", type=int, default=15)
+    p.add_argument("--backend", default="sdpa")
+    p.add_argument("--config", default="configs/quickstart.yml")
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    cfg = load_config([args.config], overrides={"attention-backend": args.backend, "padded-vocab-size": 8192})
+    m = cfg.model
+    torch.manual_seed(0)
+    model = GPTModel(m, 8192).train()
+    B, L = cfg.training.train_micro_batch_size_per_gpu, m.seq_length
+    variants = {"unmasked": None, "documents ~64 tokens": 64, "documents ~16 tokens": 16}
+    batches = {}
+    for name, mean in variants.items():
+        tokens = packed_tokens(B, L + 1, mean, 8192, seed=1)
+        docs = None if mean is None else PackedDocuments(document_starts(tokens[:, :-1], EOD), True)
+        batches[name] = (tokens[:, :-1], tokens[:, 1:], docs)
+    times = {name: [] for name in variants}
+
+    def step(name):
+        tokens, labels, docs = batches[name]
+        model.zero_grad(set_to_none=True)
+        start = time.perf_counter()
+        model(tokens, labels=labels, documents=docs).backward()
+        return time.perf_counter() - start
+
+    for name in variants:  # warm-up
+        step(name)
+    for _ in range(args.reps):
+        for name in variants:  # interleaved
+            times[name].append(step(name))
+    base = statistics.median(times["unmasked"])
+    print(f"{m.num_layers} layers, hidden {m.hidden_size}, {m.num_attention_heads} heads, pos-emb {m.pos_emb}, "
+          f"backend {args.backend}, micro-batch {B} x {L} tokens, fp32, 1 thread, {args.reps} interleaved reps")
+    print("| variant | median step (ms) | ratio to unmasked |")
+    print("|---|---|---|")
+    for name in variants:
+        med = statistics.median(times[name])
+        print(f"| {name} | {med * 1000:.1f} | {med / base:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
