@@ -32,10 +32,12 @@ def check_window(window: int | None) -> None:
 
 
 def allowed_mask(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None = None,
-                 row_starts: torch.Tensor | None = None, doc_starts: torch.Tensor | None = None) -> torch.Tensor:
+                 row_starts: torch.Tensor | None = None, doc_starts: torch.Tensor | None = None,
+                 first_key: int = 0) -> torch.Tensor:
     """Bool (Lq, Lk): True where query i may attend to key j; with `row_starts` (B,) (module
     docstring) bool (B, 1, Lq, Lk), the padding keys of each row hidden as well; with `doc_starts`
-    (B, L) (module docstring) bool (B, 1, L, L), keys of other documents hidden too.
+    (B, Lq) (module docstring: the queries' document starts, the keys the tokens at indices
+    first_key .. first_key + Lk - 1) bool (B, 1, Lq, Lk), keys of other documents hidden too.
 
     Causal: k_pos[j] <= q_pos[i]. With a window W >= 1 also q_pos[i] - k_pos[j] < W, i.e. query i
     sees keys i-W < j <= i: exactly W keys including itself (window=1 keeps only the diagonal).
@@ -48,17 +50,19 @@ def allowed_mask(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None = 
     if window is not None:
         allowed = allowed & (diff < window)
     if doc_starts is not None:
-        allowed = allowed & same_document(doc_starts)  # (B, L, L)
+        allowed = allowed & same_document(doc_starts, first_key, k_pos.numel())  # (B, Lq, Lk)
     if row_starts is None:
-        return allowed if doc_starts is None else allowed[:, None]  # (B, 1, L, L) with documents
+        return allowed if doc_starts is None else allowed[:, None]  # (B, 1, Lq, Lk) with documents
     real_key = k_pos[None, :] >= row_starts.to(k_pos.device)[:, None]  # (B, Lk)
     return (allowed & (real_key[:, None, :] | (diff == 0)))[:, None]  # (B, 1, Lq, Lk)
 
 
-def same_document(doc_starts: torch.Tensor) -> torch.Tensor:
-    """Bool (B, L, L): key index j is at or after the first index of query t's document; with the
-    causal rule (j <= t) that is "the same document" (module docstring)."""
-    keys = torch.arange(doc_starts.shape[1], device=doc_starts.device)
+def same_document(doc_starts: torch.Tensor, first_key: int = 0, num_keys: int | None = None) -> torch.Tensor:
+    """Bool (B, Lq, Lk): key index j (first_key .. first_key + Lk - 1; Lk = num_keys, default Lq) is at
+    or after the first index of query t's document, doc_starts[b, t]; with the causal rule (j <= t)
+    that is "the same document" (module docstring)."""
+    num_keys = doc_starts.shape[1] if num_keys is None else num_keys
+    keys = torch.arange(first_key, first_key + num_keys, device=doc_starts.device)
     return keys[None, None, :] >= doc_starts[:, :, None]
 
 

@@ -50,6 +50,7 @@ class ReferenceAttention(AttentionBackend):
         if q0 is None or k0 is None or not (k0 <= q0 and q0 + q_pos.numel() <= k0 + k_pos.numel()):
             assert bool(allowed.any(dim=-1).all()), "a query row has no allowed key"
         own = None if documents is None else documents.within_positions()  # (B, L) or None
+        own = None if own is None else (own, own)  # the queries' and keys' (the same tokens)
         return ReferencePrepared(scheme.batch_score_weight(q_pos, k_pos, row_starts, own),
                                  scheme.batch_score_bias(q_pos, k_pos, row_starts, own), allowed)
 

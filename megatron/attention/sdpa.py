@@ -30,9 +30,14 @@ memory-efficient and cuDNN kernels admit grouped heads (sdp_utils.cpp), to be co
 
 Padded batches (`row_starts`, megatron/attention/mask.py) take the dense route with a per-row
 mask (B, H or 1, Lq, Lk): padding keys -inf, the bias at each row's positions where it depends
-on them (FIRE). Packed documents (megatron/attention/documents.py) take the same dense route: the
-mask's other-document keys are -inf too (SDPA has no block skipping on this route: the dense
-mask costs the same whatever the documents)."""
+on them (FIRE).
+
+Packed documents (megatron/attention/documents.py, training) run in query chunks of
+DOCUMENT_QUERY_CHUNK rows, each against only the keys from its first document's start (the
+earliest over the batch rows) to its last query, with a per-row float mask of that block (other
+documents' keys -inf): keys wholly in earlier documents are never computed, so short documents
+cost less than the unmasked step's dense mask (docs/benchmarks.md, "Packed documents"). Outputs
+equal the dense mask's up to summation order (a masked key's exp is exactly 0)."""
 from __future__ import annotations
 
 import math
@@ -44,12 +49,16 @@ import torch.nn.functional as F
 from megatron.attention.base import AttentionBackend, kv_group
 from megatron.attention.mask import allowed_mask, check_window, consecutive_starts
 from megatron.attention.registry import register_backend
-from megatron.positional.distance import causal_distance
+from megatron.positional.distance import causal_distance, run_slice
 
 # Query rows per SDPA call in CPU inference (module docstring): the smaller, the less of the
 # masked triangle is computed, and the more calls. Chosen by measurement (docs/benchmarks.md,
 # "evaluation forward").
 QUERY_CHUNK = 512
+# Query rows per SDPA call with packed documents (module docstring): smaller chunks skip more of
+# the keys before short documents, at one call per chunk. Chosen by measurement (docs/benchmarks.md,
+# "Packed documents").
+DOCUMENT_QUERY_CHUNK = 64
 
 
 @dataclass(frozen=True)
@@ -61,6 +70,9 @@ class SDPAPrepared:
     # chunks (first row, end row, first key, end key), keys counted in that reversed order; None:
     # one call, keys in order.
     chunks: tuple[tuple[int, int, int, int], ...] | None = None
+    # Packed documents (module docstring): per chunk of queries (first row, end row, first key,
+    # its float mask (B, H or 1, rows, end row - first key)); None without documents.
+    document_chunks: tuple[tuple[int, int, int, torch.Tensor], ...] | None = None
 
 
 @register_backend("sdpa", priority=100)
@@ -76,16 +88,17 @@ class SDPAAttention(AttentionBackend):
         documents), or None for the built-in causal path: no bias, no window, no padding, one
         document per row and q_pos == k_pos consecutive (is_causal=True then equals the positional mask)."""
         check_window(window)
-        padded = row_starts is not None or documents is not None  # a mask per batch row
+        if documents is not None:
+            return _prepare_documents(scheme, q_pos, k_pos, window, documents)
+        padded = row_starts is not None
         if not padded and not scheme.has_score_bias and window is None and _is_plain_causal(q_pos, k_pos):
             return SDPAPrepared(None)
         if not padded and q_pos.device.type == "cpu" and not torch.is_grad_enabled():
             prepared = _prepare_cpu_inference(scheme, q_pos, k_pos, window)
             if prepared is not None:
                 return prepared
-        doc_starts, own = (None, None) if documents is None else (documents.starts, documents.within_positions())
-        bias = scheme.batch_score_bias(q_pos, k_pos, row_starts, own)  # (H, Lq, Lk) / (B, H, Lq, Lk) fp32, or None
-        allowed = allowed_mask(q_pos, k_pos, window, row_starts, doc_starts)  # (Lq, Lk) / (B, 1, Lq, Lk)
+        bias = scheme.batch_score_bias(q_pos, k_pos, row_starts)  # (H, Lq, Lk) / (B, H, Lq, Lk) fp32, or None
+        allowed = allowed_mask(q_pos, k_pos, window, row_starts)  # (Lq, Lk) / (B, 1, Lq, Lk)
         mask = torch.zeros(allowed.shape, dtype=torch.float32, device=q_pos.device)
         mask = mask.masked_fill(~allowed, float("-inf"))
         if bias is not None:
@@ -99,6 +112,12 @@ class SDPAAttention(AttentionBackend):
         scale = 1.0 / math.sqrt(q.shape[-1])
         gqa = kv_group(q, k) > 1  # the module docstring: torch maps the heads (multi-head: no flag)
         prepared = prepared or self.prepare(scheme, q_pos, k_pos, window, row_starts, documents)
+        if prepared.document_chunks is not None:
+            return torch.cat([
+                F.scaled_dot_product_attention(q[:, :, r0:r1], k[:, :, k0:r1], v[:, :, k0:r1],
+                                               attn_mask=mask.to(q.dtype), dropout_p=dropout_p, scale=scale,
+                                               enable_gqa=gqa)
+                for r0, r1, k0, mask in prepared.document_chunks], dim=2)  # (B, H, Lq, D)
         mask = prepared.mask
         if mask is None:
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True,
@@ -115,6 +134,27 @@ class SDPAAttention(AttentionBackend):
                 q[:, :, r0:r1], k[:, :, k0:k1], v[:, :, k0:k1], attn_mask=mask[..., r0:r1, k0:k1], scale=scale,
                 enable_gqa=gqa)
         return out  # (B, H, Lq, D)
+
+
+def _prepare_documents(scheme, q_pos, k_pos, window, documents) -> SDPAPrepared:
+    """The query chunks of packed documents (module docstring), each with the float mask of its
+    block of keys; one host read of the chunks' first document starts."""
+    if q_pos.numel() != k_pos.numel():
+        raise ValueError("packed documents need queries and keys at the same positions (no kv-cache)")
+    length, starts, own = q_pos.numel(), documents.starts.to(q_pos.device), documents.within_positions()
+    firsts = starts[:, ::DOCUMENT_QUERY_CHUNK].amin(dim=0).tolist()  # per chunk: its first query's earliest document start
+    chunks = []
+    for r0, first in zip(range(0, length, DOCUMENT_QUERY_CHUNK), firsts):
+        r1 = min(r0 + DOCUMENT_QUERY_CHUNK, length)
+        k0 = first if window is None else max(first, r0 - window + 1)  # keys before k0 are hidden from every row
+        rows, keys = slice(r0, r1), slice(k0, r1)
+        q_block, k_block = run_slice(q_pos, rows), run_slice(k_pos, keys)
+        blocks = None if own is None else (own[:, rows], own[:, keys])
+        bias = scheme.batch_score_bias(q_block, k_block, None, blocks)  # (H or B, H, rows, keys) or None
+        allowed = allowed_mask(q_block, k_block, window, None, starts[:, rows], first_key=k0)  # (B, 1, rows, keys)
+        mask = torch.zeros(allowed.shape, dtype=torch.float32, device=q_pos.device).masked_fill(~allowed, float("-inf"))
+        chunks.append((r0, r1, k0, mask if bias is None else bias + mask))
+    return SDPAPrepared(None, document_chunks=tuple(chunks))
 
 
 def _is_plain_causal(q_pos: torch.Tensor, k_pos: torch.Tensor) -> bool:

@@ -165,19 +165,19 @@ class PositionalScheme(nn.Module):
 
     def batch_score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor,
                          row_starts: torch.Tensor | None = None,
-                         doc_positions: torch.Tensor | None = None) -> torch.Tensor | None:
+                         doc_positions: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor | None:
         """score_bias for a batch whose rows may be left-padded (megatron/attention/mask.py): (H,
         Lq, Lk), shared by every row, unless the scheme depends on absolute positions
         (shift_invariant False: FIRE) and rows start at different positions; then (B, H, Lq, Lk),
-        each row at its own positions (position - row start). `doc_positions` (B, L): packed
-        documents whose positions restart (reset-position-ids), each token's position within its
-        document; such a scheme then sees those, per row (a relative one needs nothing: within a
-        document i - j is the same from either origin, and other documents are masked)."""
+        each row at its own positions (position - row start). `doc_positions` ((B, Lq), (B, Lk)):
+        packed documents whose positions restart (reset-position-ids), each query's and key's
+        position within its document; such a scheme then sees those, per row (a relative one needs
+        nothing: within a document i - j is the same from either origin, and other documents are masked)."""
         return _per_row(self.score_bias, self.shift_invariant, q_pos, k_pos, row_starts, doc_positions)
 
     def batch_score_weight(self, q_pos: torch.Tensor, k_pos: torch.Tensor,
                            row_starts: torch.Tensor | None = None,
-                           doc_positions: torch.Tensor | None = None) -> torch.Tensor | None:
+                           doc_positions: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor | None:
         """score_weight for a batch, as batch_score_bias."""
         return _per_row(self.score_weight, self.shift_invariant, q_pos, k_pos, row_starts, doc_positions)
 
@@ -254,12 +254,13 @@ class PositionalScheme(nn.Module):
 
 def _per_row(hook, shift_invariant: bool, q_pos, k_pos, row_starts, doc_positions=None):
     """hook(q_pos, k_pos) once when every row sees the same values, else stacked per row at the
-    row's own positions (one evaluation per distinct start, or per row of doc_positions)."""
+    row's own positions (one evaluation per distinct start, or per row of doc_positions: the
+    queries' and the keys' positions within their documents)."""
     if shift_invariant or (row_starts is None and doc_positions is None):
         return hook(q_pos, k_pos)
-    if doc_positions is not None:  # queries and keys are the same tokens: each row's own positions
-        rows = [hook(row, row) for row in doc_positions]
-        return None if rows[0] is None else torch.stack(rows)  # (B, H, L, L)
+    if doc_positions is not None:
+        rows = [hook(q_row, k_row) for q_row, k_row in zip(*doc_positions)]
+        return None if rows[0] is None else torch.stack(rows)  # (B, H, Lq, Lk)
     by_start = {}
     for s in row_starts.tolist():
         if s not in by_start:
