@@ -1,9 +1,11 @@
 """Packed-document masking against the unmasked step on CPU at the quickstart size: one training
-step (forward + backward) of configs/quickstart.yml's model, micro-batch 16 of 128 tokens, each
-variant timed interleaved with the others in one process on one thread, so a busy machine slows
-them alike. Prints the median step time of each variant and its ratio to the unmasked step.
+step (forward + backward) of configs/quickstart.yml's model (micro-batch 16 of 128 tokens, or
+`--seq-length N` with the micro-batch scaled to the same tokens), each variant timed interleaved
+with the others in one process on one thread, so a busy machine slows them alike. Prints the
+median step time of each variant and its ratio to the unmasked step. Documents end at random
+EOD tokens, one every ~64 or ~16 tokens.
 
-    python tools/bench_document_mask.py [--reps 15] [--backend sdpa]
+    python tools/bench_document_mask.py [--reps 15] [--backend sdpa] [--seq-length 1024]
 """
 from __future__ import annotations
 
@@ -11,18 +13,13 @@ import argparse
 import statistics
 import time
 
-import torch
-
-from megatron.attention.documents import PackedDocuments
-from megatron.config import load_config
-from megatron.data.position_recipes import document_starts
-from megatron.model import GPTModel
-
 EOD = 0
 
 
-def packed_tokens(batch: int, length: int, mean_doc: int | None, vocab: int, seed: int) -> torch.Tensor:
-    """Random tokens with an EOD ending a document every ~mean_doc tokens (None: no EOD)."""
+def packed_tokens(batch: int, length: int, mean_doc: int | None, vocab: int, seed: int):
+    """(batch, length) random tokens with an EOD ending a document every ~mean_doc tokens (None: no EOD)."""
+    import torch  # lazy: --help answers without torch (tests/unit/test_lazy_imports.py)
+
     g = torch.Generator().manual_seed(seed)
     tokens = torch.randint(1, vocab, (batch, length), generator=g)
     if mean_doc is not None:
@@ -35,13 +32,28 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=15)
     p.add_argument("--backend", default="sdpa")
     p.add_argument("--config", default="configs/quickstart.yml")
+    p.add_argument("--seq-length", type=int, default=None, help="default: the config's; the micro-batch keeps "
+                   "the config's tokens per micro-batch")
     args = p.parse_args()
+    # lazy: --help answers without torch (tests/unit/test_lazy_imports.py)
+    import torch
+
+    from megatron.attention.documents import PackedDocuments
+    from megatron.config import load_config
+    from megatron.data.position_recipes import document_starts
+    from megatron.model import GPTModel
+
     torch.set_num_threads(1)
-    cfg = load_config([args.config], overrides={"attention-backend": args.backend, "padded-vocab-size": 8192})
+    over = {"attention-backend": args.backend, "padded-vocab-size": 8192}
+    if args.seq_length:
+        over.update({"seq-length": args.seq_length, "max-position-embeddings": args.seq_length})
+    cfg = load_config([args.config], overrides=over)
     m = cfg.model
     torch.manual_seed(0)
     model = GPTModel(m, 8192).train()
-    B, L = cfg.training.train_micro_batch_size_per_gpu, m.seq_length
+    tokens_per_micro = 16 * 128 if args.seq_length else None
+    B = max(1, tokens_per_micro // m.seq_length) if tokens_per_micro else cfg.training.train_micro_batch_size_per_gpu
+    L = m.seq_length
     variants = {"unmasked": None, "documents ~64 tokens": 64, "documents ~16 tokens": 16}
     batches = {}
     for name, mean in variants.items():
