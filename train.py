@@ -22,6 +22,10 @@ def main() -> int:
     apply_trust_flag(args)
     cfg = config_from_cli(p, args)
     check_inputs(cfg)  # every missing data/tokenizer/load path at once, before DeepSpeed starts
+    from megatron.tokenizer import build_tokenizer  # lazy: as the trainer below (config refusals need neither)
+    from megatron.training.data_setup import check_document_eod
+
+    check_document_eod(cfg, build_tokenizer)  # the document keys' end-of-document token, before DeepSpeed starts
     from megatron.training.trainer import Trainer  # lazy: torch, DeepSpeed; config and input refusals need none
 
     # 130 after Ctrl-C (saved at a step boundary), 0 after pre-emption or the last iteration

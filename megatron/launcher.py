@@ -328,6 +328,10 @@ def main(argv: list[str] | None = None) -> int:
     cfg = load_config(config_paths(args), overrides=parse_overrides(args.override))
     check_model_size(cfg)
     backend_line = None if is_eval(args.user_script) else training_backend(cfg)
+    if not is_eval(args.user_script):
+        from megatron.training.data_setup import check_document_eod  # lazy: the data modules import numpy
+
+        check_document_eod(cfg, build_tokenizer)  # the document keys' end-of-document token
     missing = input_problems(cfg)
     for note in (outside_run_dir(cfg), saves_nothing(cfg), unused_data_path(cfg),
                  missing_hostfile_warning(cfg.parallel.hostfile)):

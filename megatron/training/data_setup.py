@@ -41,6 +41,27 @@ def check_data_tokenizer(cfg) -> None:
             check_tokenizer(prefix, d)
 
 
+def check_document_eod(cfg, build_tokenizer) -> None:
+    """reset-attention-mask / reset-position-ids cut documents at the tokenizer's end-of-document
+    token: a tokenizer that has none is refused naming the key (the dry run and the trainer both
+    ask, before anything is written). `build_tokenizer`: the one factory (megatron.tokenizer);
+    a tokenizer whose files are missing is left to the input checks, which name the file."""
+    d = cfg.data
+    if not (d.reset_attention_mask or d.reset_position_ids):
+        return
+    key = "reset_attention_mask" if d.reset_attention_mask else "reset_position_ids"
+    try:
+        eod = getattr(build_tokenizer(d.tokenizer_type, d.vocab_file, d.merge_file), "eod", None)
+        problem = None if isinstance(eod, int) else f"tokenizer-type {d.tokenizer_type} has no end-of-document id"
+    except OSError:
+        return
+    except (ValueError, NotImplementedError) as e:
+        problem = str(e)
+    if problem:
+        raise cfg.refusal([(key, f"documents end at the tokenizer's end-of-document token, and the tokenizer "
+                            f"cannot give one ({problem}); use a tokenizer with one, or turn the document keys off")])
+
+
 def build_datasets(cfg, train_batch_size: int, vocab_size: int | None = None):
     """Returns (train, valid, test) datasets; an entry is None when its sample count is 0.
     Samples holding token ids outside [0, vocab_size) are refused, naming the data file."""

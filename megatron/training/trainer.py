@@ -31,7 +31,7 @@ from megatron.parallel import context_for, parallelize
 from megatron.tokenizer import build_tokenizer, padded_vocab_size
 from megatron.training import health, norms, signals, throughput
 from megatron.training.checkpoint import Checkpointer
-from megatron.training.data_setup import build_datasets, check_data_tokenizer
+from megatron.training.data_setup import build_datasets, check_data_tokenizer, check_document_eod
 from megatron.training.disk import check_run_room, first_missing, remove_created
 from megatron.training.distributed import init_distributed
 from megatron.training.finished import finished_note, is_finished, recorded_changes
@@ -142,6 +142,7 @@ class Trainer:
         cfg = self.cfg
         set_seed(cfg.training.seed)
         self.par = context_for(cfg, self.dist)  # tensor-parallel groups; data-parallel rank/size
+        check_document_eod(cfg, build_tokenizer)  # the document keys' end-of-document token, named
         self.tokenizer, self.vocab_size = resolve_vocab(cfg)
         check_data_tokenizer(cfg)  # another tokenizer's data: refused before the engine is built
         self.run_dir = cfg.logging.run_dir
@@ -157,10 +158,6 @@ class Trainer:
         self._restore_tp_rng(client)
         self.datasets = build_datasets(cfg, self.batch, self.tokenizer.vocab_size if self.tokenizer else self.vocab_size)
         self.recipe = PositionRecipe.from_config(cfg, self._eod())  # training's positions (position_recipes.py)
-        if (cfg.data.reset_attention_mask or cfg.data.reset_position_ids) and self._eod() is None:
-            raise ValueError(f"reset-attention-mask / reset-position-ids cut documents at the tokenizer's end-of-document "
-                             f"token and tokenizer-type {cfg.data.tokenizer_type} has none; use a tokenizer with one, "
-                             "or turn both keys off")
         self.loss_watch = health.LossWatch(cfg.training.max_nonfinite_loss_steps, self.checkpointer.resumed_from)
         self.finished = self._already_finished()
         # a finished run started again writes nothing: its log goes to the console only
