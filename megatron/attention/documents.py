@@ -10,6 +10,7 @@ and other documents are masked. Built from the tokens by megatron/data/position_
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -19,13 +20,13 @@ class PackedDocuments:
     starts: torch.Tensor  # (B, L) int64: the index where each token's document begins
     reset_positions: bool = False  # reset-position-ids: positions restart at each document
 
-    @property
+    @cached_property  # derived once per batch, read by every layer
     def positions(self) -> torch.Tensor:
         """(B, L) int64: each token's position within its document."""
         index = torch.arange(self.starts.shape[1], device=self.starts.device)
         return index[None, :] - self.starts
 
-    @property
+    @cached_property
     def ends(self) -> torch.Tensor:
         """(B, L) int64: one past the last index of each token's document."""
         B, L = self.starts.shape
@@ -34,6 +35,7 @@ class PackedDocuments:
         after = firsts.flip(1).cummin(1).values.flip(1)  # (B, L): the first document start at or after t
         return torch.cat([after[:, 1:], torch.full((B, 1), L, device=self.starts.device, dtype=after.dtype)], dim=1)
 
+    @cached_property
     def bounds(self) -> torch.Tensor:
         """(B, 2, L) int64: starts and ends, the per-token document bounds the Triton kernels read."""
         return torch.stack([self.starts, self.ends], dim=1)

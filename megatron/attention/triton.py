@@ -104,6 +104,6 @@ class TritonAttention(AttentionBackend):
 
         prepared = prepared or self.prepare(scheme, q_pos, k_pos, window)
         kernel = prepared.kernel if prepared.kernel is not None else scheme.fused_kernel()
-        bounds = None if documents is None else documents.bounds()  # (B, 2, L): tiles across documents skipped
+        bounds = None if documents is None else documents.bounds  # (B, 2, L): tiles across documents skipped
         return triton_attention(q, k, v, kernel, prepared.q0, prepared.k0, window, row_starts,
                                 prepared.shared, bounds)  # (B, H, Lq, D)

@@ -6,7 +6,7 @@ import pytest
 from tests.integration.test_train_resume import run_training
 
 RECIPES = {
-    "documents": {"reset_attention_mask": True, "reset_position_ids": True},
+    "documents": {"reset_attention_mask": True, "reset_position_ids": True, "eod_mask_loss": True},
     "randomized": {"pos_random_max_length": 256},
     "pose": {"pos_skip_target_length": 256, "pos_skip_chunks": 3},
 }

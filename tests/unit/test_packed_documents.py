@@ -163,7 +163,7 @@ def test_triton_skips_tiles_across_documents(monkeypatch):
     monkeypatch.setenv("KERPLE_TRITON_BLOCKS", "16,16,16,16")
     scheme = _scheme("alibi", heads=1)
     q, k, v = (torch.randn(1, 1, 64, 8, requires_grad=True) for _ in range(3))
-    bounds = PackedDocuments((torch.arange(64) // 16 * 16)[None]).bounds()
+    bounds = PackedDocuments((torch.arange(64) // 16 * 16)[None]).bounds
     forward, backward = _count_dots(monkeypatch, fwd), _count_dots(monkeypatch, bwd)
     out = triton_attention(q, k, v, scheme.fused_kernel(), 0, 0)
     out.sum().backward()
