@@ -185,8 +185,13 @@ class SelfAttention(nn.Module):
         rotation holds (xPos: finite factors, mask.query_blocks), each rotated with its own centre
         and seeing the keys up to its last query. One block is the unblocked call."""
         span = ctx.scheme.max_query_span(q.dtype) if late else None
+        blocks = query_blocks(ctx.q_pos, ctx.k_pos, span)
+        if ctx.documents is not None and len(blocks) > 1:  # the documents describe the whole row's queries
+            raise ValueError(f"packed documents (reset-attention-mask) take the row's {ctx.q_pos.numel()} queries in one "
+                             f"call, and pos-emb {ctx.scheme.name!r} rotates at most {span} per call in "
+                             f"{str(q.dtype).removeprefix('torch.')}; use seq-length <= {span} or turn the document keys off")
         outs = []
-        for rows, keys in query_blocks(ctx.q_pos, ctx.k_pos, span):
+        for rows, keys in blocks:
             q_pos, k_pos = run_slice(ctx.q_pos, rows), run_slice(ctx.k_pos, keys)
             qb, kb, vb = q[:, :, rows], k[:, :, keys], v[:, :, keys]
             if late:

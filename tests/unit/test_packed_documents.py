@@ -245,3 +245,16 @@ def _attend_windowed(backend_name, scheme, q, k, v, grad_out, documents, window)
     out = backend.forward(q, k, v, scheme, pos, pos, window=window, softmax_in_fp32=True, documents=documents)
     params = [p for p in scheme.parameters() if p.requires_grad]
     return [out.detach(), *torch.autograd.grad((out * grad_out).sum(), [q, k, v] + params)]
+
+
+def test_documents_past_xpos_span_are_refused_with_the_fix(tiny_config):
+    """xPos rotates its queries in blocks past its span (mask.query_blocks); packed documents
+    describe the whole row, so that case is refused naming the scheme and the fix."""
+    cfg = tiny_config(pos_emb="xpos", attention_backend="reference", num_layers=1, hidden_size=16,
+                      num_attention_heads=2, seq_length=16, max_position_embeddings=16, xpos_scale_base=0.25)
+    model = GPTModel(cfg.model, 32).train()
+    row = torch.tensor([sum(DOCS, [])])
+    span = model.position.max_query_span(torch.float32)
+    assert span < row.shape[1]
+    with pytest.raises(ValueError, match=f"pos-emb 'xpos' rotates at most {span} per call"):
+        model(row, labels=row, documents=PackedDocuments(document_starts(row, EOD), reset_positions=True))
