@@ -36,7 +36,8 @@ Packed documents (megatron/attention/documents.py, training) run in query chunks
 DOCUMENT_QUERY_CHUNK rows, each against only the keys from its first document's start (the
 earliest over the batch rows) to its last query, with a per-row float mask of that block (other
 documents' keys -inf): keys wholly in earlier documents are never computed, so short documents
-cost less than the unmasked step's dense mask (docs/benchmarks.md, "Packed documents"). Outputs
+cost less than the unmasked step's dense mask (docs/benchmarks.md, "Packed documents"). When the
+chunks would skip little (DOCUMENT_CHUNKED_SHARE) one call takes the whole per-row mask. Outputs
 equal the dense mask's up to summation order (a masked key's exp is exactly 0)."""
 from __future__ import annotations
 
@@ -59,6 +60,10 @@ QUERY_CHUNK = 512
 # the keys before short documents, at one call per chunk. Chosen by measurement (docs/benchmarks.md,
 # "Packed documents").
 DOCUMENT_QUERY_CHUNK = 64
+# The chunks run only when their (query, key) pairs are at most this share of the L x L the dense
+# mask computes; else one call with the whole mask (a chunk's own call and mask cost more than the
+# few keys it skips). Chosen by measurement (docs/benchmarks.md, "Packed documents").
+DOCUMENT_CHUNKED_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -143,10 +148,14 @@ def _prepare_documents(scheme, q_pos, k_pos, window, documents) -> SDPAPrepared:
         raise ValueError("packed documents need queries and keys at the same positions (no kv-cache)")
     length, starts, own = q_pos.numel(), documents.starts.to(q_pos.device), documents.within_positions()
     firsts = starts[:, ::DOCUMENT_QUERY_CHUNK].amin(dim=0).tolist()  # per chunk: its first query's earliest document start
-    chunks = []
+    spans = []
     for r0, first in zip(range(0, length, DOCUMENT_QUERY_CHUNK), firsts):
         r1 = min(r0 + DOCUMENT_QUERY_CHUNK, length)
-        k0 = first if window is None else max(first, r0 - window + 1)  # keys before k0 are hidden from every row
+        spans.append((r0, r1, first if window is None else max(first, r0 - window + 1)))  # keys before k0: hidden
+    if sum((r1 - r0) * (r1 - k0) for r0, r1, k0 in spans) > DOCUMENT_CHUNKED_SHARE * length * length:
+        spans = [(0, length, 0)]  # too little to skip (long documents, or some row's document spans the chunks)
+    chunks = []
+    for r0, r1, k0 in spans:
         rows, keys = slice(r0, r1), slice(k0, r1)
         q_block, k_block = run_slice(q_pos, rows), run_slice(k_pos, keys)
         blocks = None if own is None else (own[:, rows], own[:, keys])

@@ -217,7 +217,7 @@ def test_sdpa_document_chunks_match_reference(name, window):
 
     L = 3 * sdpa.DOCUMENT_QUERY_CHUNK + 5
     starts = torch.zeros(2, L, dtype=torch.long)
-    for b, cuts in enumerate([[30, 100, 101, 150], [70]]):
+    for b, cuts in enumerate([[30, 100, 101, 150], [50, 120, 170]]):
         for c in cuts:
             starts[b, c:] = c
     docs = PackedDocuments(starts, reset_positions=True)
@@ -227,9 +227,14 @@ def test_sdpa_document_chunks_match_reference(name, window):
     backend = resolve_backend("sdpa", scheme, CPU, torch.float32, True, documents=True)
     pos = position_run(0, L, CPU)
     chunks = backend.prepare(scheme, pos, pos, window, documents=docs).document_chunks
-    # each chunk's first key: the earliest document start of its first query over the rows (row 1's
-    # second document starts at 70), or the window's edge: the keys before it are never computed
-    assert [k0 for _, _, k0, _ in chunks] == ([0, 0, 70, 70] if window is None else [0, 15, 79, 143])
+    # each chunk's first key: the earliest document start of its first query over the rows, or the
+    # window's edge (not reached here): the keys before it are never computed
+    assert [k0 for _, _, k0, _ in chunks] == [0, 30, 101, 150]
+    # one long document: without a window the chunks would skip too little, and one call takes the row
+    one_long = PackedDocuments(torch.where(starts[:1] < 150, 0, 150).expand(2, -1))
+    expect = [(0, L, 0)] if window is None else [(0, 64, 0), (64, 128, 15), (128, 192, 79), (192, L, 150)]
+    got = backend.prepare(scheme, pos, pos, window, documents=one_long).document_chunks
+    assert [(r0, r1, k0) for r0, r1, k0, _ in got] == expect
     want = _attend_windowed("reference", scheme, q, k, v, grad_out, docs, window)
     got = _attend_windowed("sdpa", scheme, q, k, v, grad_out, docs, window)
     for i, (a, b) in enumerate(zip(got, want)):  # out, dq, dk, dv as test_attention_backends.py; the
