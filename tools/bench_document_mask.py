@@ -6,6 +6,11 @@ median step time of each variant and its ratio to the unmasked step. Documents e
 EOD tokens, one every ~64 or ~16 tokens.
 
     python tools/bench_document_mask.py [--reps 15] [--backend sdpa] [--seq-length 1024]
+    python tools/bench_document_mask.py --chunks 32,64,128,256 --seq-length 1024
+
+`--chunks`: instead, one SDPA attention call (forward + backward, the quickstart's 4 heads of 64,
+KERPLE-log) over documents of ~64 tokens at each DOCUMENT_QUERY_CHUNK (megatron/attention/sdpa.py),
+chunked whatever DOCUMENT_CHUNKED_SHARE says, interleaved: how the chunk size was chosen.
 """
 from __future__ import annotations
 
@@ -34,7 +39,11 @@ def main() -> None:
     p.add_argument("--config", default="configs/quickstart.yml")
     p.add_argument("--seq-length", type=int, default=None, help="default: the config's; the micro-batch keeps "
                    "the config's tokens per micro-batch")
+    p.add_argument("--chunks", default=None, help="comma-separated SDPA document chunk sizes to time instead")
     args = p.parse_args()
+    if args.chunks:
+        time_chunks([int(c) for c in args.chunks.split(",")], args.seq_length or 128, args.reps)
+        return
     # lazy: --help answers without torch (tests/unit/test_lazy_imports.py)
     import torch
 
@@ -82,6 +91,46 @@ def main() -> None:
     for name in variants:
         med = statistics.median(times[name])
         print(f"| {name} | {med * 1000:.1f} | {med / base:.3f} |")
+
+
+def time_chunks(sizes: list[int], length: int, reps: int) -> None:
+    """The `--chunks` table (module docstring)."""
+    # lazy: --help answers without torch (tests/unit/test_lazy_imports.py)
+    import torch
+
+    from megatron.attention import resolve_backend, sdpa
+    from megatron.attention.documents import PackedDocuments
+    from megatron.data.position_recipes import document_starts
+    from megatron.positional.base import PositionalSpec
+    from megatron.positional.distance import position_run
+    from megatron.positional.registry import build_scheme
+
+    torch.set_num_threads(1)
+    batch = max(1, 16 * 128 // length)
+    scheme = build_scheme("kerple_log", PositionalSpec(num_heads=4, head_dim=64, hidden_size=256,
+                                                       max_position_embeddings=length, options={}))
+    docs = PackedDocuments(document_starts(packed_tokens(batch, length, 64, 8192, seed=1), EOD), True)
+    q, k, v = (torch.randn(batch, 4, length, 64, requires_grad=True) for _ in range(3))
+    backend = resolve_backend("sdpa", scheme, torch.device("cpu"), torch.float32, True, documents=True)
+    pos = position_run(0, length, torch.device("cpu"))
+    share, times = sdpa.DOCUMENT_CHUNKED_SHARE, {size: [] for size in sizes}
+    sdpa.DOCUMENT_CHUNKED_SHARE = 1.0  # always chunked: the sizes are what is compared
+    try:
+        for rep in range(reps + 1):
+            for size in sizes:  # interleaved; the first round is a warm-up
+                sdpa.DOCUMENT_QUERY_CHUNK = size
+                start = time.perf_counter()
+                backend.forward(q, k, v, scheme, pos, pos, documents=docs).sum().backward()
+                if rep:
+                    times[size].append(time.perf_counter() - start)
+    finally:
+        sdpa.DOCUMENT_CHUNKED_SHARE = share
+    print(f"SDPA attention fwd+bwd, kerple_log, {batch} x {length} tokens, 4 heads of 64, documents ~64 tokens, "
+          f"fp32, 1 thread, {reps} interleaved reps")
+    print("| DOCUMENT_QUERY_CHUNK | median (ms) |")
+    print("|---|---|")
+    for size in sizes:
+        print(f"| {size} | {statistics.median(times[size]) * 1000:.1f} |")
 
 
 if __name__ == "__main__":
