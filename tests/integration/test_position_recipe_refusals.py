@@ -28,17 +28,15 @@ def short_range(tmp_path):
     return {"pos_random_max_length": 16}, "pos-random-max-length"  # seq-length is 32
 
 
-def zero_chunks(tmp_path):
-    return {"pos_skip_target_length": 64, "pos_skip_chunks": 0}, "pos-skip-chunks"
-
-
 def no_eod(tmp_path):
     return ({"reset_attention_mask": True, "reset_position_ids": True, "tokenizer_type": "HFTokenizer",
              "vocab_file": tokenizer_without_eod(tmp_path / "tokenizer.json")}, "reset-attention-mask")
 
 
 @pytest.mark.parametrize("command", ["dry-run", "train"])
-@pytest.mark.parametrize("case", [short_range, zero_chunks, no_eod], ids=lambda c: c.__name__)
+# A config rule (short_range: every other recipe rule is checked the same way, tests/unit/
+# test_position_recipes.py) and the tokenizer's EOD (read from the vocabulary file).
+@pytest.mark.parametrize("case", [short_range, no_eod], ids=lambda c: c.__name__)
 def test_bad_recipe_refused_by_dry_run_and_training(tmp_path, case, command):
     over, named = case(tmp_path)
     data = write_token_dataset(str(tmp_path / "tiny_text_document"), num_docs=20)
