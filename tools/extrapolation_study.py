@@ -66,12 +66,13 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="auto")
     p.add_argument("--backend", default="auto", help="attention-backend of every run")
     p.add_argument("--table", default=None, help="also copy the comparison (compare.md) to this file")
-    p.add_argument("--tiny", action="store_true", help="4 steps, 2 prompts, 1x-2x: the plumbing, not a result")
+    p.add_argument("--tiny", action="store_true", help="4 steps, 2 prompts, 1x-2x (recipes to 2x): the plumbing, not a result")
     args = p.parse_args(argv)
     data = os.path.join(args.data_dir, "retrieval")
     if not os.path.isfile(os.path.join(data, "retrieval_text_document.bin")):  # ~15 s: built where it runs
         run(["tools/prepare_data.py", "retrieval", "--data-dir", args.data_dir])
     iters, prompts, factor = (4, 2, 2) if args.tiny else (args.train_iters, args.prompts, args.max_factor)
+    recipe_length = TRAIN_LENGTH * factor if args.tiny else args.recipe_length
     same = ["-o", f"data-path={data}/retrieval_text_document", "-o", f"vocab-file={data}/tokenizer.json",
             "-o", f"train-iters={iters}", "-o", f"train_micro_batch_size_per_gpu={args.batch}",
             "-o", f"save-interval={iters}", "-o", f"eval-interval={iters}", "-o", f"device={args.device}",
@@ -86,7 +87,7 @@ def main(argv=None) -> int:
         for scheme in args.schemes:
             run_dir = os.path.join(out, scheme if key is None else f"{scheme}_{recipe}")
             run(["deepy.py", "train.py", "configs/quickstart.yml", "configs/retrieval.yml", "-o", f"pos-emb={scheme}",
-                 "-o", f"run-dir={run_dir}", *same, *([] if key is None else ["-o", f"{key}={args.recipe_length}"])])
+                 "-o", f"run-dir={run_dir}", *same, *([] if key is None else ["-o", f"{key}={recipe_length}"])])
             run(["evaluate.py", "--checkpoint", os.path.join(run_dir, "checkpoints"), "--out",
                  os.path.join(run_dir, "eval"), *grid])
             runs.append(run_dir)

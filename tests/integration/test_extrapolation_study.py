@@ -27,6 +27,22 @@ def test_tiny_study_trains_evaluates_and_compares(tmp_path):
     assert os.path.isfile(out / "kerple_log" / "eval" / "retrieval_kv.jsonl")
 
 
+def test_tiny_recipes_study_trains_each_recipe(tmp_path):
+    """Issue 56's study: one scheme with randomized positions and with PoSE, compared (no plain run: no window)."""
+    data, out = tmp_path / "data", tmp_path / "study"
+    subprocess.run([sys.executable, "tools/prepare_data.py", "retrieval", "--data-dir", str(data), "--max-files", "60",
+                    "--vocab-size", "1024"], cwd=ROOT, env=child_env(), check=True, capture_output=True)
+    proc = subprocess.run([sys.executable, "tools/extrapolation_study.py", "--out", str(out), "--tiny", "--schemes",
+                           "kerple_log", "--recipes", "randomized", "pose", "--backend", "sdpa", "--batch", "2",
+                           "--data-dir", str(data), "--device", "cpu"],
+                          cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    header = next(line for line in (out / "compare" / "compare.md").read_text().splitlines() if line.startswith("| length"))
+    assert "kerple_log_randomized" in header and "kerple_log_pose" in header, header
+    resolved = (out / "kerple_log_pose" / "resolved_config.yml").read_text()
+    assert "pos-skip-target-length: 256" in resolved or "pos_skip_target_length: 256" in resolved, resolved
+
+
 def test_a_missing_corpus_directory_that_cannot_be_built_is_one_line(tmp_path):
     blocked = tmp_path / "file"
     blocked.write_text("not a directory")
