@@ -25,9 +25,9 @@ from megatron.evaluation.harness.cli import add_eval_flags, limit_value, progres
 from megatron.evaluation.harness.run import evaluate_tasks
 from megatron.evaluation.outputs import check_output_dir, output_locks
 from megatron.evaluation.report import default_output_dir
-from megatron.launcher import config_from_cli
+from megatron.launch.launcher import config_from_cli
 from megatron.outputs_vs_inputs import refuse_overlap
-from megatron.ranks import launch_ranks
+from megatron.process.ranks import launch_ranks
 
 
 def main() -> int:

@@ -21,7 +21,7 @@ from megatron.checkpoint.trust import add_load_flags, apply_trust_flag
 from megatron.cli_args import ArgumentParser, int_at_least
 from megatron.device import add_device_flag, device_from_flag
 from megatron.errors import UserError, run_cli
-from megatron.launcher import parse_overrides
+from megatron.launch.launcher import parse_overrides
 from megatron.tokenizer import build_tokenizer
 
 

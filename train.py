@@ -8,7 +8,7 @@ from megatron.checkpoint.trust import add_trust_flag, apply_trust_flag
 from megatron.cli_args import ArgumentParser
 from megatron.config.inputs import check_inputs
 from megatron.errors import run_cli
-from megatron.launcher import config_from_cli
+from megatron.launch.launcher import config_from_cli
 
 
 def main() -> int:

@@ -9,7 +9,7 @@ Dropped, each because our own output already says it:
   its device (`device cpu (2 threads)`), chosen by megatron/device.py.
 - DeepSpeed's "DeepSpeed ... deepspeed_shm_comm_op built successfully", printed at every process
   group start even when the op comes from the cache: init_distributed says once, with the time,
-  when the op was really compiled (`quiet_op_load`).
+  when the op was really compiled (`quiet_op_load`, megatron/process/op_cache.py).
 - torch's FutureWarning "`torch.distributed.all_gather_into_tensor` is deprecated" (and the same
   for its other collectives), raised inside DeepSpeed's ZeRO code by every rank at every save:
   nothing a user of this stack can change.
@@ -31,13 +31,9 @@ import sys
 import time
 import warnings
 
-from megatron.training.op_cache import cache_state
-
 DEEPSPEED_LOGGER = "DeepSpeed"
 _DROPPED_LOG_MESSAGES = [re.compile(r"^Setting accelerator to CPU\. If you have GPU")]
 _DROPPED_OP_LINE = re.compile(r"^DeepSpeed \S+ built successfully$")
-# A JIT load slower than this compiled the op (a cached load takes well under a second).
-COMPILED_OP_SECONDS = 5.0
 _keep_all = False  # --debug: nothing is dropped (set by run_cli through quiet_third_party)
 
 
@@ -127,31 +123,17 @@ def prefix_rank_output() -> None:
 
 
 @contextlib.contextmanager
-def quiet_op_load(what: str, is_rank0: bool = True):
-    """Drop DeepSpeed's "op built successfully" line printed inside the block, and say once (on rank
-    0) when the block took long enough to have compiled the op: a first build, or a rebuild of a
-    cached one with ninja's reason (megatron/training/op_cache.py)."""
-    cached, reason = cache_state() if is_rank0 else (False, None)
+def drop_op_built_line():
+    """Drop DeepSpeed's "op built successfully" line printed inside the block (--debug keeps it);
+    megatron/process/op_cache.py's `quiet_op_load` says instead when the op was really compiled."""
     saved = sys.stdout
     drop = not _keep_all
     sys.stdout = _LineFilter(saved, lambda line: None if drop and _DROPPED_OP_LINE.match(line.strip()) else line)
-    t0 = time.time()
     try:
         yield
     finally:
         sys.stdout.flush()
         sys.stdout = saved
-    took = time.time() - t0
-    if not is_rank0 or took <= COMPILED_OP_SECONDS or (cached and not reason):
-        return  # fast, or slow for another reason than a build (the cached op was up to date)
-    cache = os.environ.get("TORCH_EXTENSIONS_DIR", "TORCH_EXTENSIONS_DIR")
-    if not cached:
-        print(f"[deepspeed] {what} took {took:.0f}s (a first build of DeepSpeed's op; cached in {cache} for the "
-              "next runs)", flush=True)
-    else:
-        print(f"[deepspeed] {what} took {took:.0f}s: DeepSpeed's op in {cache} was built again, because ninja "
-              f"says: {reason} (a cache that was copied or moved, or built by another ninja or compiler, is "
-              "rebuilt once; give each checkout its own TORCH_EXTENSIONS_DIR)", flush=True)
 
 
 def say(message: str, file=None) -> None:

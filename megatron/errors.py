@@ -190,7 +190,7 @@ _failure_hooks: list = []
 
 def add_failure_hook(hook) -> None:
     """`hook(exception)` runs when an entry point fails, before its message: a multi-process run's
-    heartbeat (megatron/training/heartbeat.py) tells the other ranks, or waits for their verdict."""
+    heartbeat (megatron/process/heartbeat.py) tells the other ranks, or waits for their verdict."""
     _failure_hooks.append(hook)
 
 

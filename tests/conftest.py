@@ -86,7 +86,8 @@ def deepy_exit(monkeypatch, capsys, config: str) -> tuple[int, str]:
     """`python deepy.py train.py CONFIG` in this process, as a user sees it: (exit code, stderr)."""
     import sys
 
-    from megatron import errors, launcher
+    from megatron import errors
+    from megatron.launch import launcher
 
     monkeypatch.delenv(errors.DEBUG_ENV, raising=False)
     monkeypatch.setattr(sys, "argv", ["deepy.py", "train.py", config])

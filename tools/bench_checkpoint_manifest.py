@@ -36,8 +36,8 @@ from megatron.cli_args import ArgumentParser
 from megatron.config import load_config
 from megatron.errors import run_cli
 from megatron.model import GPTModel
+from megatron.process.distributed import init_distributed
 from megatron.training.checkpoint import Checkpointer
-from megatron.training.distributed import init_distributed
 from megatron.training.optim import build_optimizer
 from megatron.training.pipeline_step import build_pipeline_engine
 from megatron.training.schedule import build_scheduler

@@ -59,12 +59,12 @@ from megatron.attention import backend_names, resolve_backend
 from megatron.cli_args import ArgumentParser
 from megatron.config import ConfigError, load_config
 from megatron.errors import run_cli
-from megatron.launcher import KNOWN_VOCAB
+from megatron.launch.launcher import KNOWN_VOCAB
 from megatron.model import GPTModel, count_parameters
 from megatron.positional.base import positional_spec
 from megatron.positional.registry import build_scheme, scheme_names
+from megatron.process.distributed import init_distributed
 from megatron.tokenizer import padded_vocab_size
-from megatron.training.distributed import init_distributed
 from megatron.training.optim import build_optimizer
 from megatron.training.pipeline_step import build_pipeline_engine
 from megatron.training.schedule import build_scheduler

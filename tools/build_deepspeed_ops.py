@@ -13,7 +13,7 @@ import torch
 
 from megatron.device import select_deepspeed_accelerator
 from megatron.errors import run_cli
-from megatron.training.op_cache import cache_state, set_op_cache_dir
+from megatron.process.op_cache import cache_state, set_op_cache_dir
 
 
 def main() -> int:

@@ -23,7 +23,7 @@ from megatron.cli_args import ArgumentParser, int_at_least
 from megatron.config.precision import DTYPE_NAMES
 from megatron.device import add_device_flag, device_from_flag
 from megatron.errors import run_cli
-from megatron.launcher import parse_overrides
+from megatron.launch.launcher import parse_overrides
 from megatron.outputs_vs_inputs import refuse_overlap
 
 

@@ -74,8 +74,8 @@ def main() -> int:
     log_interval = args.log_interval or (2 if args.tiny else 10)
     if iters < 2 * log_interval:
         p.error(f"--iters {iters} must be at least twice --log-interval {log_interval} (the first window is warmup)")
-    # lazy: pulls in torch (training/distributed.py); --help and flag errors need none
-    from megatron.training.distributed import free_port
+    # lazy: pulls in torch (process/distributed.py); --help and flag errors need none
+    from megatron.process.distributed import free_port
 
     with tempfile.TemporaryDirectory(prefix="gpu_throughput_") as tmp:
         exp = experiment(tmp, iters, log_interval, args.tiny)

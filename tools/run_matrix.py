@@ -27,7 +27,7 @@ import time
 from megatron.cli_args import ArgumentParser
 from megatron.config.errors import did_you_mean
 from megatron.errors import UserError, run_cli
-from megatron.training.launch_signals import run_child
+from megatron.launch.signals import run_child
 from megatron.training.metrics_file import metrics_path
 from study.experiments import read_matrix
 

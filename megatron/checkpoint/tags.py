@@ -16,6 +16,7 @@ import os
 from megatron.atomic_io import atomic_output, clean_stale_temporaries, fsync_path
 from megatron.checkpoint.errors import CheckpointError
 from megatron.config.paths import LATEST, step_of, tag_for
+from megatron.errors import UserError
 
 
 def tag_or_latest(iteration: int | None) -> str | None:
@@ -128,3 +129,16 @@ def write_latest(ckpt_dir: str, tag: str) -> None:
     with atomic_output(os.path.join(ckpt_dir, LATEST)) as tmp, open(tmp, "w") as f:  # latest.tmp<pid>
         f.write(tag)
     fsync_path(ckpt_dir)
+
+
+def latest_and_resume(save: str | None) -> str:
+    """What a run that stopped keeps, and how to go on: for the last line of a stopped run."""
+    if not save:
+        return "nothing was saved (no `save` directory): the run starts over when run again"
+    try:
+        tag = read_latest(save)
+    except UserError as e:
+        return f"{save}/latest is unreadable ({e})"
+    if tag is None:
+        return f"no checkpoint in {save} yet: the same command starts the run over"
+    return f"{save}/latest names {tag}: run the same command again to resume from it"

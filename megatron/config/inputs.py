@@ -123,7 +123,7 @@ def _load_problems(cfg) -> list[tuple[str, str, str]]:
 
 def _hostfile_problems(cfg) -> list[tuple[str, str, str]]:
     """A missing hostfile is no problem (DeepSpeed's runner trains on this machine: see
-    megatron/hosts.py), unless the config asks for more nodes than this one."""
+    megatron/launch/hosts.py), unless the config asks for more nodes than this one."""
     p = cfg.parallel
     if p.hostfile and not os.path.isfile(p.hostfile) and (p.num_nodes or 1) > 1:
         return [("hostfile", INPUT, f"no such file{_where(p.hostfile)}, and num-nodes {p.num_nodes} needs the "

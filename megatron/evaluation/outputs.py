@@ -14,7 +14,7 @@ from megatron.atomic_io import OutputExists
 from megatron.errors import UserError
 from megatron.evaluation.report import default_output_dir
 from megatron.outputs_vs_inputs import refuse_overlap, refuse_shared_outputs
-from megatron.training.run_lock import RunLock
+from megatron.process.run_lock import RunLock
 
 LOCK_NAME = "eval.lock"
 GENERIC_NAMES = ("checkpoints", "ckpt")  # a run's checkpoint directory: its run directory names it
@@ -101,7 +101,7 @@ def refuse_earlier_results(out_dir: str, names: list[str], overwrite: bool) -> N
 
 
 def output_lock(out_dir: str):
-    """The output directory's eval.lock (megatron/training/run_lock.py), not yet taken: check_free()
+    """The output directory's eval.lock (megatron/process/run_lock.py), not yet taken: check_free()
     asks whether an evaluation is writing there now without creating anything. Released, the file
     is deleted: a finished evaluation leaves only its results."""
     return RunLock(out_dir, path=os.path.join(out_dir, LOCK_NAME), what=f"output directory {out_dir!r}",

@@ -1,5 +1,5 @@
 """One perplexity sweep spread over the ranks of a launch (DeepSpeed's launcher, torchrun, srun;
-megatron/ranks.py says which rank this is).
+megatron/process/ranks.py says which rank this is).
 
 Every rank loads the model; each length's windows are cut into world-size contiguous parts of
 nearly equal size (rank r scores part r), and the parts' sums (per-position loss sums, token and
@@ -23,7 +23,7 @@ import numpy as np
 
 from megatron.device import DeviceError, describe, device_from_flag, process_group_backend, resolve_device
 from megatron.errors import OutOfMemory, UserError, expected_message, is_out_of_memory
-from megatron.ranks import LaunchRanks, claimed_rank
+from megatron.process.ranks import LaunchRanks, claimed_rank
 
 # The ranks of one launch start within seconds of each other; a rank still alone after this long
 # was started without the others (a batch script's own process that sees SLURM_NTASKS > 1, a
@@ -89,9 +89,9 @@ class EvalGroup:
         return cls(ranks, started=True)
 
     def close(self) -> None:
-        """Leave the group while the interpreter is whole (megatron/training/distributed.py says why)."""
+        """Leave the group while the interpreter is whole (megatron/process/distributed.py says why)."""
         if self.started:
-            from megatron.training.distributed import shutdown_distributed  # lazy: pulls in torch
+            from megatron.process.distributed import shutdown_distributed  # lazy: pulls in torch
 
             shutdown_distributed()
             self.started = False

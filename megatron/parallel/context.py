@@ -96,7 +96,7 @@ class DeepSpeedMPU:
 
 def init_parallel(tp_size: int, pp_size: int = 1, sequence_parallel: bool = False) -> ParallelContext:
     """Build the process groups with megatron-core after torch.distributed is initialised
-    (megatron.training.distributed.init_distributed) and return this rank's context."""
+    (megatron.process.distributed.init_distributed) and return this rank's context."""
     check_sequence_parallel(sequence_parallel)
     if pp_size != 1:
         raise ValueError(f"pipe-parallel-size {pp_size} with model-parallel-size {tp_size}: pipeline and tensor "

@@ -16,7 +16,7 @@ import time
 import numpy as np
 import torch
 
-from megatron.checkpoint.tags import read_latest, tag_for
+from megatron.checkpoint.tags import latest_and_resume, read_latest, tag_for
 from megatron.config.inputs import reads_tokenizer
 from megatron.config.originals import publish_staged
 from megatron.console import seconds_since_start
@@ -28,14 +28,16 @@ from megatron.errors import is_out_of_memory, out_of_memory
 from megatron.host_reads import read_values
 from megatron.model import GPTModel, count_parameters
 from megatron.parallel import context_for, parallelize
+from megatron.process import stop_signals
+from megatron.process.disk import check_run_room, first_missing, remove_created
+from megatron.process.distributed import init_distributed
+from megatron.process.run_lock import RunLock, describe, training_locks
+from megatron.process.stop_signals import PreemptionHandler
 from megatron.tokenizer import build_tokenizer, padded_vocab_size
-from megatron.training import health, norms, signals, throughput
+from megatron.training import health, norms, throughput
 from megatron.training.checkpoint import Checkpointer
 from megatron.training.data_setup import build_datasets, check_data_tokenizer, check_document_eod
-from megatron.training.disk import check_run_room, first_missing, remove_created
-from megatron.training.distributed import init_distributed
 from megatron.training.finished import finished_note, is_finished, recorded_changes
-from megatron.training.launch_signals import latest_and_resume
 from megatron.training.logging import MetricsLogger
 from megatron.training.neox_runtime import IntervalRuntime, RunShape
 from megatron.training.optim import build_optimizer
@@ -48,9 +50,7 @@ from megatron.training.pipeline_step import (
     uses_pipeline,
 )
 from megatron.training.projection import project_positional
-from megatron.training.run_lock import RunLock, describe, training_locks
 from megatron.training.schedule import build_scheduler
-from megatron.training.signals import PreemptionHandler
 from megatron.training.throughput import Throughput
 from megatron.training.timers import Timers
 
@@ -95,7 +95,7 @@ class Trainer:
         import deepspeed  # lazy: seconds of imports; a module importing the trainer's helpers need not pay them
 
         self.cfg = cfg
-        signals.hold()  # a stop posted across hosts during set-up waits for the training loop's handler
+        stop_signals.hold()  # a stop posted across hosts during set-up waits for the training loop's handler
         p = cfg.parallel
         self.dist = init_distributed(p.device, p.distributed_backend, p.distributed_timeout_minutes,
                                      p.lost_host_timeout, lambda: latest_and_resume(cfg.checkpoint.save))

@@ -15,7 +15,7 @@ from tests.conftest import ROOT, train_config_dict, write_token_dataset, write_y
 from tests.integration.fault_helpers import child_env
 
 # Short enough for the tests' clock, long enough for two busy cores: a lost host ends the run
-# within about this plus one beat (megatron/training/heartbeat.py).
+# within about this plus one beat (megatron/process/heartbeat.py).
 LOST_HOST_TIMEOUT = 20
 # Steps of a test run: a signal or a lost host at step 12 comes well before the end, also on busy cores.
 TRAIN_ITERS = 60

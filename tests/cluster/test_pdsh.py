@@ -17,8 +17,8 @@ import time
 import pytest
 
 from megatron.checkpoint.tags import read_latest, step_of
-from megatron.training.heartbeat import EXIT_LOST_HOST
-from megatron.training.shm_buffers import launch_buffers
+from megatron.launch.shm_buffers import launch_buffers
+from megatron.process.heartbeat import EXIT_LOST_HOST
 from tests.cluster.conftest import LOST_HOST_TIMEOUT, TRAIN_ITERS, deepy, hostfile, run_config, wait_until_gone
 from tests.integration.fault_helpers import train_losses
 from tests.integration.test_fault_tolerance import assert_latest_complete

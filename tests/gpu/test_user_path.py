@@ -15,7 +15,7 @@ import time
 import pytest
 import torch
 
-from megatron.training.distributed import free_port
+from megatron.process.distributed import free_port
 from tests.conftest import ROOT, train_config_dict, write_token_dataset, write_yaml
 from tests.integration.fault_helpers import child_env, last_iteration, train_losses
 

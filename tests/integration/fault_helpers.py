@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from megatron.errors import DataError
-from megatron.training.distributed import free_port
+from megatron.process.distributed import free_port
 from megatron.training.metrics_file import metrics_path, read_metrics
 from tests.conftest import ROOT, write_yaml
 

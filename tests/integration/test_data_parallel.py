@@ -3,9 +3,9 @@ batch: the same samples per step, gradients averaged instead of accumulated."""
 
 import pytest
 
-from megatron.training.distributed import free_port
+from megatron.launch.shm_buffers import launch_buffers
+from megatron.process.distributed import free_port
 from megatron.training.metrics_file import read_metrics
-from megatron.training.shm_buffers import launch_buffers
 from tests.conftest import train_config_dict
 from tests.integration.fault_helpers import run_deepy, train_losses, write_config
 

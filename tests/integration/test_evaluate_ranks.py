@@ -14,7 +14,7 @@ import pytest
 
 import evaluate
 from megatron.config import load_config
-from megatron.training.distributed import free_port
+from megatron.process.distributed import free_port
 from tests.conftest import ROOT, TINY_MODEL, train_config_dict, write_yaml
 
 LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS",
@@ -120,7 +120,8 @@ def test_refusal_ends_both_ranks_with_one_message(tmp_path, checkpoint):
     ({"save": "run/checkpoints", "save-interval": 2}, "is not a directory: no checkpoint to evaluate"),
 ], ids=["no-load-nor-save", "save-not-trained-yet"])
 def test_deepy_evaluate_without_a_checkpoint_writes_nothing(tmp_path, monkeypatch, capsys, keys, said):
-    from megatron import errors, launcher
+    from megatron import errors
+    from megatron.launch import launcher
 
     keys = {k: str(tmp_path / v) if k == "save" else v for k, v in keys.items()}
     config = write_yaml(tmp_path / "c.yml", dict(TINY_MODEL, **{"run-dir": str(tmp_path / "run"), "device": "cpu"},
@@ -138,7 +139,8 @@ def test_deepy_evaluate_without_a_checkpoint_writes_nothing(tmp_path, monkeypatc
 def test_deepy_evaluate_writes_beside_the_run_and_leaves_its_config(tmp_path, checkpoint, monkeypatch, capsys):
     """One process (no num-gpus, no hostfile): evaluate.py runs in deepy.py's process on the config's
     checkpoint; its resolved config goes to <run_dir>/eval/, the run's own is left as it was."""
-    from megatron import errors, launcher
+    from megatron import errors
+    from megatron.launch import launcher
 
     ck, prefix = checkpoint
     run = tmp_path / "run"
@@ -161,7 +163,7 @@ def test_deepy_evaluate_writes_beside_the_run_and_leaves_its_config(tmp_path, ch
 FAILS_ON_RANK_1 = """
 from megatron.errors import UserError, run_cli
 from megatron.evaluation.spread import EvalGroup, quiet_peers
-from megatron.ranks import launch_ranks
+from megatron.process.ranks import launch_ranks
 
 def fail_on_rank_1(rank):
     if rank == 1:

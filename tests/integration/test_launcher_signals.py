@@ -63,7 +63,7 @@ def test_a_signal_before_any_worker_started_ends_the_launcher():
     """Nothing to pass the signal to (the runner has not started its launcher yet): the signal is
     not swallowed, the launcher ends as it would have without the forwarding."""
     code = ("import os, signal, sys, time; sys.path.insert(0, sys.argv[1])\n"
-            "from megatron.training.launch_signals import Supervisor\n"
+            "from megatron.launch.signals import Supervisor\n"
             "with Supervisor(None):\n"
             "    os.kill(os.getpid(), signal.SIGTERM)\n"
             "    time.sleep(30)\n")

@@ -37,7 +37,7 @@ def _init(rank: int, world: int, port: int) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    from megatron.training.distributed import init_distributed
+    from megatron.process.distributed import init_distributed
 
     init_distributed("cpu")  # a CPU (gloo) test, on a GPU machine too
 
@@ -154,7 +154,7 @@ def _spawn_retrying_signal_deaths(world: int, tmp: str, prefix: str, result: str
     SIGABRT with nothing on stderr in the 2-process run (a native abort in gloo/DeepSpeed; our code
     is Python and raises, which spawn reports as ProcessRaisedException and is never retried). A
     wrong result, an exception or a second signal death still fails the test."""
-    from megatron.training.distributed import free_port
+    from megatron.process.distributed import free_port
 
     for attempt in range(1, tries + 1):
         try:

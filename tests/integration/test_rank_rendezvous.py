@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from megatron.training.distributed import free_port
+from megatron.process.distributed import free_port
 from tests.conftest import ROOT, train_config_dict, write_token_dataset, write_yaml
 from tests.integration.fault_helpers import child_env
 

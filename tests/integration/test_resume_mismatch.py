@@ -111,7 +111,7 @@ def test_deepy_refuses_a_changed_model_before_any_process_starts(trained, tmp_pa
     """Issue 45: `deepy.py train.py quickstart.yml -o pos-emb=alibi` (resuming the quickstart's run with
     another model) was refused by the training processes, after the launcher and the process group
     had started (90 s); deepy.py now runs the trainer's checkpoint checks first and starts nothing."""
-    import megatron.launcher as launcher
+    import megatron.launch.launcher as launcher
 
     def started(*a, **k):
         raise AssertionError("a process was started before the refusal")

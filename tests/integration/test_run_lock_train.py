@@ -36,7 +36,7 @@ def test_second_training_run_on_the_same_run_dir_is_refused(tmp_path, token_data
 def test_a_run_with_its_own_run_dir_but_the_same_save_is_refused(tmp_path, token_dataset):
     """The lock covers what a run writes: its checkpoints too, wherever `save` points."""
     from megatron.config import load_config
-    from megatron.training.run_lock import RunDirInUse
+    from megatron.process.run_lock import RunDirInUse
     from megatron.training.trainer import Trainer
 
     def trainer(name):
@@ -61,7 +61,7 @@ def test_a_run_with_its_own_run_dir_but_the_same_save_is_refused(tmp_path, token
 def test_deepy_writes_nothing_into_a_live_runs_directories(tmp_path, token_dataset):
     """deepy.py writes resolved_config.yml and configs/ into run-dir before the training process
     takes the lock: it checks the locks first, so a live run's files are never replaced."""
-    from megatron.training.run_lock import RunLock
+    from megatron.process.run_lock import RunLock
 
     run = tmp_path / "run"
     run.mkdir()

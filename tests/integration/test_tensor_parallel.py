@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from megatron.training.distributed import free_port
+from megatron.process.distributed import free_port
 from tests.conftest import TINY_MODEL, write_yaml
 
 TOL = 1e-5

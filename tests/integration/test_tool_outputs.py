@@ -66,7 +66,7 @@ def test_export_into_an_earlier_export_is_refused_unless_overwrite(ck, tmp_path)
 
 
 def test_evaluate_keeps_earlier_results_and_one_evaluation_per_out(ck, tmp_path):
-    from megatron.training.run_lock import RunLock
+    from megatron.process.run_lock import RunLock
 
     out = tmp_path / "eval"
     sweep = ("evaluate.py", "--checkpoint", ck, "--lengths", 32, "--max-windows", 2, "--out", out, "--quiet")

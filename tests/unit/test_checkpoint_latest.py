@@ -87,7 +87,7 @@ def test_tool_write_failure_is_one_clear_error(tmp_path, monkeypatch):
 def test_trust_flag_reaches_the_training_processes(tiny_config, monkeypatch):
     """deepy.py --trust-checkpoint: the launched train.py processes (other nodes too) get the flag."""
     from megatron.checkpoint.trust import apply_trust_flag
-    from megatron.launcher import parse_args, runner_args
+    from megatron.launch.launcher import parse_args, runner_args
 
     monkeypatch.setenv("KERPLE_TRUST_CHECKPOINT", "")  # restored (unset) after the test
     cfg = tiny_config()

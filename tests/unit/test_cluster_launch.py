@@ -7,9 +7,9 @@ import io
 import pytest
 
 from megatron.errors import UserError
-from megatron.hosts import check_slots, ssh_keepalive
-from megatron.training.distributed import ranks_from_slurm
-from megatron.training.launch_output import OutputRelay
+from megatron.launch.hosts import check_slots, ssh_keepalive
+from megatron.launch.output import OutputRelay
+from megatron.process.distributed import ranks_from_slurm
 
 
 def hostfile(tmp_path, text: str) -> str:
@@ -120,7 +120,7 @@ def test_distributed_timeout_minutes_reaches_the_process_group(tmp_path):
     from tests.integration.fault_helpers import child_env
 
     code = (f"import sys, torch; sys.path.insert(0, {ROOT!r})\n"
-            "from megatron.training.distributed import init_distributed\n"
+            "from megatron.process.distributed import init_distributed\n"
             "init_distributed('cpu', 'gloo', 0.5)\n"
             "import torch.distributed as d\n"
             "print(d.group.WORLD._get_backend(torch.device('cpu')).options._timeout)")

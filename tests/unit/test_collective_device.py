@@ -11,7 +11,7 @@ from megatron.device import collective_device
 
 GROUP_DEVICE = torch.device("meta")  # stands for cuda:N: a device no CPU code path creates by itself
 # megatron.device itself for the trainer, which imports collective_device when it calls it
-COLLECTIVE_CALLERS = ("megatron.device", "megatron.training.signals", "megatron.training.checkpoint",
+COLLECTIVE_CALLERS = ("megatron.device", "megatron.process.stop_signals", "megatron.training.checkpoint",
                       "megatron.training.throughput", "megatron.training.health")
 
 
@@ -48,7 +48,7 @@ def test_collective_device_follows_the_backend(monkeypatch):
 
 
 def _preemption_flag():
-    from megatron.training.signals import PreemptionHandler
+    from megatron.process.stop_signals import PreemptionHandler
 
     PreemptionHandler().requested()
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from megatron import console
+from megatron.process import op_cache
 
 
 class _Records(logging.Handler):
@@ -42,7 +43,7 @@ def test_deepspeeds_cpu_warning_is_dropped_and_its_other_warnings_kept(deepspeed
 
 
 def test_the_missing_hostfile_line_is_dropped_only_when_asked(deepspeed_log):
-    from megatron.hosts import MISSING_HOSTFILE
+    from megatron.launch.hosts import MISSING_HOSTFILE
 
     logger = logging.getLogger(console.DEEPSPEED_LOGGER)
     logger.warning(MISSING_HOSTFILE)
@@ -82,22 +83,22 @@ def test_rank_0_and_single_processes_are_left_as_they_are(monkeypatch, world, ra
 
 def test_op_load_line_dropped_and_a_real_build_said_once(monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))  # nothing cached: a slow load is a first build
-    with console.quiet_op_load("starting the process group"):
+    with op_cache.quiet_op_load("starting the process group"):
         print("DeepSpeed deepspeed.ops.comm.deepspeed_shm_comm_op built successfully")
         print("something else")
     assert capsys.readouterr().out == "something else\n"
-    monkeypatch.setattr(console, "COMPILED_OP_SECONDS", -1.0)  # as if it had compiled
-    with console.quiet_op_load("starting the process group"):
+    monkeypatch.setattr(op_cache, "COMPILED_OP_SECONDS", -1.0)  # as if it had compiled
+    with op_cache.quiet_op_load("starting the process group"):
         print("DeepSpeed deepspeed.ops.comm.deepspeed_shm_comm_op built successfully")
     out = capsys.readouterr().out
     assert out.startswith("[deepspeed] starting the process group took") and "cached in" in out
-    with console.quiet_op_load("starting the process group", is_rank0=False):
+    with op_cache.quiet_op_load("starting the process group", is_rank0=False):
         pass
     assert capsys.readouterr().out == ""
 
 
 def test_the_runner_is_asked_for_warnings_only(tiny_config, monkeypatch):
-    from megatron.launcher import runner_args
+    from megatron.launch.launcher import runner_args
 
     args = runner_args(tiny_config(num_gpus=2), "train.py", "r.yml")
     assert args[args.index("--log_level") + 1] == "warning"
@@ -110,7 +111,7 @@ def test_debug_keeps_every_line(deepspeed_log, monkeypatch, capsys):
     monkeypatch.setattr(console, "_keep_all", False)  # restored after the test
     console.quiet_third_party(keep_all=True)  # what run_cli does under --debug
     logging.getLogger(console.DEEPSPEED_LOGGER).warning("Setting accelerator to CPU. If you have GPU or other")
-    with console.quiet_op_load("starting the process group"):
+    with op_cache.quiet_op_load("starting the process group"):
         print("DeepSpeed deepspeed.ops.comm.deepspeed_shm_comm_op built successfully")
     assert len(deepspeed_log) == 1 and "built successfully" in capsys.readouterr().out
 
@@ -148,18 +149,18 @@ def test_a_rebuild_of_a_cached_op_says_why(tmp_path, monkeypatch, capsys):
     """Issue 45: every switch between `make` and an activated venv rebuilt the op (87-211 s) and the
     line called it "a first build". A rebuild of a cached op now names ninja's reason; an up-to-date
     cache that was merely slow to load claims no build."""
-    monkeypatch.setattr(console, "COMPILED_OP_SECONDS", -1.0)  # as if the load had been slow
+    monkeypatch.setattr(op_cache, "COMPILED_OP_SECONDS", -1.0)  # as if the load had been slow
     _fake_op_cache(tmp_path / "a", monkeypatch, up_to_date=False)
-    with console.quiet_op_load("starting the process group"):
+    with op_cache.quiet_op_load("starting the process group"):
         pass
     out = capsys.readouterr().out
     assert "built again, because ninja says: output fake_op.so older than most recent input" in out, out
     assert "first build" not in out
     _fake_op_cache(tmp_path / "b", monkeypatch, up_to_date=True)
-    with console.quiet_op_load("starting the process group"):
+    with op_cache.quiet_op_load("starting the process group"):
         pass
     assert capsys.readouterr().out == ""
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "empty"))
-    with console.quiet_op_load("starting the process group"):
+    with op_cache.quiet_op_load("starting the process group"):
         pass
     assert "a first build" in capsys.readouterr().out

@@ -78,7 +78,7 @@ def test_cpu_training_on_a_gpu_machine_initialises_gloo(fake_gpus, monkeypatch):
     """The H100 failure: DS_ACCELERATOR=cpu but `nccl` because CUDA was available."""
     import deepspeed
 
-    from megatron.training import distributed
+    from megatron.process import distributed
 
     fake_gpus(1)
     calls = []
@@ -111,7 +111,7 @@ def test_deepspeed_accelerator_is_switched_to_the_device():
 
 
 def test_launcher_starts_one_process_for_a_cpu_run(fake_gpus, monkeypatch, tiny_config):
-    from megatron.launcher import processes_per_node
+    from megatron.launch.launcher import processes_per_node
 
     fake_gpus(4)
     monkeypatch.delenv("DS_ACCELERATOR", raising=False)

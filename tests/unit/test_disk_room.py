@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from megatron import errors
-from megatron.training import disk
+from megatron.process import disk
 from tests.unit.test_evaluate_oom import patched  # noqa: F401 - the fixture: evaluate.py on a stand-in model
 
 

@@ -10,7 +10,7 @@ SCRIPT = textwrap.dedent("""
     import atexit, torch
     # registered first, so it runs last (atexit is LIFO): after init_distributed's own handler
     atexit.register(lambda: print("at exit initialized:", torch.distributed.is_initialized(), flush=True))
-    from megatron.training.distributed import init_distributed
+    from megatron.process.distributed import init_distributed
     info = init_distributed("cpu")
     print("world", info.world_size, flush=True)
 """)

@@ -11,7 +11,7 @@ import torch
 from megatron.attention.registry import backend_classes
 from megatron.config import load_config
 from megatron.config.errors import ConfigError
-from megatron.launcher import training_backend
+from megatron.launch.launcher import training_backend
 from megatron.model import GPTModel
 from megatron.positional.registry import scheme_names
 from tests.conftest import ROOT, TINY_MODEL, write_yaml

@@ -1,4 +1,4 @@
-"""The heartbeat of a multi-process run (megatron/training/heartbeat.py), on two local processes (a
+"""The heartbeat of a multi-process run (megatron/process/heartbeat.py), on two local processes (a
 second each): a rank whose beats stop (SIGSTOP: what a host cut off the network looks like from
 rank 0) is named as lost and every process ends; a signal posted by the launcher reaches every
 rank's stop handler; a rank that fails with an error ends the other at once. The same on real
@@ -10,8 +10,8 @@ import sys
 import textwrap
 import time
 
-from megatron.training.distributed import free_port
-from megatron.training.heartbeat import EXIT_LOST_HOST, VERDICT_MARK, post_signal
+from megatron.process.distributed import free_port
+from megatron.process.heartbeat import EXIT_LOST_HOST, VERDICT_MARK, post_signal
 from tests.conftest import ROOT
 from tests.integration.fault_helpers import child_env
 
@@ -20,8 +20,8 @@ RANK = textwrap.dedent("""
     import os, sys, time
     sys.path.insert(0, {root!r})
     from megatron.errors import UserError, run_cli
-    from megatron.training import signals
-    from megatron.training.distributed import init_distributed
+    from megatron.process import stop_signals as signals
+    from megatron.process.distributed import init_distributed
 
     def main():
         signals.hold()

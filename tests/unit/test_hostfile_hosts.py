@@ -4,8 +4,9 @@ ssh's reason and the fix, exit 2, before the runner starts anything."""
 
 import pytest
 
-from megatron import errors, hosts
+from megatron import errors
 from megatron.errors import UserError
+from megatron.launch import hosts
 
 
 def test_every_unreachable_host_is_named(tmp_path):
@@ -44,13 +45,13 @@ def test_dry_run_prints_the_launch_layout_and_warns_for_unresolved_hosts(tmp_pat
     """Issue 45: `--dry-run` with configs/cluster/hostfile.yml exited 0 showing no hosts, slots or
     process count, with example hosts that exist nowhere. It now prints the launch (hosts, slots,
     ranks, processes, launcher) and warns for each host whose name does not resolve, contacting none."""
-    from megatron import launcher
+    from megatron.launch import launcher
     from tests.conftest import train_config_dict, write_yaml
 
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("localhost slots=2\nnode-b.invalid slots=2\n")
     conf = write_yaml(tmp_path / "c.yml", train_config_dict(tmp_path, token_dataset, hostfile=str(hostfile)))
-    monkeypatch.setattr("megatron.hosts.unreachable", lambda *a: pytest.fail("ssh was tried in a dry run"))
+    monkeypatch.setattr("megatron.launch.hosts.unreachable", lambda *a: pytest.fail("ssh was tried in a dry run"))
     assert launcher.main(["--dry-run", "train.py", conf]) == 0
     out = capsys.readouterr().out
     assert "launcher pdsh" in out and "2 host(s), 4 processes, rendezvous localhost:" in out, out

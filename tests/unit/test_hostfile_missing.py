@@ -6,11 +6,12 @@ from unittest import mock
 
 import pytest
 
-from megatron import errors, launcher
+from megatron import errors
 from megatron.config.errors import INPUT
 from megatron.config.inputs import input_problems
-from megatron.hosts import MISSING_HOSTFILE, hostfile_in_use
-from megatron.launcher import runner_args
+from megatron.launch import launcher
+from megatron.launch.hosts import MISSING_HOSTFILE, hostfile_in_use
+from megatron.launch.launcher import runner_args
 
 
 def test_the_warning_is_deepspeeds_own(tmp_path):
@@ -37,7 +38,7 @@ def test_deepy_warns_and_trains_here(tmp_path, monkeypatch, capsys, token_datase
     conf = write_yaml(tmp_path / "c.yml", train_config_dict(tmp_path, token_dataset, hostfile="/mock_path"))
     monkeypatch.setattr("deepspeed.launcher.runner.main", lambda argv: pytest.fail("the runner was started"))
     ran = []
-    monkeypatch.setattr("megatron.launcher.runpy.run_path", lambda script, run_name: ran.append(script))
+    monkeypatch.setattr("megatron.launch.launcher.runpy.run_path", lambda script, run_name: ran.append(script))
     monkeypatch.setattr("sys.argv", ["deepy.py", "train.py", conf])
     with pytest.raises(SystemExit) as e:
         errors.run_cli(launcher.main, "deepy.py")

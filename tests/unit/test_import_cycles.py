@@ -169,21 +169,21 @@ def test_walker_finds_a_cycle_in_a_synthetic_package(tmp_path):
     assert cycles == [["pkg.a", "pkg.sub.b"]]
 
 
-def folder_of(module: str, folders: set[str]) -> str | None:
-    """The first-level folder that holds `module` (megatron.model.gpt -> model); None for a module
-    directly in the package (megatron/errors.py) and for the package itself."""
+def folder_of(module: str) -> str | None:
+    """The first-level room that holds `module`: its folder (megatron.model.gpt -> model), or for a
+    module directly in the package the module itself (megatron.console -> console): a top-level file
+    is a room of its own in the bottom-up order of docs/architecture.md. None for the package."""
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 and parts[1] in folders else None
+    return parts[1] if len(parts) > 1 else None
 
 
 def mutual_folders(graph: dict[str, set[str]], package: str) -> dict[tuple[str, str], tuple[str, str]]:
-    """{(folder a, folder b), a < b: (one import a -> b, one import b -> a)} for every pair of
-    first-level folders that import each other (top level or inside functions)."""
-    folders = {m.split(".")[1] for m in graph if m.count(".") > 1}  # first-level names with submodules
+    """{(room a, room b), a < b: (one import a -> b, one import b -> a)} for every pair of
+    first-level folders or top-level modules that import each other (top level or inside functions)."""
     edges: dict[tuple[str, str], str] = {}
     for module, deps in sorted(graph.items()):
         for dep in sorted(deps):
-            a, b = folder_of(module, folders), folder_of(dep, folders)
+            a, b = folder_of(module), folder_of(dep)
             if a and b and a != b:
                 edges.setdefault((a, b), f"{module} imports {dep}")
     return {(a, b): (edges[(a, b)], edges[(b, a)]) for a, b in edges if a < b and (b, a) in edges}
@@ -191,7 +191,7 @@ def mutual_folders(graph: dict[str, set[str]], package: str) -> dict[tuple[str, 
 
 # Pairs of folders that still import each other, each to be cut (then deleted here): the test
 # fails on a new pair, and on a listed pair that no longer exists.
-STILL_MUTUAL: set = set()  # attention/ <-> kernels/ was the last: the kernels are attention/kernels/ now
+STILL_MUTUAL: set = set()  # console.py <-> training/ was the last: the op cache is process/op_cache.py now
 
 
 def test_no_folder_imports_a_folder_that_imports_it_back():
@@ -221,6 +221,11 @@ def test_folder_pairs_count_lazy_and_relative_imports(tmp_path):
     (pkg / "low" / "base.py").write_text("def f():\n    from ..high.user import g\n    return g\n")
     pairs = mutual_folders(import_graph(tmp_path, "pkg"), "pkg")
     assert pairs == {("high", "low"): ("pkg.high.user imports pkg.low", "pkg.low.base imports pkg.high")}
+    # a module directly in the package is a room of its own: leaf.py importing high/ back is a pair
+    (pkg / "low" / "base.py").write_text("x = 1\n")
+    (pkg / "leaf.py").write_text("from pkg.high import user\n")
+    pairs = mutual_folders(import_graph(tmp_path, "pkg"), "pkg")
+    assert pairs == {("high", "leaf"): ("pkg.high.user imports pkg.leaf", "pkg.leaf imports pkg.high")}
 
 
 def test_tokenizers_do_not_reach_into_the_corpus_builders():

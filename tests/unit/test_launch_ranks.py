@@ -1,10 +1,10 @@
-"""megatron/ranks.py: which process of a launch this is, from torch.distributed's variables or
+"""megatron/process/ranks.py: which process of a launch this is, from torch.distributed's variables or
 srun's, and the contradictions refused by name; and `deepy.py eval.py` refusing a config that asks
 for several processes rather than running one silently."""
 import pytest
 
 from megatron.errors import UserError
-from megatron.ranks import LaunchRanks, claimed_rank, launch_ranks
+from megatron.process.ranks import LaunchRanks, claimed_rank, launch_ranks
 
 
 @pytest.mark.parametrize("env, expected", [
@@ -41,7 +41,8 @@ def test_claimed_rank_says_who_reports():
 def test_deepy_eval_py_refuses_a_config_for_several_processes(tmp_path, monkeypatch, capsys):
     import sys
 
-    from megatron import errors, launcher
+    from megatron import errors
+    from megatron.launch import launcher
     from tests.conftest import ROOT, TINY_MODEL, checkpoint_layout, write_yaml
 
     ck = checkpoint_layout(tmp_path / "ck")

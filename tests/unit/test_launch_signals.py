@@ -32,7 +32,7 @@ LAUNCHER = "import subprocess, sys; sys.exit(subprocess.call([sys.executable, '-
 DEEPY = textwrap.dedent("""
     import subprocess, sys
     sys.path.insert(0, {root!r})
-    from megatron.training.launch_signals import Supervisor, launcher_in_own_group
+    from megatron.launch.signals import Supervisor, launcher_in_own_group
 
     class Report:
         def mark(self): sys.stdout.write("marked\\n"); sys.stdout.flush()

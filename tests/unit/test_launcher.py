@@ -4,7 +4,7 @@ import os
 import pytest
 
 from megatron.config import ConfigError
-from megatron.launcher import processes_per_node, runner_args
+from megatron.launch.launcher import processes_per_node, runner_args
 from tests.conftest import ROOT
 
 
@@ -43,7 +43,7 @@ def test_debug_reaches_the_training_processes(tiny_config, monkeypatch):
 
 
 def test_overrides_refuse_a_key_twice_and_bad_yaml():
-    from megatron.launcher import parse_overrides
+    from megatron.launch.launcher import parse_overrides
 
     assert parse_overrides(["num-layers=2", "pos-emb=rotary"]) == {"num-layers": 2, "pos-emb": "rotary"}
     with pytest.raises(ConfigError, match="'num_layers' is given twice"):
@@ -56,7 +56,7 @@ def test_eval_switches_reach_eval_py_without_a_value():
     """deepy.py eval.py ... --overwrite: passed on as the bare switch (a 'True' after it would be
     read by eval.py as a config file)."""
     from megatron.evaluation.harness.cli import eval_argv
-    from megatron.launcher import parse_args
+    from megatron.launch.launcher import parse_args
 
     args = parse_args(["eval.py", "a.yml", "--eval_tasks", "t1", "t2", "--overwrite", "--limit", "3"])
     assert eval_argv(args, args.parser) == ["--eval_tasks", "t1", "t2", "--limit", "3.0", "--overwrite"]

@@ -163,9 +163,9 @@ def test_each_readme_dry_run_runs(words, comment, monkeypatch, capsys):
     which are not in the repository root, so it failed as written."""
     import yaml
 
-    from megatron import launcher
     from megatron.config.errors import MissingInputs
     from megatron.errors import EXIT_MISSING_INPUTS, handle
+    from megatron.launch import launcher
 
     monkeypatch.chdir(ROOT)
     try:
@@ -214,7 +214,7 @@ def _load_its_config(args):
     if not all(os.path.isfile(os.path.join(ROOT, f)) for f in files):
         return
     from megatron.config import load_config
-    from megatron.launcher import parse_overrides
+    from megatron.launch.launcher import parse_overrides
 
     load_config([os.path.join(ROOT, f) for f in files], overrides=parse_overrides(args.override))
 

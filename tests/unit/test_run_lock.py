@@ -9,13 +9,13 @@ import textwrap
 
 import pytest
 
-from megatron.training.run_lock import RunDirInUse, RunLock
+from megatron.process.run_lock import RunDirInUse, RunLock
 from tests.conftest import ROOT
 
 HOLD = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {root!r})
-    from megatron.training.run_lock import RunLock
+    from megatron.process.run_lock import RunLock
     lock = RunLock(sys.argv[1]).acquire()
     print("locked", flush=True)
     time.sleep(120)
@@ -78,7 +78,7 @@ def test_an_output_directory_keeps_no_eval_lock_after_the_evaluation(tmp_path):
 def test_a_removed_lock_file_is_not_locked_by_two(tmp_path, monkeypatch):
     """B opens eval.lock while A holds it; A releases (deleting the file) before B locks. B must not
     keep the deleted file's lock: C, locking the new file at the path, would run beside B."""
-    import megatron.training.run_lock as run_lock
+    import megatron.process.run_lock as run_lock
     from megatron.evaluation.outputs import output_lock
 
     a = output_lock(str(tmp_path)).acquire()

@@ -1,8 +1,8 @@
 """deepy.py removes the shared-memory buffers DeepSpeed's CPU all-reduce leaves in /dev/shm
-(megatron/training/shm_buffers.py): this launch's, found by its master port, and no others."""
+(megatron/launch/shm_buffers.py): this launch's, found by its master port, and no others."""
 import os
 
-from megatron.training.shm_buffers import PREFIX, launch_buffers, remove_launch_buffers
+from megatron.launch.shm_buffers import PREFIX, launch_buffers, remove_launch_buffers
 
 
 def test_only_this_launchs_buffers_are_removed(tmp_path):

@@ -6,13 +6,13 @@ import subprocess
 import sys
 import textwrap
 
-from megatron.training.signals import PreemptionHandler
+from megatron.process.stop_signals import PreemptionHandler
 from tests.conftest import ROOT
 
 TWICE = textwrap.dedent("""
     import os, signal, sys
     sys.path.insert(0, {root!r})
-    from megatron.training.signals import PreemptionHandler
+    from megatron.process.stop_signals import PreemptionHandler
     h = PreemptionHandler().install()
     os.kill(os.getpid(), signal.SIGINT)
     assert h.requested() and h.exit_code == 130

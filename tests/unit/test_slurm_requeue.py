@@ -1,5 +1,5 @@
 """Slurm pre-emption's requeue decision (tools/slurm/supervise.sh with deepy.py's stop outcome,
-megatron/training/launch_signals.py): a run that a USR1 stopped before its end is requeued; one that
+megatron/launch/signals.py): a run that a USR1 stopped before its end is requeued; one that
 had reached its last step when the signal came is not (its next start would have nothing to do);
 a failed run is not requeued. No Slurm needed: `scontrol` is a stand-in that records its arguments."""
 import json
@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from megatron.training.launch_signals import STOP_OUTCOME_ENV, StopReport
+from megatron.launch.signals import STOP_OUTCOME_ENV, StopReport
 from tests.conftest import ROOT
 
 # Stands in for deepy.py: on USR1 it writes the given outcome where deepy.py would, and exits 0.

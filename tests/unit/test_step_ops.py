@@ -125,7 +125,7 @@ def pipe_counted(root, pos: str, layers: int):
     import itertools
 
     from megatron.config import load_config
-    from megatron.training.distributed import init_distributed
+    from megatron.process.distributed import init_distributed
     from megatron.training.pipeline_step import build_pipeline_engine
     from megatron.training.schedule import build_scheduler
     from tests.conftest import TINY_MODEL, write_yaml

@@ -44,7 +44,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from megatron.config.model import ModelConfig
-from megatron.training.distributed import free_port
+from megatron.process.distributed import free_port
 
 REPIN = os.environ.get("KERPLE_REPIN") == "1"
 # The tolerance of a float pin, the same on every machine kind (see the docstring): relative, with an

@@ -1,4 +1,4 @@
-"""eval.py's task flags, defined once: eval.py parses them and deepy.py (megatron/launcher.py)
+"""eval.py's task flags, defined once: eval.py parses them and deepy.py (megatron/launch/launcher.py)
 accepts them and passes them on, so `python deepy.py eval.py CONFIG.yml --eval_tasks ...` works
 as in GPT-NeoX (--eval_tasks, --eval_results_prefix are NeoX's names)."""
 from __future__ import annotations

@@ -10,11 +10,18 @@ copied or moved cache (new file times) is rebuilt once; `rebuild_reason` asks ni
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
 import subprocess
 import sys
+import time
+
+from megatron.console import drop_op_built_line
+
+# A JIT load slower than this compiled the op (a cached load takes well under a second).
+COMPILED_OP_SECONDS = 5.0
 
 
 def set_op_cache_dir() -> None:
@@ -58,3 +65,25 @@ def cache_state() -> tuple[bool, str | None]:
     """(whether a built op is cached, why ninja would rebuild it: None when it would not)."""
     builds = cached_builds()
     return bool(builds), next((r for r in map(rebuild_reason, builds) if r), None)
+
+
+@contextlib.contextmanager
+def quiet_op_load(what: str, is_rank0: bool = True):
+    """Drop DeepSpeed's "op built successfully" line printed inside the block, and say once (on rank
+    0) when the block took long enough to have compiled the op: a first build, or a rebuild of a
+    cached one with ninja's reason."""
+    cached, reason = cache_state() if is_rank0 else (False, None)
+    t0 = time.time()
+    with drop_op_built_line():
+        yield
+    took = time.time() - t0
+    if not is_rank0 or took <= COMPILED_OP_SECONDS or (cached and not reason):
+        return  # fast, or slow for another reason than a build (the cached op was up to date)
+    cache = os.environ.get("TORCH_EXTENSIONS_DIR", "TORCH_EXTENSIONS_DIR")
+    if not cached:
+        print(f"[deepspeed] {what} took {took:.0f}s (a first build of DeepSpeed's op; cached in {cache} for the "
+              "next runs)", flush=True)
+    else:
+        print(f"[deepspeed] {what} took {took:.0f}s: DeepSpeed's op in {cache} was built again, because ninja "
+              f"says: {reason} (a cache that was copied or moved, or built by another ninja or compiler, is "
+              "rebuilt once; give each checkout its own TORCH_EXTENSIONS_DIR)", flush=True)

@@ -12,12 +12,11 @@ from dataclasses import dataclass
 
 import torch
 
-from megatron.console import quiet_op_load
 from megatron.device import DeviceError, process_group_backend, resolve_device, select_deepspeed_accelerator
 from megatron.errors import UserError
-from megatron.ranks import launch_ranks
-from megatron.training.heartbeat import start_heartbeat, stop_heartbeat
-from megatron.training.op_cache import set_op_cache_dir
+from megatron.process.heartbeat import start_heartbeat, stop_heartbeat
+from megatron.process.op_cache import quiet_op_load, set_op_cache_dir
+from megatron.process.ranks import launch_ranks
 
 
 @dataclass(frozen=True)
@@ -46,7 +45,7 @@ def set_single_process_env() -> None:
 
 def ranks_from_slurm(env=os.environ) -> None:
     """Under srun (a step of several tasks), each task's RANK, WORLD_SIZE and LOCAL_RANK from Slurm's
-    task variables (megatron/ranks.py reads them and refuses contradictions, e.g. several tasks
+    task variables (megatron/process/ranks.py reads them and refuses contradictions, e.g. several tasks
     that would each run as WORLD_SIZE=1), as torch's env:// rendezvous expects them; without them
     every task trained alone and the second found the run directory locked. MASTER_ADDR is the
     step's first node unless set (deepy.py sets it, and MASTER_PORT from the config)."""
@@ -66,7 +65,7 @@ def init_distributed(device: str | torch.device = "auto", backend: str = "nccl",
     """The process group and this rank's device, chosen together (megatron/device.py): `device` is
     the config's `device` key, `backend` its `distributed-backend` (used only for CUDA tensors),
     `timeout_minutes` its `distributed-timeout-minutes`. With several processes and a
-    `lost_host_timeout` (seconds), the heartbeat (megatron/training/heartbeat.py) watches the
+    `lost_host_timeout` (seconds), the heartbeat (megatron/process/heartbeat.py) watches the
     other ranks; `describe_stop()` words what a stop keeps (the checkpoint `latest` names).
 
     One process joins an existing group if its backend fits the device; a test process that

@@ -13,8 +13,8 @@ complete one), and the run-directory lock dies with the process.
 SIGHUP (the terminal went away, or `kill -HUP`) is a pre-emption too: save and exit 0.
 
 Launched with several processes, deepy.py passes every one of these signals on to the workers and
-waits for them (megatron/training/launch_signals.py). Across hosts a signal arrives through the
-run's store instead (megatron/training/heartbeat.py calls `deliver`), one beat later on some ranks
+waits for them (megatron/launch/signals.py). Across hosts a signal arrives through the
+run's store instead (megatron/process/heartbeat.py calls `deliver`), one beat later on some ranks
 than on others: the all-reduce carries the signal itself, so a rank that has not had it yet stops
 for the same one, and a copy that arrives after the stop was agreed is dropped (on one host it
 would find the default handler back and kill the process that had just saved).

@@ -45,7 +45,7 @@ from megatron.console import drop_log_message
 from megatron.device import resolve_device, worker_environment
 from megatron.errors import DEBUG_FLAG, UserError, debug_enabled
 from megatron.evaluation.harness.cli import add_eval_flags, eval_argv
-from megatron.hosts import (
+from megatron.launch.hosts import (
     MISSING_HOSTFILE,
     active_hosts,
     active_slots,
@@ -56,13 +56,13 @@ from megatron.hosts import (
     ssh_keepalive,
     unresolved,
 )
+from megatron.launch.shm_buffers import remove_launch_buffers
+from megatron.launch.signals import StopReport, Supervisor, launcher_in_own_group
+from megatron.process.heartbeat import EXIT_LOST_HOST
+from megatron.process.op_cache import set_op_cache_dir
+from megatron.process.run_lock import training_locks
 from megatron.tokenizer import build_tokenizer, padded_vocab_size
 from megatron.training.finished import finished_iteration, finished_note, recorded_changes
-from megatron.training.heartbeat import EXIT_LOST_HOST
-from megatron.training.launch_signals import StopReport, Supervisor, launcher_in_own_group
-from megatron.training.op_cache import set_op_cache_dir
-from megatron.training.run_lock import training_locks
-from megatron.training.shm_buffers import remove_launch_buffers
 
 # Tokenizer vocab sizes for a dry run when the vocab files are not on this machine.
 KNOWN_VOCAB = {"GPT2BPETokenizer": 50257, "CharLevelTokenizer": 512, "HFGPT2Tokenizer": 50257}
@@ -355,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     if given:
         raise UserError(f"{' '.join(a for a in given if a.startswith('--'))}: only {EVAL_SCRIPT} takes these "
                         f"flags, not {args.user_script}")
-    from megatron.training.disk import check_run_room  # lazy: pulls in torch; --help and config refusals need none
+    from megatron.process.disk import check_run_room  # lazy: pulls in torch; --help and config refusals need none
 
     for lock in training_locks(cfg):  # a live run's resolved config and configs/ are not replaced
         lock.check_free()
@@ -365,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     launched = needs_launcher(cfg)
     if launched:
         check_launch_hosts(cfg)  # slots and ssh to every host, before anything is written
-    from megatron.training.disk import first_missing, remove_created  # lazy: as above
+    from megatron.process.disk import first_missing, remove_created  # lazy: as above
 
     created = first_missing(cfg.logging.run_dir)  # removed again if the launch is refused
     check_run_room(cfg)  # a full disk named now, not by the first write that fails
@@ -377,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if launched:
             return launch_with_deepspeed(cfg, args.user_script, resolved)
-        # One process: run the script here (no launcher needed; see megatron/training/distributed.py).
+        # One process: run the script here (no launcher needed; see megatron/process/distributed.py).
         sys.argv = [args.user_script, "--resolved-config", resolved]
         runpy.run_path(args.user_script, run_name="__main__")
         return 0
@@ -494,7 +494,7 @@ def launch_with_deepspeed(cfg, user_script: str, resolved: str, script_args: lis
         drop_log_message(MISSING_HOSTFILE)
     print("deepy.py: deepspeed " + " ".join(argv), flush=True)
     # A signal to deepy.py reaches the workers, which save and exit, and deepy.py waits for them
-    # (launch_signals.py); the local launcher gets a process group of its own, so a Ctrl-C in the
+    # (launch/signals.py); the local launcher gets a process group of its own, so a Ctrl-C in the
     # terminal reaches the workers once, through deepy.py.
     supervisor = Supervisor(StopReport(cfg), rendezvous=(master_addr, cfg.parallel.master_port) if hosts else None)
     relays: list = []

@@ -18,11 +18,11 @@ MASTER_PORT; the connection has its own timeout, `lost-host-timeout`):
 - a rank whose store does not answer (rank 0's process or host is gone) exits with its own line.
 
 A verdict line starts with VERDICT_MARK: deepy.py passes it through as the run's last word
-(megatron/launch_output.py) and drops the launcher's per-host exit lines that said less.
+(megatron/launch/output.py) and drops the launcher's per-host exit lines that said less.
 
 The same store carries the launcher's signals (post_signal): deepy.py, signalled, posts the signal
 and each rank's heartbeat delivers it to its own process, whose handler saves at the step boundary
-(megatron/training/signals.py), on every host, as the local launcher's direct signal does on one.
+(megatron/process/stop_signals.py), on every host, as the local launcher's direct signal does on one.
 """
 from __future__ import annotations
 
@@ -149,7 +149,7 @@ class Heartbeat:
             if signum == KILL_NOW:
                 _say(f"[signal] the launcher gave up waiting: rank {self.rank} exits now")
                 os._exit(128 + signal.SIGKILL)
-            from megatron.training.signals import deliver  # lazy: pulls in torch (see _client)
+            from megatron.process.stop_signals import deliver  # lazy: pulls in torch (see _client)
 
             deliver(signum)  # to the trainer's own handler, as a local signal would go
 

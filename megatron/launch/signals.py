@@ -11,7 +11,7 @@ launcher and the workers training, unsaved, holding the run's locks. Now, while 
   workers SIGTERM and SIGKILLs them 30 s later, whatever their save is doing.
 - SIGINT, SIGTERM, SIGHUP and SIGUSR1 go to the training processes (the launcher's children:
   not to the launcher, for that reason, nor to their DataLoader workers, which would die under a
-  step). The workers save at the next step boundary and exit (megatron/training/signals.py); the
+  step). The workers save at the next step boundary and exit (megatron/process/stop_signals.py); the
   launcher then ends with their status. A second Ctrl-C is passed on too: the workers exit at once.
 - Another launcher (pdsh, mpirun, srun), or the local launcher before it has started the workers,
   gets the signal itself and passes it on its own way.
@@ -38,9 +38,9 @@ import types
 from megatron.atomic_io import atomic_output
 from megatron.checkpoint.tags import read_latest
 from megatron.errors import UserError, debug_enabled
-from megatron.training.heartbeat import KILL_NOW, post_signal
-from megatron.training.launch_output import OutputRelay
-from megatron.training.run_lock import RunDirInUse, training_locks
+from megatron.launch.output import OutputRelay
+from megatron.process.heartbeat import KILL_NOW, post_signal
+from megatron.process.run_lock import RunDirInUse, training_locks
 
 GRACE_S = float(os.environ.get("KERPLE_STOP_GRACE_S", 600))  # the slowest save we expect, and its step
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
@@ -270,17 +270,6 @@ class Supervisor:
         return 128 + signal.SIGKILL if self.killed else None
 
 
-def latest_and_resume(save: str | None) -> str:
-    """What a run that stopped keeps, and how to go on: for the last line of a stopped run."""
-    if not save:
-        return "nothing was saved (no `save` directory): the run starts over when run again"
-    try:
-        tag = read_latest(save)
-    except UserError as e:
-        return f"{save}/latest is unreadable ({e})"
-    if tag is None:
-        return f"no checkpoint in {save} yet: the same command starts the run over"
-    return f"{save}/latest names {tag}: run the same command again to resume from it"
 
 
 class StopReport:

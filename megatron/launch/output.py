@@ -11,7 +11,7 @@ and drops, unless --debug:
   peers: nothing wrong) and the C++ stack a TCPStore warning drags along ("Exception raised
   from", "frame #N"), which the heartbeat's own line replaces.
 It also holds back two kinds of line to word the run's end itself:
-- the heartbeat's verdict (megatron/training/heartbeat.py VERDICT_MARK): the host that was lost,
+- the heartbeat's verdict (megatron/process/heartbeat.py VERDICT_MARK): the host that was lost,
   what `latest` holds and how to resume; deepy.py prints it last, once, in its own voice;
 - pdsh's "pdsh@h1: h2: ssh exited with exit code N" and the per-node launcher's "... exits with
   return code = N": shown at the end when there is no verdict (they say which host failed),
@@ -23,7 +23,7 @@ import re
 import sys
 import threading
 
-from megatron.training.heartbeat import VERDICT_MARK
+from megatron.process.heartbeat import VERDICT_MARK
 
 _HOST = r"^(?:\S+: )?"  # pdsh's "host: " prefix
 _DROPPED = [
