@@ -26,34 +26,12 @@ import re
 
 from megatron.config.untrusted_json import json_type, read_json
 from megatron.errors import UserError
+from megatron.interop.hf_families import families, family
 from megatron.interop.hf_rope_scaling import import_rope, rope_type
 
-SUPPORTED = ("GPTNeoXForCausalLM", "LlamaForCausalLM", "MistralForCausalLM")
-CONFIG_CLASS = {"GPTNeoXForCausalLM": "GPTNeoXConfig", "LlamaForCausalLM": "LlamaConfig",
-                "MistralForCausalLM": "MistralConfig"}
+SUPPORTED = tuple(families())  # the stock classes, each a file of megatron/interop/hf_families/
 MAX_CONFIG_BYTES = 4 << 20  # Hub configs are a few KiB; a classifier's id2label may add some
-GELU_EXACT = ("gelu", "gelu_python")  # transformers' ACT2CLS names of erf-GELU
-GELU_TANH = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu_python_tanh")  # ... and of its tanh form
-SILU = ("silu", "swish")  # both nn.SiLU in ACT2CLS
 
-# transformers' defaults, per class, of the keys that change the model (configuration_*.py, 5.23)
-DEFAULTS = {
-    "GPTNeoXForCausalLM": {"vocab_size": 50432, "hidden_size": 6144, "num_hidden_layers": 44,
-                           "num_attention_heads": 64, "intermediate_size": 24576, "hidden_act": "gelu",
-                           "max_position_embeddings": 2048, "layer_norm_eps": 1e-5, "tie_word_embeddings": False,
-                           "use_parallel_residual": True, "attention_bias": True, "rope_theta": 10000.0,
-                           "partial_rotary_factor": 0.25},
-    "LlamaForCausalLM": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008,
-                         "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": None,
-                         "hidden_act": "silu", "max_position_embeddings": 2048, "rms_norm_eps": 1e-6,
-                         "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False,
-                         "head_dim": None, "rope_theta": 10000.0},
-    "MistralForCausalLM": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336,
-                           "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
-                           "head_dim": None, "hidden_act": "silu", "max_position_embeddings": 131072,
-                           "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "sliding_window": 4096,
-                           "rope_theta": 10000.0},
-}
 # Read by no forward pass of these classes (PreTrainedConfig's own fields included). dtype is
 # checked against the weights by hf_weights.py; generation settings are popped by transformers.
 INERT = frozenset({
@@ -76,7 +54,6 @@ REFUSED = {
                 "stock class named in architectures; this importer reads the stock classes only",
     "pruned_heads": "attention heads were pruned from some layers; every layer of this stack has all its heads",
 }
-GPTNEOX_ROPE_SPELLINGS = {"rope_theta": "rotary_emb_base", "partial_rotary_factor": "rotary_pct"}
 
 
 def read_hf_config(hf_dir: str) -> dict:
@@ -101,7 +78,8 @@ class _Reader:
 
     def __init__(self, hf: dict, path: str, arch: str):
         self.hf, self.path, self.arch, self.read, self.notes = hf, path, arch, set(), []
-        self.cls = CONFIG_CLASS[arch]
+        self.family = family(arch)
+        self.cls = self.family.config_class
 
     def where(self, key: str) -> str:
         return f"{self.path}'s {key}"
@@ -116,7 +94,7 @@ class _Reader:
         a decimal point or exponent, as transformers' strict config classes require of the epsilons
         (they refuse 7, so this does too: the two never read one file differently)."""
         self.read.add(key)
-        value = self.hf.get(key, DEFAULTS[self.arch].get(key))
+        value = self.hf.get(key, self.family.defaults.get(key))
         if value is None and (nullable or key not in self.hf):
             return None
         ok = {"count": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
@@ -159,44 +137,9 @@ def model_keys(hf: dict, hf_dir: str) -> tuple[dict, dict, list[str]]:
            "rotary-emb-base": theta, "padded-vocab-size": r.get("vocab_size", "count"),
            "make-vocab-size-divisible-by": 1, "no-weight-tying": not r.get("tie_word_embeddings", "bool"), **scaling}
     src.update(scaling_src)
-    act = r.get("hidden_act", "str")
-    if arch == "GPTNeoXForCausalLM":
-        if act not in GELU_EXACT + GELU_TANH:
-            raise r.refuse("hidden_act", f"{act!r} is not imported for GPTNeoX (one of {', '.join(GELU_EXACT + GELU_TANH)})")
-        out.update({"norm": "layernorm", "layernorm-epsilon": r.get("layer_norm_eps", "float"),
-                    "gpt-j-residual": r.get("use_parallel_residual", "bool"),
-                    "use-bias-in-attn-linear": r.get("attention_bias", "bool"),
-                    "intermediate-size": r.get("intermediate_size", "count"), "activation": "gelu",
-                    "bias-gelu-fusion": act in GELU_TANH})
-        src.update({"layernorm-epsilon": "layer_norm_eps", "gpt-j-residual": "use_parallel_residual",
-                    "use-bias-in-attn-linear": "attention_bias", "intermediate-size": "intermediate_size",
-                    "bias-gelu-fusion": "hidden_act"})
-    else:
-        if act not in SILU:
-            raise r.refuse("hidden_act", f"{act!r} is not imported ({r.cls}'s silu)")
-        kv = r.get("num_key_value_heads", "count", nullable=True) or heads
-        if heads % kv:
-            raise r.refuse("num_key_value_heads", f"{kv} does not divide num_attention_heads {heads} (each "
-                                                  "key/value head serves a whole group of query heads): this "
-                                                  "config.json is damaged, or not the one the weights were saved with")
-        # Mistral's block has no biases: transformers' MistralConfig has no attention_bias / mlp_bias,
-        # so bias tensors in its weights are extra tensors (refused by hf_weights.py), never used.
-        llama = arch == "LlamaForCausalLM"
-        # NeoX's rule gives halves of int(2/3 * size): size = 3 * HF's intermediate_size is exact.
-        out.update({"norm": "rmsnorm", "rms-norm-epsilon": r.get("rms_norm_eps", "float"),
-                    "use-bias-in-norms": False,
-                    "use-bias-in-attn-linear": llama and r.get("attention_bias", "bool"),
-                    "use-bias-in-mlp": llama and r.get("mlp_bias", "bool"), "activation": "swiglu",
-                    "intermediate-size": 3 * r.get("intermediate_size", "count"), "mlp-multiple-of": 1,
-                    "num-kv-heads": kv})
-        src.update({"rms-norm-epsilon": "rms_norm_eps", "use-bias-in-attn-linear": "attention_bias",
-                    "use-bias-in-mlp": "mlp_bias", "intermediate-size": "intermediate_size",
-                    "num-kv-heads": "num_key_value_heads"})
-        if arch == "MistralForCausalLM":
-            window = r.get("sliding_window", "count", nullable=True)
-            if window is not None:  # transformers' sliding mask keeps kv_idx > q_idx - W: W keys, our window
-                out["attention-window"] = window
-                src["attention-window"] = "sliding_window"
+    own, own_src = r.family.neox_keys(r, heads)  # the family's keys: norm, MLP, biases, kv heads, window
+    out.update(own)
+    src.update(own_src)
     return out, src, _notes(r)
 
 
@@ -212,24 +155,25 @@ def _rope(r: _Reader, head_dim: int) -> tuple[int, float, dict, str, str]:
                                        "reads rope_scaling): keep one")
     rope, rope_key = (scaling, "rope_scaling") if scaling else (params or {}, "rope_parameters")
     kind = rope_type(r, rope, rope_key)
-    neox = r.arch == "GPTNeoXForCausalLM"
     values = {}
     for name in ("rope_theta", "partial_rotary_factor"):
-        # the spellings transformers reads, first wins; then those it ignores for this class
-        other = GPTNEOX_ROPE_SPELLINGS[name]
-        read = [(f"{rope_key}.{name}", rope, name), (other, r.hf, other) if neox else (name, r.hf, name)]
-        ignored = [(name, r.hf, name)] if neox else [(other, r.hf, other)]
-        r.read.update({name, other})
+        # the spellings transformers reads, first wins; then those it ignores for this class (the
+        # other families' spellings of the same setting: GPTNeoX's rotary_emb_base for Llama)
+        own = r.family.rope_spellings[name]
+        others = sorted({f.rope_spellings[name] for f in families().values()} - {own})
+        read = [(f"{rope_key}.{name}", rope, name), (own, r.hf, own)]
+        ignored = [(other, r.hf, other) for other in others]
+        r.read.update({name, own, *others})
         # present with null is not absent: transformers then computes with None and fails
         present = [(label, where[k]) for label, where, k in read if k in where]
         for k, v in present + [(label, where[key]) for label, where, key in ignored if key in where]:
             if not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < float("inf")):
                 raise r.refuse(k, f"is {json_type(v)} ({str(v)[:40]}); transformers' {r.cls} needs a number > 0")
         ignored = [(label, where[key]) for label, where, key in ignored if key in where]
-        if name == "partial_rotary_factor" and not neox:
+        if name == "partial_rotary_factor" and r.family.every_channel_rotary:
             used = 1.0  # Llama's and Mistral's rotary turns every channel, whatever the config says
         else:
-            used = float(present[0][1]) if present else DEFAULTS[r.arch][name]
+            used = float(present[0][1]) if present else r.family.defaults[name]
         for k, v in present + ignored:
             if float(v) != used:
                 raise r.refuse(k, f"is {v}, but transformers' {r.arch} ignores it and uses {used} ({_spellings(r, name)}): "
@@ -247,9 +191,7 @@ def _rope(r: _Reader, head_dim: int) -> tuple[int, float, dict, str, str]:
 
 
 def _spellings(r: _Reader, name: str) -> str:
-    if r.arch == "GPTNeoXForCausalLM":
-        return f"rope_parameters.{name} / {GPTNEOX_ROPE_SPELLINGS[name]}"
-    return f"rope_parameters.{name} / {name}"
+    return f"rope_parameters.{name} / {r.family.rope_spellings[name]}"
 
 
 def _notes(r: _Reader) -> list[str]:

@@ -28,7 +28,7 @@ from safetensors.torch import save_file
 from megatron.atomic_io import atomic_directory, refuse_existing_output
 from megatron.config.precision import torch_dtype
 from megatron.errors import UserError
-from megatron.interop.hf_adapters import adapter
+from megatron.interop.hf_families import adapter
 from megatron.interop.hf_stock import stock_class, stock_config
 from megatron.positional.base import positional_spec
 from megatron.positional.registry import scheme_class

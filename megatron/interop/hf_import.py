@@ -1,15 +1,8 @@
 """A Hugging Face model directory (what transformers' save_pretrained writes) -> a TP=1 checkpoint
 of this stack that evaluate.py, generate.py, tools/export_hf.py and `load:` (finetune: true) read.
 
-Supported classes and what each becomes (NeoX keys, written into the checkpoint's config):
-
-    GPTNeoXForCausalLM   Pythia, GPT-NeoX-20B: layernorm, per-head [q|k|v] QKV with biases, rotary
-                         on rope_parameters' partial_rotary_factor of each head, use_parallel_residual
-                         -> gpt-j-residual, hidden_act gelu (exact) or its tanh forms -> bias-gelu-fusion
-    LlamaForCausalLM     RMSNorm, q/k/v/o projections (num_key_value_heads -> num-kv-heads; the
-                         projections concatenated in our [Q|K|V] or per-head layout), SwiGLU from
-                         gate/up/down (our first projection is [up | gate]), rotary on every channel
-    MistralForCausalLM   Llama's block with sliding_window W: keys i-W < j <= i -> attention-window W
+Supported classes and what each becomes (NeoX keys, written into the checkpoint's config): one
+file per family in megatron/interop/hf_families/ (GPTNeoX: Pythia, GPT-NeoX-20B; Llama; Mistral).
 
 RoPE scaling (config.json's rope_scaling / rope_parameters: linear, dynamic, yarn, llama3) becomes
 the rotary-scaling keys computing what transformers computes (hf_rope_scaling.py); any other type,
@@ -36,8 +29,8 @@ from megatron.checkpoint.output import check_output
 from megatron.checkpoint.writer import write_checkpoint
 from megatron.config import load_config
 from megatron.errors import UserError
-from megatron.interop.hf_adapters import adapter
 from megatron.interop.hf_config import SUPPORTED, model_keys, name_hf_keys, read_hf_config
+from megatron.interop.hf_families import adapter
 from megatron.interop.hf_tokenizer import check_vocab, find_tokenizer, token_count, tokenizer_keys
 from megatron.interop.hf_weights import WeightFiles, check_against, check_config_dtype
 from megatron.model import GPTModel

@@ -21,20 +21,18 @@ import torch
 from megatron.checkpoint.safe_load import not_a_torch_file
 from megatron.config.untrusted_json import read_json
 from megatron.errors import UserError
+from megatron.interop.hf_families import families, family
 from megatron.interop.safetensors_file import DTYPES, FLOATS, RESAVE, SafetensorsError, read_header, read_tensors
 
 MAX_INDEX_BYTES = 64 << 20  # a 400B model's index names ~2,000 tensors: ~200 KiB
 SAFETENSORS, BIN = "model.safetensors", "pytorch_model.bin"
-# Tensors a stock class's checkpoint may hold that transformers drops on load: rotary frequencies
-# (derived from config.json, rebuilt here too) and GPTNeoX's old causal-mask buffers
-# (_keys_to_ignore_on_load_unexpected).
-IGNORED = {"GPTNeoXForCausalLM": re.compile(r".*(\.rotary_emb\.inv_freq|\.attention\.bias|\.attention\.masked_bias)"),
-           "LlamaForCausalLM": re.compile(r".*\.rotary_emb\.inv_freq"),
-           "MistralForCausalLM": re.compile(r".*\.rotary_emb\.inv_freq")}
-TIED_HEAD = {"GPTNeoXForCausalLM": "embed_out.weight", "LlamaForCausalLM": "lm_head.weight",
-             "MistralForCausalLM": "lm_head.weight"}
-_LAYER = re.compile(r"^(?:gpt_neox|model)\.layers\.(\d+)\.")
 FLOAT_NAMES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64"}
+
+
+def _layer_pattern() -> re.Pattern:
+    """A layer's tensor name in any family (gpt_neox.layers.3., model.layers.3.): group 1 its number."""
+    prefixes = sorted({re.escape(f.layers_prefix) for f in families().values()})
+    return re.compile(rf"^(?:{'|'.join(prefixes)})(\d+)\.")
 
 
 class WeightFiles:
@@ -96,7 +94,8 @@ class WeightFiles:
 
     def layers(self) -> int:
         """The number of transformer layers the tensor names hold (layer indices 0..n-1)."""
-        found = [int(m.group(1)) for m in map(_LAYER.match, self.where) if m]
+        layer = _layer_pattern()
+        found = [int(m.group(1)) for m in map(layer.match, self.where) if m]
         return max(found) + 1 if found else 0
 
     def read(self) -> dict[str, torch.Tensor]:
@@ -151,9 +150,9 @@ def check_against(weights: WeightFiles, expected: dict[str, torch.Tensor], arch:
     """Refuse weights that are not the tensors `expected` (HF name -> meta tensor, from config.json)
     describes: missing, extra, another shape, not floating point; every problem in one message,
     naming the file each tensor is (or should be) in. Returns notes (a dtype config.json does not say)."""
-    ignored = IGNORED[arch]
+    ignored = family(arch).ignored
     extra = [k for k in weights.meta if k not in expected and not ignored.fullmatch(k)
-             and not (tied and k == TIED_HEAD[arch])]
+             and not (tied and k == family(arch).head)]
     missing = [k for k in expected if k not in weights.meta]
     def file(k: str) -> str:  # the directory is named once, by config_path
         return os.path.basename(weights.where[k])

@@ -13,6 +13,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+from megatron.interop.hf_families import families, family  # noqa: E402
 from tests.conftest import ROOT  # noqa: E402
 from tests.integration.test_hf_import import V, perplexity_hf, perplexity_ours, save_hf  # noqa: E402
 
@@ -189,20 +190,21 @@ def test_a_refused_import_leaves_nothing(tmp_path, damage):
     assert not (tmp_path / "new").exists() and sorted(os.listdir(tmp_path)) == ["hf_pythia"]
 
 
-@pytest.mark.parametrize("arch", ["GPTNeoXForCausalLM", "LlamaForCausalLM", "MistralForCausalLM"])
+@pytest.mark.parametrize("arch", list(families()))  # a new family file is checked by being there
 def test_every_key_of_transformers_config_class_is_mapped_or_inert_with_its_defaults(arch):
-    """hf_config.py's tables against transformers' own class: a field it adds (a new transformers)
-    fails here instead of being ignored by the import; our defaults are its defaults."""
+    """hf_config.py's INERT and each family's defaults against transformers' own class: a field it
+    adds (a new transformers) fails here instead of being ignored by the import; our defaults are its defaults."""
     import dataclasses
 
-    from megatron.interop.hf_config import CONFIG_CLASS, DEFAULTS, INERT
+    from megatron.interop.hf_config import INERT
 
-    cls = getattr(transformers, CONFIG_CLASS[arch])
+    defaults = family(arch).defaults
+    cls = getattr(transformers, family(arch).config_class)
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    mapped = set(DEFAULTS[arch]) | {"rope_parameters"}
+    mapped = set(defaults) | {"rope_parameters"}
     assert not set(fields) - mapped - INERT, set(fields) - mapped - INERT
     made = cls()
-    for key, value in DEFAULTS[arch].items():
+    for key, value in defaults.items():
         if key in ("rope_theta", "partial_rotary_factor"):
             got = made.rope_parameters.get(key, 1.0)
         elif key in ("num_key_value_heads", "head_dim") and value is None:

@@ -6,7 +6,7 @@ import torch
 
 from megatron.config import load_config
 from megatron.errors import UserError
-from megatron.interop.hf_adapters import adapter
+from megatron.interop.hf_families import adapter
 from megatron.model.gpt import GPTModel
 
 TINY = {"num-layers": 2, "hidden-size": 32, "num-attention-heads": 4, "seq-length": 16,
