@@ -8,7 +8,7 @@ sequential model's `sequential.<idx>`), in one place, with the model whose stage
     L+3      final norm           norm.*  -> final_norm.*
     L+4      output layer         final_linear.weight (untied) or word_embeddings.weight (tied)
 
-`slot` and `index` read it both ways. Our pipeline files (megatron/model/pipeline.py) keep our
+`slot` and `index` read it both ways. Our pipeline files (megatron/parallel/pipeline.py) keep our
 module names inside each index (`sequential_key`); NeoX's and the 2022 KERPLE code's names inside
 each index are megatron/checkpoint/neox_keys.py's. The shared positional scheme (`position.*`) has
 the same key wherever it is stored.

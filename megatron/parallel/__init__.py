@@ -1,5 +1,8 @@
-"""Tensor parallelism from outside the model: the process-group context, the plan that shards a
-built model (plan.py) and its inverse, the checkpoint merge (merge.py); a CPU-safe dropout RNG."""
+"""Parallelism from outside the model: the process-group context, the plan that shards a built
+model for tensor parallelism (plan.py) and its inverse, the checkpoint merge (merge.py); the
+pipeline split (pipeline.py: the same blocks as DeepSpeed's PipelineModule, GPT-NeoX's layer
+numbering); a CPU-safe dropout RNG. model/ builds one rank's plain modules and imports neither
+this folder nor DeepSpeed (tests/unit/test_import_cycles.py)."""
 import warnings
 
 # megatron-core warns at import that apex / Transformer Engine are absent (we use neither), and on

@@ -43,7 +43,7 @@ def build_pipeline_engine(cfg, vocab_size: int, optimizer_factory: Callable, sch
     # lazy: as in pipeline_topology; GPTPipe is DeepSpeed's PipelineModule
     import deepspeed
 
-    from megatron.model.pipeline import GPTPipe
+    from megatron.parallel.pipeline import GPTPipe
 
     _check_zero(cfg)
     topology = pipeline_topology(cfg, torch.distributed.get_world_size())

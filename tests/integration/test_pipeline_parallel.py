@@ -257,7 +257,7 @@ def test_merge_pipeline_to_sequential_loads_strict_and_matches(pp2):
 def test_layer_numbering_matches_neox(tiny_config):
     from deepspeed.pipe import LayerSpec, TiedLayerSpec
 
-    from megatron.model.pipeline import EmbeddingPipe, NormPipe, OutputPipe, TransformerLayerPipe, layer_specs
+    from megatron.parallel.pipeline import EmbeddingPipe, NormPipe, OutputPipe, TransformerLayerPipe, layer_specs
     from megatron.positional.base import positional_spec
     from megatron.positional.registry import build_scheme
 
@@ -290,7 +290,7 @@ def test_sequential_key_map():
 
 
 def test_refuses_pipeline_with_tensor_parallel(tiny_config):
-    from megatron.model.pipeline import check_pipeline_supported
+    from megatron.parallel.pipeline import check_pipeline_supported
 
     with pytest.raises(ValueError, match="not supported yet"):
         check_pipeline_supported(tiny_config().model, num_stages=2, model_parallel_size=2)

@@ -106,7 +106,7 @@ def test_check_window_refuses_non_positive_integers(window):
 def test_pipeline_loss_is_the_model_loss(tiny_config):
     """Both model forms use masked_mean (megatron/model/gpt.py): the pipeline's loss_fn on the logits equals
     GPTModel's loss (its chunked CE path) bit for bit."""
-    from megatron.model.pipeline import loss_fn
+    from megatron.parallel.pipeline import loss_fn
 
     torch.manual_seed(0)
     model = GPTModel(tiny_config().model, 128)

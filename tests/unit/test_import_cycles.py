@@ -228,6 +228,19 @@ def test_folder_pairs_count_lazy_and_relative_imports(tmp_path):
     assert pairs == {("high", "leaf"): ("pkg.high.user imports pkg.leaf", "pkg.leaf imports pkg.high")}
 
 
+def test_the_model_imports_no_deepspeed_and_no_parallelism():
+    """model/ builds plain modules for one rank; tensor parallelism and the pipeline split (DeepSpeed's
+    PipelineModule) are applied from outside, in parallel/ (issue 57)."""
+    found = []
+    for path in sorted((REPO / "megatron" / "model").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            found += [f"{path.relative_to(REPO)}: {n}" for n in names
+                      if n.split(".")[0] == "deepspeed" or n.startswith("megatron.parallel")]
+    assert not found, "model/ imports DeepSpeed or parallel/:\n" + "\n".join(found)
+
+
 def test_tokenizers_do_not_reach_into_the_corpus_builders():
     # both download registry packages; the downloader lives below both (megatron/fetch.py)
     graph = import_graph(REPO, "megatron")
