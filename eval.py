@@ -47,7 +47,7 @@ def main() -> int:
                         "(WORLD_SIZE / SLURM_NTASKS): start it once (srun --ntasks 1); the perplexity sweep "
                         "is the evaluation spread over ranks (deepy.py evaluate.py CONFIG.yml)")
     cfg = config_from_cli(p, args)
-    from megatron.evaluation.load import config_checkpoint  # lazy: pulls in torch; a config refusal needs none
+    from megatron.checkpoint.load_model import config_checkpoint  # lazy: pulls in torch; a config refusal needs none
 
     load = config_checkpoint(cfg)  # its `load`, else `save` (where this config's training wrote)
     args.device = device_from_flag(args.device, "eval.py")

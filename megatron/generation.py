@@ -1,5 +1,10 @@
-"""What generate.py needs beyond the model: a bound on what a request may cost, and text streamed
-as the tokens come.
+"""Decoding with the kv-cache, and what generate.py needs beyond the model: a bound on what a
+request may cost, and text streamed as the tokens come.
+
+`decode` is the one decoding loop: generate.py (`generate_tokens`), the harness adapter's batched
+generation (megatron/evaluation/harness/batching.py) and retrieval's greedy answers
+(megatron/evaluation/retrieval/scoring.py) differ only in how a step's scores are computed, how a
+token is picked from them, and when they stop reading.
 
 A generation request whose kv-cache cannot fit (`--max-new-tokens 1000000000`) used to run on
 until memory ran out, printing nothing: the cache holds k and v of every layer for every token, so
@@ -9,6 +14,7 @@ fits. With an attention window the cache keeps W keys (kv_cache.py), so only tim
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -77,3 +83,62 @@ class TokenStream:
         self.out.write(after[len(before):])
         self.out.flush()
         self.written = len(self.ids)
+
+
+def decode(first: torch.Tensor, forward: Callable, pick: Callable) -> Iterator[torch.Tensor]:
+    """Each row's next token, step after step: `pick(scores (B, V)) -> (B,)` picks from `first`
+    (the scores after the prompt, which the caller has read into its cache), then from
+    `forward(picked (B, 1)) -> (B, V)`, the scores after feeding the picked tokens through the
+    cache. A generator: the caller stops reading when it has enough, so no step runs past it."""
+    scores = first
+    while True:
+        picked = pick(scores)  # (B,)
+        yield picked
+        scores = forward(picked[:, None])
+
+
+def filter_logits(logits, temperature=1.0, top_k=0, top_p=1.0):
+    """(B, V) float logits -> temperature-scaled logits with everything outside top-k / top-p at -inf."""
+    logits = logits / temperature
+    if top_k and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+        cum = sorted_logits.softmax(-1).cumsum(-1)
+        drop = cum - sorted_logits.softmax(-1) >= top_p  # keep the token that crosses p
+        logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+    return logits
+
+
+def generate_tokens(model, prompt: list[int], max_new_tokens: int, greedy=True, temperature=1.0, top_k=0,
+                    top_p=1.0, generator=None, eod: int | None = None, vocab_limit: int | None = None,
+                    on_token=None):
+    """Continue `prompt` (token ids) with the kv cache; returns the new ids. `on_token(id)` is
+    called with each one as it comes (generate.py streams its text)."""
+    device = next(model.parameters()).device
+    cache = model.new_cache()
+
+    def forward(step):
+        logits = model(step, cache=cache)[:, -1].float()  # (1, V)
+        if vocab_limit is not None:  # padded vocab rows are not tokens
+            logits[:, vocab_limit:] = float("-inf")
+        return logits
+
+    def pick(logits):
+        if greedy:
+            return logits.argmax(-1)
+        probs = filter_logits(logits, temperature, top_k, top_p).softmax(-1)
+        return torch.multinomial(probs, 1, generator=generator)[:, 0]
+
+    out = []
+    if max_new_tokens < 1:
+        return out
+    with torch.no_grad():
+        for nxt in decode(forward(torch.tensor([prompt], device=device)), forward, pick):
+            out.append(int(nxt))
+            if on_token is not None:
+                on_token(out[-1])
+            if (eod is not None and out[-1] == eod) or len(out) >= max_new_tokens:
+                break
+    return out

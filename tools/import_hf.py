@@ -1,40 +1,8 @@
 #!/usr/bin/env python
-"""Import a released Hugging Face model (Pythia / GPT-NeoX-20B, Llama, Mistral, as transformers'
-save_pretrained writes them) as a checkpoint of this stack (megatron/interop/hf_import.py):
-
-    python tools/import_hf.py --input pythia-160m/ --output ckpts/pythia-160m
-    python evaluate.py --checkpoint ckpts/pythia-160m -o data-path=data/mydata_text_document --max-factor 4
-
-The output is a TP=1 checkpoint (step 0) with the architecture written as NeoX keys in its
-resolved_config.yml (a scaled RoPE, config.json's rope_scaling / rope_parameters of type linear,
-dynamic, yarn or llama3, as rotary-scaling keys) and the tokenizer copied beside it; evaluate.py,
-generate.py, tools/export_hf.py and training (`load:` with `finetune: true`) accept it.
-"""
-from __future__ import annotations
-
-import argparse
-
-from megatron.cli_args import ArgumentParser
+"""Import a released Hugging Face model (Pythia / GPT-NeoX-20B, Llama, Mistral, as transformers':
+`python tools/import_hf.py --help`; the tool is megatron/interop/import_command.py."""
 from megatron.errors import run_cli
-
-
-def main(argv=None) -> int:
-    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--input", required=True, help="the HF model directory (config.json + safetensors or .bin)")
-    p.add_argument("--output", required=True, help="the checkpoint directory to write")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace an existing --output directory (all of it; without this flag it is refused)")
-    args = p.parse_args(argv)
-    from megatron.interop.hf_import import import_hf  # lazy: pulls in torch and the config: --help and flag errors need none
-
-    step, cfg = import_hf(args.input, args.output, args.overwrite)
-    m = cfg.model
-    scaling = (f", rotary-scaling {m.rotary_scaling} (factor {m.rotary_scaling_factor:g}, original length "
-               f"{m.rotary_scaling_original_length})" if m.rotary_scaling != "none" else "")
-    print(f"wrote {step}: {m.num_layers} layers, hidden {m.hidden_size}, {m.num_attention_heads} heads, "
-          f"{cfg.describe().splitlines()[1].split(None, 1)[1]}{scaling}")
-    return 0
-
+from megatron.interop.import_command import main
 
 if __name__ == "__main__":
     run_cli(main, "import_hf.py")

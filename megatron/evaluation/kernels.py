@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from megatron.evaluation.load import load_checkpoint_model
+from megatron.checkpoint.load_model import load_checkpoint_model
 
 
 def kernel_of_scheme(position, max_distance: int) -> np.ndarray | None:

@@ -23,12 +23,9 @@ import runpy
 import subprocess
 import sys
 
-import yaml
-
 from megatron.checkpoint.trust import add_trust_flag, apply_trust_flag, trusted_from_env
 from megatron.cli_args import ArgumentParser
 from megatron.config import NeoXConfig, load_config
-from megatron.config.errors import ConfigError
 from megatron.config.inputs import input_problems, inputs_error
 from megatron.config.originals import (
     RESOLVED_NAME,
@@ -37,10 +34,9 @@ from megatron.config.originals import (
     staged_resolved_path,
     write_originals,
 )
+from megatron.config.overrides import parse_overrides
 from megatron.config.paths import outside_run_dir, saves_nothing, unused_data_path
-from megatron.config.schema import canonical
 from megatron.config.sources import did_you_mean_file
-from megatron.config.untrusted_yaml import safe_load
 from megatron.console import drop_log_message
 from megatron.device import resolve_device, worker_environment
 from megatron.errors import DEBUG_FLAG, UserError, debug_enabled
@@ -164,8 +160,10 @@ def evaluate_launch(argv: list[str]) -> int:
     if missing:
         raise inputs_error(missing)
     launched = needs_launcher(cfg)
-    script = runpy.run_path(args.user_script)  # its parser and its checks, before anything is written
-    script["check_command"](script["parse_args"](script_argv, cfg=cfg), several=launched)
+    # lazy: the sweep's parser and checks pull in torch; deepy.py's --help and config refusals need none
+    from megatron.evaluation.sweep import check_command, parse_args
+
+    check_command(parse_args(script_argv, cfg=cfg), several=launched)  # its checks, before anything is written
     if launched:
         check_launch_hosts(cfg)
     resolved = write_eval_config(cfg)
@@ -183,23 +181,6 @@ def script_named(argv: list[str]) -> str | None:
     pre.add_argument("-o", "--override", action="append")
     pre.add_argument("script", nargs="?")
     return pre.parse_known_args(argv)[0].script
-
-
-def parse_overrides(items: list[str]) -> dict:
-
-    out = {}
-    for item in items:
-        if "=" not in item:
-            raise ConfigError(f"--override {item!r} must look like KEY=VALUE (e.g. pos-emb=rotary)")
-        k, v = item.split("=", 1)
-        if any(canonical(k.strip()) == canonical(seen) for seen in out):
-            raise ConfigError(f"--override {k.strip()!r} is given twice; the last would silently win: keep one")
-        try:
-            out[k.strip()] = safe_load(v, f"--override {k.strip()}")
-        except yaml.YAMLError as e:
-            raise ConfigError(f"--override {item!r}: the value is not valid YAML "
-                             f"({getattr(e, 'problem', None) or e}); quote it, e.g. -o 'key=\"text\"'") from None
-    return out
 
 
 def config_paths(args) -> list[str]:

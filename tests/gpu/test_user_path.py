@@ -123,7 +123,7 @@ def test_evaluate_on_cuda_far_past_the_train_length(tmp_path, gpu_checkpoint):
 
 
 def test_generate_with_the_kv_cache_on_cuda(gpu_checkpoint):
-    from megatron.evaluation.load import load_checkpoint_model
+    from megatron.checkpoint.load_model import load_checkpoint_model
 
     model, _, _ = load_checkpoint_model(gpu_checkpoint, device="cuda")
     tokens = torch.randint(1, 100, (2, 40), device="cuda")
@@ -138,7 +138,7 @@ def test_generate_with_the_kv_cache_on_cuda(gpu_checkpoint):
 
 def test_hf_export_of_a_gpu_trained_checkpoint(tmp_path, gpu_checkpoint):
     transformers = pytest.importorskip("transformers")
-    from megatron.evaluation.load import load_checkpoint_model
+    from megatron.checkpoint.load_model import load_checkpoint_model
 
     run("tools/export_hf.py", "--checkpoint", gpu_checkpoint, "--out", str(tmp_path / "hf"))
     ours, _, _ = load_checkpoint_model(gpu_checkpoint, device="cpu")

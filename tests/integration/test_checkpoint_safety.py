@@ -125,7 +125,7 @@ def test_crafted_pickle_runs_no_code_without_trust(trained, ck, tmp_path, monkey
     _assert_refused(_cli("tools/export_hf.py", "--checkpoint", ck, "--out", str(tmp_path / "hf")), *words)
     with pytest.raises(UnsafeCheckpointError, match="it contains io.open"):
         _trainer(trained, tmp_path, load=ck)
-    from tools.merge_tp_checkpoint import main as merge
+    from megatron.checkpoint.merge_command import main as merge
 
     with pytest.raises(UnsafeCheckpointError, match="it contains io.open"):  # run_cli prints it as one line
         merge(["--input", ck, "--output", str(tmp_path / "merged")])
@@ -141,8 +141,8 @@ def test_crafted_pickle_runs_no_code_without_trust(trained, ck, tmp_path, monkey
 
 
 def test_latest_pointing_outside_is_refused_everywhere(trained, ck, tmp_path):
+    from megatron.checkpoint.load_model import load_checkpoint_model
     from megatron.checkpoint.tags import tag_dir_of
-    from megatron.evaluation.load import load_checkpoint_model
 
     elsewhere = tmp_path / "elsewhere"
     shutil.copytree(os.path.join(ck, "global_step4"), elsewhere / "global_step40")
@@ -158,7 +158,7 @@ def test_latest_pointing_outside_is_refused_everywhere(trained, ck, tmp_path):
 
 
 def test_nonfinite_weights_are_refused_unless_allowed(trained, ck, tmp_path):
-    from megatron.evaluation.load import load_checkpoint_model
+    from megatron.checkpoint.load_model import load_checkpoint_model
 
     path = os.path.join(ck, "global_step4", MODEL_FILE)
     blob = torch.load(path, weights_only=False)
@@ -212,8 +212,8 @@ def test_failed_save_says_disk_full_and_keeps_latest(trained, tmp_path, monkeypa
 
 def test_evaluation_retries_a_step_pruned_while_reading(ck, monkeypatch):
     import megatron.checkpoint.safe_load as safe_load
+    from megatron.checkpoint.load_model import LOAD_ATTEMPTS, load_checkpoint_model
     from megatron.checkpoint.tags import write_latest
-    from megatron.evaluation.load import LOAD_ATTEMPTS, load_checkpoint_model
 
     write_latest(ck, "global_step2")
     template = os.path.join(os.path.dirname(ck), "template")

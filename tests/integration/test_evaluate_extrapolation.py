@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-import evaluate
 from megatron.config import load_config
+from megatron.evaluation import sweep as evaluate
 from tests.conftest import train_config_dict, write_yaml
 
 

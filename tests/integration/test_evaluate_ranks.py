@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-import evaluate
 from megatron.config import load_config
+from megatron.evaluation import sweep as evaluate
 from megatron.process.distributed import free_port
 from tests.conftest import ROOT, TINY_MODEL, train_config_dict, write_yaml
 

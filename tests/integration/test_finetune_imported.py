@@ -67,7 +67,7 @@ def test_context_extension_with_yarn_keeps_every_weight(tmp_path, imported, toke
 
 
 def test_context_extension_by_swapping_rotary_for_kerple(tmp_path, imported, token_dataset, capsys):
-    from megatron.evaluation.load import load_checkpoint_model
+    from megatron.checkpoint.load_model import load_checkpoint_model
 
     paths = finetune_cfg(tmp_path, imported, token_dataset, "kerple", **{
         "pos-emb": "kerple_log", "finetune-new-pos-emb": True, "seq-length": 64, "max-position-embeddings": 64})

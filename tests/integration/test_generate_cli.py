@@ -29,8 +29,8 @@ def _run(args, stdin=None):
 
 
 def test_greedy_prompt_and_prompt_file(trained, tmp_path):
-    from generate import generate_tokens
-    from megatron.evaluation.load import load_checkpoint_model
+    from megatron.checkpoint.load_model import load_checkpoint_model
+    from megatron.generation import generate_tokens
 
     proc = _run(["--checkpoint", trained, "--prompt", "abc", "--greedy", "--max-new-tokens", "8"])
     assert proc.returncode == 0, proc.stderr
@@ -59,7 +59,7 @@ def test_interactive_and_errors(trained, tmp_path):
 
 
 def test_filters():
-    from generate import filter_logits
+    from megatron.generation import filter_logits
 
     logits = torch.tensor([[4.0, 3.0, 2.0, 1.0, 0.0]])
     assert torch.isinf(filter_logits(logits, top_k=2)[0, 2:]).all()

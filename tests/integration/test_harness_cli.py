@@ -196,9 +196,9 @@ def test_adapter_agrees_with_the_harness_hf_model_on_our_export(trained, tmp_pat
     from lm_eval.evaluator import simple_evaluate
     from lm_eval.models.huggingface import HFLM
 
+    from megatron.checkpoint.load_model import load_checkpoint_model
     from megatron.evaluation.harness.adapter import KerpleLM
     from megatron.evaluation.harness.task_checks import task_manager
-    from megatron.evaluation.load import load_checkpoint_model
     from megatron.interop.hf_export import export_hf
     from megatron.tokenizer import build_tokenizer
 

@@ -73,9 +73,9 @@ def test_offline_ruler_tasks_equal_the_harness_hf_model_on_our_export(trained, t
     from lm_eval.evaluator import simple_evaluate
     from lm_eval.models.huggingface import HFLM
 
+    from megatron.checkpoint.load_model import load_checkpoint_model
     from megatron.evaluation.harness import ruler
     from megatron.evaluation.harness.adapter import KerpleLM
-    from megatron.evaluation.load import load_checkpoint_model
     from megatron.interop.hf_export import export_hf
     from megatron.tokenizer import build_tokenizer
 
@@ -261,7 +261,7 @@ def test_a_length_lm_eval_would_loop_on_forever_is_refused(trained):
 
 def test_evaluate_py_tasks_passes_ruler_lengths(monkeypatch, tmp_path):
     """evaluate.py --tasks shares the harness with eval.py: --ruler-lengths reaches it as integers."""
-    import evaluate
+    from megatron.evaluation import sweep as evaluate
 
     seen = {}
     monkeypatch.setattr(evaluate, "run_tasks", lambda *a, **kw: seen.update(kw))

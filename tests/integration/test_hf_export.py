@@ -16,7 +16,7 @@ transformers = pytest.importorskip("transformers")
 
 
 def _hf_roundtrip(model, cfg, out, prompt_len=6, new=12):
-    from generate import generate_tokens
+    from megatron.generation import generate_tokens
     from megatron.interop.hf_export import export_hf
 
     info = export_hf(model, cfg, str(out))
@@ -41,7 +41,7 @@ def _hf_roundtrip(model, cfg, out, prompt_len=6, new=12):
 def _check_padded(model, hf, tokens, lengths=(20, 9), new=5):
     """attention_mask with left and right padding: each row's real tokens get our logits for that
     sequence alone; a left-padded batched generate() equals our greedy decoding of each prompt."""
-    from generate import generate_tokens
+    from megatron.generation import generate_tokens
 
     seqs = [tokens[b, :n] for b, n in enumerate(lengths)]
     L = max(lengths)
@@ -79,7 +79,7 @@ def _check_positional_files(out):
 
 
 def test_trained_kerple_log_export(tmp_path, token_dataset):
-    from megatron.evaluation.load import load_checkpoint_model
+    from megatron.checkpoint.load_model import load_checkpoint_model
     from megatron.training.trainer import Trainer
 
     ck = str(tmp_path / "ck")
@@ -204,7 +204,7 @@ def hf_tokenizer_config(tmp_path, tiny_config):
 def test_exported_tokenizer_pads_batched_generate_on_the_left(tmp_path, tiny_config):
     """The usual HF recipe, tokenizer(prompts, padding=True) then generate(**batch), works on the export
     as it is: pad = the end-of-document token, padded on the left; each row continues as its prompt alone."""
-    from generate import generate_tokens
+    from megatron.generation import generate_tokens
     from megatron.interop.hf_export import export_hf
 
     cfg = hf_tokenizer_config(tmp_path, tiny_config)

@@ -12,7 +12,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from megatron.evaluation.load import load_checkpoint_model  # noqa: E402
+from megatron.checkpoint.load_model import load_checkpoint_model  # noqa: E402
 from tests.conftest import ROOT  # noqa: E402
 
 V, H, HEADS, L = 128, 32, 4, 40

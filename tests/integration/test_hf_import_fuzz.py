@@ -23,21 +23,13 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from megatron.errors import UserError, handle  # noqa: E402
-from tests.conftest import ROOT  # noqa: E402
 from tests.integration.test_hf_import import V, save_hf  # noqa: E402
 
 CASES = 30  # per (model, kind of damage): 6 x 30 imports and 3 x 60 manifests
 TOKENS = torch.randint(0, V, (2, 24), generator=torch.Generator().manual_seed(3))
 
 
-def _import_main():
-    spec = importlib.util.spec_from_file_location("import_hf_tool", os.path.join(ROOT, "tools", "import_hf.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
-
-
-IMPORT = _import_main()
+IMPORT = importlib.import_module("megatron.interop.import_command").main
 
 
 def run_import(src: str, out: str):
@@ -55,7 +47,7 @@ def run_import(src: str, out: str):
 
 
 def our_logits(out: str) -> torch.Tensor:
-    from megatron.evaluation.load import load_checkpoint_model
+    from megatron.checkpoint.load_model import load_checkpoint_model
 
     model, _, _ = load_checkpoint_model(out)
     with torch.no_grad():

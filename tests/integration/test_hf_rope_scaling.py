@@ -14,8 +14,8 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+from megatron.checkpoint.load_model import load_checkpoint_model  # noqa: E402
 from megatron.errors import UserError  # noqa: E402
-from megatron.evaluation.load import load_checkpoint_model  # noqa: E402
 from tests.integration.test_hf_import import import_cli, import_here  # noqa: E402
 
 V, MAX_POS = 128, 64

@@ -67,7 +67,7 @@ def test_transformers4_spelling_of_rotary_base_gives_transformers_perplexity(tmp
     assert hf.config.rope_parameters["rope_theta"] == 500  # what transformers reads from that spelling
     proc = import_cli(src, str(tmp_path / "ck"))
     assert proc.returncode == 0, proc.stderr
-    from megatron.evaluation.load import load_checkpoint_model
+    from megatron.checkpoint.load_model import load_checkpoint_model
 
     ours, cfg, _ = load_checkpoint_model(str(tmp_path / "ck"))
     assert cfg.model.rotary_emb_base == 500 and cfg.model.rotary_pct == 0.25

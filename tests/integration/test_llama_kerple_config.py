@@ -20,7 +20,7 @@ def test_the_overlay_is_a_llama_block_with_kerple():
 
 
 def test_the_overlay_trains_and_its_checkpoint_loads(tmp_path, token_dataset):
-    from megatron.evaluation.load import load_checkpoint_model
+    from megatron.checkpoint.load_model import load_checkpoint_model
     from megatron.training.trainer import Trainer
 
     base = train_config_dict(tmp_path, token_dataset, train_iters=30, lr_decay_style="constant",

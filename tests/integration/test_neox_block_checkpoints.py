@@ -15,7 +15,7 @@ PYTHIA = {"gpt-j-residual": True, "bias-gelu-fusion": True, "pos-emb": "rotary",
 
 @pytest.mark.parametrize("layout,tp", [("sequential", 1), ("sequential", 2), ("pipeline", 1)])
 def test_a_pythia_style_checkpoint_loads_as_itself(tmp_path, layout, tp):
-    from megatron.evaluation.load import load_checkpoint_model
+    from megatron.checkpoint.load_model import load_checkpoint_model
 
     cfg = tiny_neox_config(**PYTHIA)
     model = reference_model(tmp_path, cfg)
@@ -39,7 +39,7 @@ def _saved_args(ck: str, **args) -> str:
 
 def test_a_config_without_the_checkpoint_s_block_is_refused(tmp_path):
     from megatron.checkpoint.errors import CheckpointError
-    from megatron.evaluation.load import load_checkpoint_model
+    from megatron.checkpoint.load_model import load_checkpoint_model
 
     cfg = tiny_neox_config(**PYTHIA)
     ck = write_neox_checkpoint(tmp_path / "ck", reference_model(tmp_path, cfg), cfg, "sequential", 1)
@@ -55,7 +55,7 @@ def test_a_config_without_the_checkpoint_s_block_is_refused(tmp_path):
 
 def test_saved_arguments_of_the_same_block_load(tmp_path):
     """NeoX writes num_kv_heads null for multi-head attention: equal to every head."""
-    from megatron.evaluation.load import load_checkpoint_model
+    from megatron.checkpoint.load_model import load_checkpoint_model
 
     cfg = tiny_neox_config(**PYTHIA)
     ck = write_neox_checkpoint(tmp_path / "ck", reference_model(tmp_path, cfg), cfg, "sequential", 1)

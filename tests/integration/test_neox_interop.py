@@ -123,7 +123,7 @@ CASES = [("pipeline", 1, "kerple_log"), ("pipeline", 2, "kerple_log"), ("sequent
 
 @pytest.mark.parametrize("layout,tp,pos_emb", CASES)
 def test_neox_layouts_load_with_same_logits(tmp_path, capsys, layout, tp, pos_emb):
-    from megatron.evaluation.load import load_checkpoint_model
+    from megatron.checkpoint.load_model import load_checkpoint_model
 
     cfg = tiny_neox_config(pos_emb)
     model = reference_model(tmp_path, cfg)
@@ -222,7 +222,7 @@ def test_convert_then_evaluate_cli(tmp_path, kerple_ckpt):
                            "--input", ck, "--output", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "2022 KERPLE" in proc.stdout and "2 tensor-parallel shards merged" in proc.stdout
-    from megatron.evaluation.load import load_checkpoint_model
+    from megatron.checkpoint.load_model import load_checkpoint_model
 
     converted, _, _ = load_checkpoint_model(str(out))
     tokens = torch.randint(0, 128, (1, 20))

@@ -42,7 +42,7 @@ def test_zero3_checkpoint_evaluates(tmp_path, token_dataset):
     """ZeRO-3 partitions the weights over the optimizer files; evaluation consolidates them."""
     import torch
 
-    from megatron.evaluation.load import load_checkpoint_model
+    from megatron.checkpoint.load_model import load_checkpoint_model
     from megatron.training.trainer import Trainer
 
     ck = str(tmp_path / "ck")

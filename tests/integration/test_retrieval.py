@@ -8,9 +8,9 @@ import os
 import pytest
 import torch
 
-import evaluate
+from megatron.checkpoint.load_model import load_checkpoint_model
 from megatron.errors import UserError
-from megatron.evaluation.load import load_checkpoint_model
+from megatron.evaluation import sweep as evaluate
 from megatron.evaluation.retrieval.grid import RetrievalSpec, check_lengths
 from megatron.evaluation.retrieval.prompts import PromptMaker, SentenceFiller
 from megatron.evaluation.retrieval.scoring import score_prompts

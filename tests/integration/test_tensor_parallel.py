@@ -183,8 +183,8 @@ def test_sequence_parallel_on_cpu_is_refused():
 
 def _validation_loss_tp1(ckpt: str) -> float:
     """The trainer's final validation loss, recomputed by one process from the (merged) checkpoint."""
+    from megatron.checkpoint.load_model import load_checkpoint_model
     from megatron.data.loader import batch_loader
-    from megatron.evaluation.load import load_checkpoint_model
     from megatron.training.data_setup import build_datasets
 
     model, cfg, _ = load_checkpoint_model(ckpt)

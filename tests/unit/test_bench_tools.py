@@ -5,7 +5,6 @@ The tools run in-process (no second torch import) with one thread, a handful of 
 timed rep, so the figures are meaningless; only the structure is checked."""
 import importlib.util
 import os
-import sys
 
 import pytest
 import torch
@@ -18,11 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def load_tool(name):
-    spec = importlib.util.spec_from_file_location(f"_bench_{name}", os.path.join(ROOT, "tools", f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module(f"benchmarks.{name}")
 
 
 attn = load_tool("bench_attention")

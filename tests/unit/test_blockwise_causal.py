@@ -45,7 +45,7 @@ def test_block_defaults_to_half_the_train_length_and_refuses_a_window(tiny_confi
 
 
 def test_negative_block_size_is_argparse_error(tmp_path, capsys):
-    import evaluate
+    from megatron.evaluation import sweep as evaluate
 
     with pytest.raises(SystemExit) as e:
         evaluate.main(["--checkpoint", str(tmp_path), "--out", str(tmp_path / "out"), "--blockwise-causal", "-3"])
@@ -56,8 +56,8 @@ def test_negative_block_size_is_argparse_error(tmp_path, capsys):
 @pytest.mark.parametrize("extra,msg", [(["--blockwise-causal", "--stride", "4"], "drop --stride"),
                                        (["--blockwise-causal", "8", "--window", "4"], "drop --stride / --window")])
 def test_evaluate_flag_refusals(tmp_path, extra, msg):
-    import evaluate
     from megatron.errors import UserError
+    from megatron.evaluation import sweep as evaluate
 
     with pytest.raises(UserError, match=msg):
         evaluate.main(["--checkpoint", str(tmp_path), "--out", str(tmp_path / "out"), *extra])

@@ -13,11 +13,11 @@ import torch
 from megatron.checkpoint.client import model_args
 from megatron.checkpoint.errors import CheckpointError
 from megatron.checkpoint.manifest import MANIFEST, model_keys, read_manifest, run_layout, write_manifest
+from megatron.checkpoint.merge_command import main as merge
 from megatron.checkpoint.reader import read_tp1_state
 from megatron.model import GPTModel
 from megatron.parallel.layout import REPLICATED, group_shards
 from megatron.parallel.merge import merge_plan
-from tools.merge_tp_checkpoint import main as merge
 
 STEP = "global_step2"
 

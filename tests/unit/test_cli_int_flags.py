@@ -3,8 +3,8 @@ a message naming no flag (`--num-docs -1`: islice's ValueError; `--batch-size 0`
 argparse now refuses them, naming the flag, with exit 2 (megatron/cli_args.py)."""
 import pytest
 
-import evaluate
 from megatron.cli_args import int_at_least
+from megatron.evaluation import sweep as evaluate
 
 
 @pytest.mark.parametrize("flag,value,bound", [

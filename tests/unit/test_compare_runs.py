@@ -5,9 +5,9 @@ import re
 import subprocess
 import sys
 
+from study import compare_runs
 from tests.conftest import ROOT
 from tests.unit.test_single_run_plots import QUICKSTART, fake_eval_json
-from tools import compare_runs
 
 ROTARY = {128: 127.222, 256: 129.54, 512: 137.78, 1024: 150.35, 2048: 168.002}
 

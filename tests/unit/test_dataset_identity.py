@@ -169,10 +169,10 @@ def test_data_of_another_tokenizer_is_refused_at_train_time(tmp_path, other_toke
 
 
 def test_data_of_another_tokenizer_is_refused_at_evaluation(tmp_path, other_tokenizer_data, monkeypatch, capsys):
-    import evaluate
     from megatron import errors
+    from megatron.checkpoint import load_model as load_mod
     from megatron.config import load_config
-    from megatron.evaluation import load as load_mod
+    from megatron.evaluation import sweep as evaluate
     from megatron.model import GPTModel
 
     prefix, vocab = other_tokenizer_data

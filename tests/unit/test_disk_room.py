@@ -70,8 +70,8 @@ def test_a_full_disk_without_a_file_name_still_says_where(tmp_path):
 
 @pytest.mark.usefixtures("patched")
 def test_evaluate_on_a_full_disk_names_the_results_it_kept(tmp_path, monkeypatch):
-    import evaluate
     from megatron.atomic_io import atomic_output
+    from megatron.evaluation import sweep as evaluate
 
     monkeypatch.setattr(evaluate, "write_outputs", _no_space)  # every length done, eval.json cannot be written
     argv = ["--checkpoint", str(tmp_path / "ck"), "--lengths", "32,64", "--out", str(tmp_path / "eval"), "--quiet"]

@@ -3,8 +3,8 @@ only the context before them changes."""
 import pytest
 import torch
 
-import evaluate
 from megatron.errors import UserError
+from megatron.evaluation import sweep as evaluate
 from megatron.evaluation.equal_text import evaluate_equal_text, span_ends
 from megatron.evaluation.strided import stream_tokens
 from tests.conftest import write_token_dataset

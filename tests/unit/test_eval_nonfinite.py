@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-import evaluate
 from megatron import errors
-from megatron.evaluation import load as load_mod
+from megatron.checkpoint import load_model as load_mod
+from megatron.evaluation import sweep as evaluate
 from megatron.model import GPTModel
 from tests.conftest import checkpoint_layout
 

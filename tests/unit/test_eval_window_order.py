@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-import evaluate
+from megatron.checkpoint import load_model as load_mod
 from megatron.data.gpt_dataset import split_ranges
 from megatron.data.indexed import MMapIndexedDataset
-from megatron.evaluation import load as load_mod
+from megatron.evaluation import sweep as evaluate
 from megatron.evaluation.lengths import evaluate_length
 from megatron.model import GPTModel
 from tests.conftest import checkpoint_layout

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-import evaluate
 from megatron import errors
+from megatron.checkpoint import load_model as load_mod
 from megatron.evaluation import lengths as lengths_mod
-from megatron.evaluation import load as load_mod
+from megatron.evaluation import sweep as evaluate
 from megatron.evaluation.lengths import LengthResult
 from megatron.model import GPTModel
 from tests.conftest import checkpoint_layout

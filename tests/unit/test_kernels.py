@@ -8,7 +8,7 @@ import pytest
 from megatron.config import load_config
 from megatron.evaluation.kernels import learned_kernels
 from megatron.positional.alibi import alibi_slopes
-from tests.conftest import ROOT, train_config_dict, write_yaml
+from tests.conftest import train_config_dict, write_yaml
 
 
 def train_tiny(tmp_path, token_dataset, pos_emb: str) -> str:
@@ -52,10 +52,8 @@ def test_scheme_without_bias_gives_none(tmp_path, token_dataset):
 
 def test_make_report_writes_kernel_plot(tmp_path, token_dataset):
     import json
-    import sys
 
-    sys.path.insert(0, os.path.join(ROOT, "tools"))
-    import make_report
+    from study import make_report
 
     ck = train_tiny(tmp_path, token_dataset, "kerple_log")
     train_tiny(tmp_path, token_dataset, "rotary")
@@ -74,7 +72,6 @@ def test_make_report_writes_kernel_plot(tmp_path, token_dataset):
 def test_fire_kernel_at_several_query_positions(tmp_path, token_dataset):
     """FIRE's bias depends on the query position: read at i = 8, 16, 32 (keys 0..i) from a trained
     checkpoint, each equal to the paper's formula on the saved parameters, and plotted."""
-    import sys
 
     import torch
 
@@ -97,8 +94,7 @@ def test_fire_kernel_at_several_query_positions(tmp_path, token_dataset):
         np.testing.assert_allclose(f, p["out_weight"] @ hidden.T + p["out_bias"][:, None], rtol=1e-5, atol=1e-6)
     assert not np.allclose(out["by_query"][8], out["by_query"][16][:, :9])  # the query matters
 
-    sys.path.insert(0, os.path.join(ROOT, "tools"))
-    import make_report
+    from study import make_report
 
     logs = []
     (tmp_path / "report").mkdir()

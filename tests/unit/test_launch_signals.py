@@ -125,7 +125,7 @@ def test_a_tool_running_deepy_passes_the_signal_and_waits(tmp_path):
     import pytest
 
     from megatron.errors import UserError
-    from tools.run_matrix import run
+    from study.run_matrix import run
 
     saved = tmp_path / "saved"
     child = textwrap.dedent(f"""

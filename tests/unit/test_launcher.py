@@ -43,7 +43,7 @@ def test_debug_reaches_the_training_processes(tiny_config, monkeypatch):
 
 
 def test_overrides_refuse_a_key_twice_and_bad_yaml():
-    from megatron.launch.launcher import parse_overrides
+    from megatron.config.overrides import parse_overrides
 
     assert parse_overrides(["num-layers=2", "pos-emb=rotary"]) == {"num-layers": 2, "pos-emb": "rotary"}
     with pytest.raises(ConfigError, match="'num_layers' is given twice"):

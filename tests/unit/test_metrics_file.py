@@ -22,7 +22,7 @@ def test_partial_last_line_is_skipped_everywhere(tmp_path):
     assert read_metrics(path) == ROWS
     with open(path) as f:
         assert read_metrics(f) == ROWS
-    import evaluate  # its train_speed read rows with json.loads and crashed on the half row
+    from megatron.evaluation import sweep as evaluate  # its train_speed read rows with json.loads and crashed on the half row
 
     cfg = types.SimpleNamespace(logging=types.SimpleNamespace(run_dir=str(tmp_path)))
     assert evaluate.train_speed(cfg) == {"sec_per_step": 0.3, "steps": 4}
@@ -36,7 +36,9 @@ def test_corrupt_middle_line_names_file_and_line(tmp_path, capsys):
     path.write_text(json.dumps(ROWS[0]) + "\n[1, 2]\n")
     with pytest.raises(DataError, match=r"metrics\.jsonl:2: a JSON list, not a metrics row"):
         read_metrics(path)
-    import evaluate  # the evaluation is not lost over it: train_speed is left out, with a warning
+    from megatron.evaluation import (
+        sweep as evaluate,  # the evaluation is not lost over it: train_speed is left out, with a warning
+    )
 
     assert evaluate.train_speed(types.SimpleNamespace(logging=types.SimpleNamespace(run_dir=str(tmp_path)))) is None
     assert "warning: no train_speed: " in capsys.readouterr().err

@@ -10,7 +10,7 @@ from tests.conftest import checkpoint_layout
 
 @pytest.mark.parametrize("content", ["", "\n  \n\n"])
 def test_generate_on_an_empty_prompt_file_says_so(tmp_path, content):
-    import generate
+    from megatron import generate_command as generate
 
     prompts = tmp_path / "prompts.txt"
     prompts.write_text(content)
@@ -30,7 +30,7 @@ def _matrix(tmp_path) -> str:
 
 
 def _run_matrix(*argv):
-    from tools.run_matrix import main
+    from study.run_matrix import main
 
     return main(list(argv))
 

@@ -40,7 +40,7 @@ def test_several_inputs_never_share_an_output(tmp_path):
 
 def test_export_hf_never_deletes_the_checkpoint_it_reads(tmp_path):
     """export_hf.py --out CKPT --overwrite used to delete the checkpoints it was exporting."""
-    from tools.export_hf import main
+    from megatron.interop.export_command import main
 
     ck = checkpoint_layout(tmp_path / "ck")
     for out in (ck, os.path.join(ck, "hf"), str(tmp_path)):
@@ -49,12 +49,18 @@ def test_export_hf_never_deletes_the_checkpoint_it_reads(tmp_path):
     assert sorted(os.listdir(ck)) == ["global_step4", "latest"]
 
 
+# each tool's logic lives in the package; tools/<name>.py only calls its main
+TOOL_MODULES = {"merge_tp_checkpoint": "megatron.checkpoint.merge_command",
+                "convert_neox_checkpoint": "megatron.checkpoint.convert_command",
+                "import_hf": "megatron.interop.import_command"}
+
+
 @pytest.mark.parametrize("tool", ["merge_tp_checkpoint", "convert_neox_checkpoint", "import_hf"])
 def test_checkpoint_writers_stay_out_of_their_input(tool, tmp_path):
     """Both directions: an --output inside the input was accepted (a checkpoint written into another one)."""
     import importlib
 
-    main = importlib.import_module(f"tools.{tool}").main
+    main = importlib.import_module(TOOL_MODULES[tool]).main
     ck = checkpoint_layout(tmp_path / "ck")
     for out in (os.path.join(ck, "merged"), str(tmp_path)):
         with pytest.raises(OutputOverlapsInput, match=f"--output {out} (lies inside|holds) the "):
@@ -63,7 +69,7 @@ def test_checkpoint_writers_stay_out_of_their_input(tool, tmp_path):
 
 
 def test_evaluate_never_writes_into_a_checkpoint(tmp_path):
-    import evaluate
+    from megatron.evaluation import sweep as evaluate
 
     a, b = checkpoint_layout(tmp_path / "a"), checkpoint_layout(tmp_path / "b")
     for argv in (["--checkpoint", a, "--out", a], ["--checkpoint", a, "--out", os.path.join(a, "eval")],
@@ -76,7 +82,7 @@ def test_evaluate_never_writes_into_a_checkpoint(tmp_path):
 def test_evaluate_gives_checkpoints_of_the_same_name_their_own_results(tmp_path):
     """Two runs' checkpoints/ named alike (x/run1, y/run1) used to share --out/run1: the second's
     results replaced the first's. Each now gets the shortest name that tells it apart."""
-    import evaluate
+    from megatron.evaluation import sweep as evaluate
 
     cks = [checkpoint_layout(tmp_path / d / "run1" / "checkpoints") for d in ("x", "y")]
     other = checkpoint_layout(tmp_path / "z" / "run2" / "checkpoints")
@@ -125,7 +131,7 @@ def test_preprocess_never_writes_among_or_over_its_input(tmp_path):
 
 def test_prepare_data_never_rewrites_its_pile_input(tmp_path):
     """pile --input data/x/x.jsonl.zst --name x rewrote the user's file as its own archive (cut short by --max-mb)."""
-    from tools.prepare_data import main
+    from megatron.data.prepare_command import main
 
     (tmp_path / "x").mkdir()
     src = tmp_path / "x" / "x.jsonl.zst"
@@ -137,7 +143,7 @@ def test_prepare_data_never_rewrites_its_pile_input(tmp_path):
 
 
 def test_convert_never_deletes_the_configs_it_reads(tmp_path):
-    from tools.convert_neox_checkpoint import main
+    from megatron.checkpoint.convert_command import main
 
     ck = checkpoint_layout(tmp_path / "ck")
     (tmp_path / "out").mkdir()

@@ -214,7 +214,7 @@ def _load_its_config(args):
     if not all(os.path.isfile(os.path.join(ROOT, f)) for f in files):
         return
     from megatron.config import load_config
-    from megatron.launch.launcher import parse_overrides
+    from megatron.config.overrides import parse_overrides
 
     load_config([os.path.join(ROOT, f) for f in files], overrides=parse_overrides(args.override))
 

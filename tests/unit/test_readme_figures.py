@@ -5,14 +5,14 @@ kept equal here to docs/readme_figures.json, which tools/check_figures.py compar
 with (same machine: every digit; another: the stated tolerance)."""
 import os
 import re
-import runpy
 from decimal import Decimal
 
 import pytest
 
+from study import check_figures
 from tests.conftest import ROOT
 
-TOOL = runpy.run_path(os.path.join(ROOT, "tools", "check_figures.py"))
+TOOL = vars(check_figures)
 FIGURES = TOOL["load_figures"]()
 README = open(os.path.join(ROOT, "README.md")).read()
 INTEROP = open(os.path.join(ROOT, "docs", "interop.md")).read()  # the extension recipe's page (issue 52)

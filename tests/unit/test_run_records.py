@@ -86,8 +86,7 @@ def test_the_trajectory_plot_draws_the_lowest_seed_and_every_drift_exception():
 
 
 def test_write_record_then_report_from_records_alone(tmp_path, token_dataset):
-    sys.path.insert(0, os.path.join(ROOT, "tools"))
-    import make_report
+    from study import make_report
 
     records = tmp_path / "records"
     for pos_emb, seed in (("kerple_log", 1), ("kerple_log", 2), ("alibi", 1), ("rotary", 1)):
@@ -188,10 +187,8 @@ def test_a_labelled_run_is_its_own_report_row_beside_the_unlabelled_one(tmp_path
 
 
 def test_run_matrix_window_of_L_is_each_runs_train_length(tmp_path):
-    sys.path.insert(0, os.path.join(ROOT, "tools"))
-    from run_matrix import window_size
-
     from megatron.errors import UserError
+    from study.run_matrix import window_size
 
     full = fake_eval(str(tmp_path / "eval"), "kerple_log", 1)  # train_length 16
     path = os.path.join(full, "eval.json")

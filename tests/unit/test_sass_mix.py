@@ -13,10 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def load_tool():
-    spec = importlib.util.spec_from_file_location("_sass_mix", os.path.join(ROOT, "tools", "sass_mix.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("benchmarks.sass_mix")
 
 
 def listing(src: str) -> str:

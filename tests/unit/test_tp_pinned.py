@@ -356,7 +356,7 @@ NEOX_EXPECTED = {
 def test_neox_tp2_import_is_pinned(tmp_path, capsys, layout, pos_emb):
     """tests/integration/test_neox_interop.py compares a loaded NeoX checkpoint with the model that
     wrote it, bit for bit; this pins the bits themselves, written by our TP=2 split and merged back."""
-    from megatron.evaluation.load import load_checkpoint_model
+    from megatron.checkpoint.load_model import load_checkpoint_model
     from tests.integration.test_neox_interop import reference_model, tiny_neox_config, write_neox_checkpoint
 
     cfg = tiny_neox_config(pos_emb)
@@ -383,7 +383,7 @@ def test_hf_export_and_import_are_pinned(tmp_path, tiny_config):
     transformers = pytest.importorskip("transformers")
     from safetensors.torch import load_file
 
-    from megatron.evaluation.load import load_checkpoint_model
+    from megatron.checkpoint.load_model import load_checkpoint_model
     from megatron.interop.hf_export import export_hf
     from megatron.interop.hf_import import import_hf
     from megatron.model import GPTModel

@@ -90,7 +90,7 @@ def test_every_yaml_file_of_the_repository_loads_unchanged():
 
 
 def test_override_values_have_the_same_limits():
-    from megatron.launch.launcher import parse_overrides
+    from megatron.config.overrides import parse_overrides
 
     with pytest.raises(UserError, match=r"--override x:1:\d+: values nested more than"):
         parse_overrides(["x=" + "[" * 3000 + "]" * 3000])

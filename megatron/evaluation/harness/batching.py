@@ -18,6 +18,7 @@ from collections.abc import Callable
 import torch
 
 from megatron.evaluation.lengths import NonFiniteLoss
+from megatron.generation import decode
 
 Request = tuple[list[int], list[int]]  # (input tokens, targets): the last len(targets) inputs predict them
 PAD_ID = 0  # any id: padding is never attended to by a real token, and its outputs are never read
@@ -82,16 +83,17 @@ def _generate_batch(model, prompts: list[list[int]], budgets: list[int], stop: C
     cache = model.new_cache()
     new: list[list[int]] = [[] for _ in prompts]
     done = [budget < 1 for budget in budgets]
-    step, row_starts = tokens, starts
-    while not all(done):
-        logits = model(step, cache=cache, row_starts=row_starts)[:, -1].float()  # (B, V)
-        row_starts = None  # the cache keeps them
-        nxt = logits.argmax(-1) if sample is None else sample(logits)  # (B,)
+    if all(done):
+        return new
+    first = model(tokens, cache=cache, row_starts=starts)[:, -1].float()  # (B, V); the cache keeps the starts
+    forward = lambda step: model(step, cache=cache)[:, -1].float()
+    for nxt in decode(first, forward, (lambda logits: logits.argmax(-1)) if sample is None else sample):
         for b, t in enumerate(nxt.tolist()):
             if not done[b]:
                 new[b].append(t)
                 done[b] = len(new[b]) >= budgets[b] or stop(new[b])
-        step = nxt.view(-1, 1)
+        if all(done):
+            break
     return new
 
 

@@ -136,7 +136,7 @@ def evaluate_tasks(ckpt: str, tasks: list[str], out_dir: str, *, tag=None, overr
     if results_path is None:
         refuse_earlier_results(out_dir, [results_name(limit)], overwrite)
     # lazy: pulls in torch (the model); the task refusals above need none
-    from megatron.evaluation.load import load_checkpoint_model
+    from megatron.checkpoint.load_model import load_checkpoint_model
 
     model, cfg, client = load_checkpoint_model(ckpt, tag, overrides, device, allow_nonfinite)
     length = resolve_max_length(max_length, model, cfg)

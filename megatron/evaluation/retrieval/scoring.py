@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from megatron.evaluation.lengths import NonFiniteLoss
+from megatron.generation import decode
 
 
 @dataclass(frozen=True)
@@ -76,10 +77,6 @@ def _score_group(model, prompts: list, width: int, device, generate: bool) -> li
 
 def _greedy(model, cache, first: torch.Tensor, n: int) -> list[list[int]]:
     """`n` greedy tokens per row, continuing `cache` (the prompt's) from its next-token log-probs."""
-    step = first.argmax(-1)  # (B,)
-    out = [step]
-    for _ in range(n - 1):
-        hidden = model.hidden_states(step[:, None], cache=cache)
-        step = _logprobs(model, hidden)[:, -1].argmax(-1)
-        out.append(step)
-    return torch.stack(out, dim=1).tolist()
+    forward = lambda step: _logprobs(model, model.hidden_states(step, cache=cache))[:, -1]
+    steps = decode(first, forward, lambda logprobs: logprobs.argmax(-1))
+    return torch.stack([next(steps) for _ in range(n)], dim=1).tolist()
