@@ -27,7 +27,7 @@ from megatron.cli_args import ArgumentParser
 from megatron.config.errors import did_you_mean
 from megatron.errors import UserError
 from megatron.launch.signals import run_child
-from megatron.training.metrics_file import metrics_path
+from megatron.process.metrics_file import metrics_path
 from study.experiments import read_matrix
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -26,7 +26,7 @@ import shutil
 from megatron.atomic_io import atomic_output
 from megatron.evaluation.kernels import learned_kernels
 from megatron.positional.base import parse_head_key
-from megatron.training.metrics_file import read_metrics
+from megatron.process.metrics_file import read_metrics
 
 RECORD = "record.json"
 TRAJECTORY_KEYS = ("lm_loss", "learning_rate")

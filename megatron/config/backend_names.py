@@ -1,15 +1,21 @@
 """The attention backends' names in "auto"'s preference order, read from their files'
 `@register_backend("name", priority=N)` lines without importing them: the backends import torch
 (and Triton), and a config value refused by the loader is answered before torch loads.
-tests/unit/test_scheme_options.py holds the names equal to megatron/attention/registry.py's."""
+tests/unit/test_scheme_options.py holds the names equal to megatron/attention/registry.py's.
+
+Why a second reader stays beside the registry: the registry knows the names only once every backend
+is imported (torch, Triton: seconds), and `attention-backend`'s check runs on every config load,
+including the refusals that must come back at once. The folder is the package's own, found by
+import machinery without running it (find_spec imports the parent package `megatron` only)."""
 from __future__ import annotations
 
 import ast
+import importlib.util
 import os
 
 from megatron.config.scheme_options import decorator_calls, parse_file
 
-ATTENTION_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "attention")
+ATTENTION_DIR = importlib.util.find_spec("megatron.attention").submodule_search_locations[0]
 
 
 def backend_names(directory: str = ATTENTION_DIR) -> list[str]:

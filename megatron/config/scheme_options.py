@@ -8,6 +8,13 @@ module-level names holding them, tuples of them imported from a sibling file, a 
 they are evaluated here from each file's syntax tree: literals, the type names, `int | None`, and
 names bound in the package's files; anything else is refused with its file and line.
 tests/unit/test_scheme_options.py holds what is read here equal to the imported classes' own.
+
+Why this second reader stays beside the registry (megatron/positional/registry.py), although
+ModelConfig.check() imports the schemes anyway for their `option_problems`: that import comes
+after the keys are known. The keys and their types must exist before a config can be parsed
+at all (a misspelt key, a value of the wrong type, an unknown pos-emb are refused there, before
+torch loads); the rules between a scheme's options need the scheme's code, so only a config that
+passed the first stage pays for the import.
 """
 from __future__ import annotations
 

@@ -77,8 +77,8 @@ from megatron.evaluation.retrieval.summary import markdown as retrieval_markdown
 from megatron.evaluation.spread import ONE_PROCESS, EvalGroup, quiet_peers, rank0_speaks, rank_device
 from megatron.evaluation.windows import WINDOW_ORDERS
 from megatron.outputs_vs_inputs import refuse_overlap
+from megatron.process.metrics_file import read_metrics
 from megatron.process.ranks import launch_ranks
-from megatron.training.metrics_file import read_metrics
 
 PARTIAL = "eval.partial.json"  # not eval.json: globs and run_matrix's "done" check must not take it
 

@@ -42,6 +42,7 @@ from megatron.checkpoint.tags import (
     LATEST,
     clean_stale_tmp,
     describe_steps,
+    latest_and_resume,
     missing_latest,
     read_latest,
     resolve_tag,
@@ -98,6 +99,22 @@ class Checkpointer:
         self.resumed_from: tuple[str, int] | None = None  # (step directory, iteration) a resume continued
         if is_rank0 and self.ccfg.save:
             clean_stale_tmp(self.ccfg.save)  # a `latest.tmp<pid>` left by a killed writer
+
+    @staticmethod
+    def resume_note(save: str | None) -> str:
+        """What a run that stopped keeps, and how to go on (`save`'s `latest`): the last line of a
+        stopped run, said by the heartbeat before any Checkpointer exists (megatron/process/)."""
+        return latest_and_resume(save)
+
+    def latest(self) -> str | None:
+        """The step directory `save`'s `latest` names, or None (no save directory, nothing saved)."""
+        save = self.ccfg.save
+        tag = read_latest(save) if save else None
+        return os.path.join(save, tag) if tag else None
+
+    def has_step(self, iteration: int) -> bool:
+        """Whether `save` holds the step directory of `iteration`."""
+        return os.path.isdir(os.path.join(self.ccfg.save, tag_for(iteration)))
 
     def should_save(self, iteration: int) -> bool:
         c = self.ccfg

@@ -23,7 +23,7 @@ from megatron.config.originals import RESOLVED_NAME
 from megatron.config.paths import step_of
 from megatron.config.schema import hyphen
 from megatron.config.untrusted_yaml import LimitedSafeLoader, read_bounded
-from megatron.training.metrics_file import metrics_path, read_metrics
+from megatron.process.metrics_file import metrics_path, read_metrics
 
 
 def expects_test_rows(cfg) -> bool:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import random
 import signal
 import sys
@@ -16,7 +15,6 @@ import time
 import numpy as np
 import torch
 
-from megatron.checkpoint.tags import latest_and_resume, read_latest, tag_for
 from megatron.config.inputs import reads_tokenizer
 from megatron.config.originals import publish_staged
 from megatron.console import seconds_since_start
@@ -31,6 +29,7 @@ from megatron.parallel import context_for, parallelize
 from megatron.process import stop_signals
 from megatron.process.disk import check_run_room, first_missing, remove_created
 from megatron.process.distributed import init_distributed
+from megatron.process.logging import MetricsLogger
 from megatron.process.run_lock import RunLock, describe, training_locks
 from megatron.process.stop_signals import PreemptionHandler
 from megatron.tokenizer import build_tokenizer, padded_vocab_size
@@ -38,7 +37,6 @@ from megatron.training import health, norms, throughput
 from megatron.training.checkpoint import Checkpointer
 from megatron.training.data_setup import build_datasets, check_data_tokenizer, check_document_eod
 from megatron.training.finished import finished_note, is_finished, recorded_changes
-from megatron.training.logging import MetricsLogger
 from megatron.training.neox_runtime import IntervalRuntime, RunShape
 from megatron.training.optim import build_optimizer
 from megatron.training.pipeline_step import (
@@ -98,7 +96,7 @@ class Trainer:
         stop_signals.hold()  # a stop posted across hosts during set-up waits for the training loop's handler
         p = cfg.parallel
         self.dist = init_distributed(p.device, p.distributed_backend, p.distributed_timeout_minutes,
-                                     p.lost_host_timeout, lambda: latest_and_resume(cfg.checkpoint.save))
+                                     p.lost_host_timeout, lambda: Checkpointer.resume_note(cfg.checkpoint.save))
         precision_warning = check_precision_supported(cfg, self.dist.device)
         if precision_warning and self.dist.is_rank0:
             print(precision_warning, file=sys.stderr, flush=True)
@@ -263,7 +261,7 @@ class Trainer:
                 runtime = self.runtime.end_step(self.iteration)
                 if runtime:
                     self.log.log_runtime(self.iteration, runtime)
-                self.loss_watch.update(self.iteration, loss, self._last_checkpoint)
+                self.loss_watch.update(self.iteration, loss, self.checkpointer.latest)
                 self._after_step()
                 if preemption.requested():
                     return self._exit_on_signal(preemption, last)
@@ -271,7 +269,7 @@ class Trainer:
                     break
         finally:
             preemption.uninstall()
-        self.loss_watch.check_end(self.iteration, last.get("lm_loss", 0.0), self._last_checkpoint)
+        self.loss_watch.check_end(self.iteration, last.get("lm_loss", 0.0), self.checkpointer.latest)
         results = self.final_evaluation()
         self.log.close()
         return {"iteration": self.iteration, "last": last, "exit_code": 0, **results}
@@ -280,7 +278,7 @@ class Trainer:
         """Save this step (if saving is configured and it is not saved yet) and stop cleanly;
         exit_code: 130 after Ctrl-C, 0 after pre-emption (SIGTERM/SIGUSR1)."""
         signum = signal.Signals(preemption.received).name
-        if self.cfg.checkpoint.save and not self._saved_at(self.iteration):
+        if self.cfg.checkpoint.save and not self.checkpointer.has_step(self.iteration):
             path = self._save()
             self.log.console(f"[signal] received signal {signum}: "
                              + (f"saved {path}, exiting" if path else "exiting without a checkpoint"))
@@ -288,7 +286,7 @@ class Trainer:
             self.log.console(f"[signal] received signal {signum}: no `save` directory set, exiting without a checkpoint")
         else:
             self.log.console(f"[signal] received signal {signum}: step {self.iteration} already saved, exiting")
-        self.loss_watch.check_end(self.iteration, last.get("lm_loss", 0.0), self._last_checkpoint)
+        self.loss_watch.check_end(self.iteration, last.get("lm_loss", 0.0), self.checkpointer.latest)
         self.log.close()
         return {"iteration": self.iteration, "last": last, "preempted": True, "exit_code": preemption.exit_code}
 
@@ -431,7 +429,7 @@ class Trainer:
     def final_evaluation(self) -> dict:
         """NeoX's end of training: save if this step was not saved yet, then validation and test."""
         out = {}
-        if self.cfg.checkpoint.save and self.iteration > 0 and not self._saved_at(self.iteration):
+        if self.cfg.checkpoint.save and self.iteration > 0 and not self.checkpointer.has_step(self.iteration):
             self._save()
         eval_round = self.iteration // max(self.cfg.training.eval_interval, 1)
         done_at, metrics = self._validated
@@ -449,10 +447,10 @@ class Trainer:
         before it must stay the one `latest` names); the TP dropout stream travels with the default RNGs."""
         if not self.loss_watch.healthy:
             self.log.console(f"[checkpoint] not saving iteration {self.iteration}: its loss is not finite; "
-                             f"keeping {self._last_checkpoint() or 'no checkpoint'}")
+                             f"keeping {self.checkpointer.latest() or 'no checkpoint'}")
             return None
         if not health.weights_finite(self.model):
-            raise health.broken_weights(self.iteration, self._last_checkpoint(), self.checkpointer.resumed_from)
+            raise health.broken_weights(self.iteration, self.checkpointer.latest(), self.checkpointer.resumed_from)
         extra = {} if self.cfg.checkpoint.no_save_rng else {"rng_tracker_states": self.par.rng.state_dict()}
         return self.checkpointer.save(self.engine, self.iteration, extra)
 
@@ -460,14 +458,6 @@ class Trainer:
         c = self.cfg.checkpoint
         if client and "rng_tracker_states" in client and not (c.no_load_rng or c.finetune):
             self.par.rng.load_state_dict(client["rng_tracker_states"])
-
-    def _last_checkpoint(self) -> str | None:
-        save = self.cfg.checkpoint.save
-        tag = read_latest(save) if save else None
-        return os.path.join(save, tag) if tag else None
-
-    def _saved_at(self, iteration: int) -> bool:
-        return os.path.isdir(os.path.join(self.cfg.checkpoint.save, tag_for(iteration)))
 
     @torch.no_grad()
     def evaluate(self, chart: str, dataset, prefix: str, round_index: int = 0) -> dict:

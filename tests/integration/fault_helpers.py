@@ -7,7 +7,7 @@ import sys
 
 from megatron.errors import DataError
 from megatron.process.distributed import free_port
-from megatron.training.metrics_file import metrics_path, read_metrics
+from megatron.process.metrics_file import metrics_path, read_metrics
 from tests.conftest import ROOT, write_yaml
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from megatron.launch.shm_buffers import launch_buffers
 from megatron.process.distributed import free_port
-from megatron.training.metrics_file import read_metrics
+from megatron.process.metrics_file import read_metrics
 from tests.conftest import train_config_dict
 from tests.integration.fault_helpers import run_deepy, train_losses, write_config
 

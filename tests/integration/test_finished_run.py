@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 from megatron.config import load_config
-from megatron.training.metrics_file import metrics_path, read_metrics
+from megatron.process.metrics_file import metrics_path, read_metrics
 from tests.conftest import ROOT, train_config_dict, write_token_dataset, write_yaml
 from tests.integration.fault_helpers import child_env, free_port
 

@@ -10,7 +10,7 @@ import torch
 
 from megatron.config import load_config
 from megatron.positional.kerple_log import EPS
-from megatron.training.metrics_file import read_metrics
+from megatron.process.metrics_file import read_metrics
 from megatron.training.projection import _unfused_master
 from tests.conftest import train_config_dict, write_yaml
 

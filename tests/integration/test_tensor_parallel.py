@@ -201,7 +201,7 @@ def _validation_loss_tp1(ckpt: str) -> float:
 def test_tp2_checkpoint_evaluates_with_tp1(tmp_path, token_dataset, capsys):
     from megatron.checkpoint.reader import read_tp1_state
     from megatron.checkpoint.writer import write_tp1_checkpoint
-    from megatron.training.metrics_file import read_metrics
+    from megatron.process.metrics_file import read_metrics
     from tests.conftest import train_config_dict
     from tests.integration.fault_helpers import run_deepy, write_config
 

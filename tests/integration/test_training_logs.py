@@ -22,7 +22,7 @@ def train(tmp_path, prefix, **over):
 
 
 def test_norms_throughput_eta_and_tensorboard(tmp_path, token_dataset, capsys):
-    # 7 steps: the ETA is said once 4 steps after the first 2 are timed (megatron/training/logging.py)
+    # 7 steps: the ETA is said once 4 steps after the first 2 are timed (megatron/process/logging.py)
     rows = train(tmp_path, token_dataset, train_iters=7, log_grad_norm=True, log_param_norm=True)
     out = capsys.readouterr().out
     assert re.search(r"^iteration 6/7 .*\| eta: ~00:00:0\d \|$", out, flags=re.M) and "tokens_per_sec" in out

@@ -5,8 +5,8 @@ import types
 import pytest
 
 from megatron.errors import DataError
-from megatron.training.logging import MetricsLogger
-from megatron.training.metrics_file import read_metrics, trim_metrics
+from megatron.process.logging import MetricsLogger
+from megatron.process.metrics_file import read_metrics, trim_metrics
 
 ROWS = [{"kind": "train", "iteration": i, "lm_loss": 5.0 - i, "elapsed_time_per_iteration_ms": 100.0 * i}
         for i in range(1, 5)]

@@ -2,7 +2,7 @@
 import glob
 import os
 
-from megatron.training.logging import MetricsLogger
+from megatron.process.logging import MetricsLogger
 
 
 def test_console_tensorboard_and_wandb_offline(tiny_config, tmp_path, capsys, monkeypatch):
@@ -129,7 +129,7 @@ def test_the_line_shows_the_current_learning_rate_and_is_short_unless_asked(tiny
 def test_an_evaluation_line_has_rules_of_at_most_100_characters(tiny_config, tmp_path, capsys):
     """Issue 45: the rules around a validation line were as long as the line (210 characters with
     its windows), wrapping into blocks of dashes."""
-    from megatron.training.logging import RULE_WIDTH
+    from megatron.process.logging import RULE_WIDTH
 
     log = MetricsLogger(tiny_config(progress_bar=False), str(tmp_path), enabled=True)
     log.log_eval(2, "validation", {"lm_loss": 1.5, "lm_loss_ppl": 4.48}, "iteration 2",

@@ -4,9 +4,9 @@ with the activation-checkpointing factor, and both sinks getting the same tags."
 import pytest
 import torch
 
+from megatron.process.logging import MetricsLogger
+from megatron.process.neox_names import step_tags
 from megatron.training import neox_runtime
-from megatron.training.logging import MetricsLogger
-from megatron.training.neox_names import step_tags
 from megatron.training.neox_runtime import IntervalRuntime, RunShape, neox_flops_per_iteration
 from megatron.training.timers import Timers
 

@@ -11,7 +11,7 @@ import torch
 
 from megatron.config import load_config
 from megatron.evaluation.kernels import learned_kernels
-from megatron.training.metrics_file import metrics_path, read_metrics
+from megatron.process.metrics_file import metrics_path, read_metrics
 from study.convergence import drift_rows, head_series, over_target, records_to_draw, relative_tail_change
 from study.experiments import Run
 from study.run_record import record_complete, trajectory_from_metrics, write_record
@@ -226,7 +226,7 @@ def test_run_matrix_shards_split_the_matrix_without_overlap(tmp_path):
 def test_a_record_names_each_device_its_run_trained_on(tmp_path):
     """A resume on the same device adds nothing; one on another thread count is named with its first step.
     The trainer's start rows survive the trim of a resumed run (they sit at the step it resumes from)."""
-    from megatron.training.metrics_file import trim_metrics
+    from megatron.process.metrics_file import trim_metrics
     from study.run_record import training_devices
 
     rows = [{"iteration": 0, "kind": "start", "device": "cpu (1 threads)", "processes": 1, "torch": "2.13.0"},

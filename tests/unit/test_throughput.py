@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from megatron.training.logging import format_eta
+from megatron.process.logging import format_eta
 from megatron.training.throughput import Throughput, flops_per_token, peak_flops
 
 

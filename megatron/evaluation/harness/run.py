@@ -16,8 +16,8 @@ from megatron.errors import UserError
 from megatron.evaluation.harness import ruler
 from megatron.evaluation.harness.task_checks import check_include_paths, check_task_docs, check_tasks, task_manager
 from megatron.evaluation.outputs import refuse_earlier_results
+from megatron.process.logging import MetricsLogger, tensorboard_dir
 from megatron.tokenizer import build_tokenizer
-from megatron.training.logging import MetricsLogger, tensorboard_dir
 
 SCHEMA = "kerple-harness/1"
 RESULTS_NAME = "harness.json"

@@ -21,7 +21,7 @@ TEXT_KEYS = ("kind", "device", "torch")  # the row's kind and the `start` row's 
 
 
 def row_problem(row: dict) -> str | None:
-    """What is wrong with a row's shape (the writer, training/logging.py, writes these), or None:
+    """What is wrong with a row's shape (the writer, process/logging.py, writes these), or None:
     `iteration` a whole number >= 0, the TEXT_KEYS text, every other value a number or null."""
     step = row.get("iteration")
     if not isinstance(step, int) or isinstance(step, bool) or step < 0:

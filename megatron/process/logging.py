@@ -17,8 +17,8 @@ from collections import defaultdict
 
 from tqdm import tqdm
 
-from megatron.training import neox_names
-from megatron.training.metrics_file import metrics_path, trim_metrics
+from megatron.process import neox_names
+from megatron.process.metrics_file import metrics_path, trim_metrics
 
 
 def tensorboard_dir(cfg) -> str | None:
