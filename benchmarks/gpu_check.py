@@ -22,10 +22,13 @@ Steps, in the order they run (each under its own share of one clock, --seconds, 
     throughput   the paper's config through deepy.py (DeepSpeed, bf16, activation checkpointing) on
                  random tokens: tokens/s and MFU as train.py logs them
     attention-hd128  the attention step at head dim 128, with what time is left
-    retrieval    only with --only retrieval (a call of its own, ~5 minutes): tools/retrieval_study.py,
+    retrieval    only with --only retrieval (a call of its own, ~5 minutes): tools/extrapolation_study.py,
                  the quickstart model trained on the retrieval corpus per scheme (kerple_log, alibi,
                  rotary, none; 3000 steps of 64 x 128 tokens) and the kv grid at 1x-16x with window
                  attention beside them, into retrieval.md (issue 53: a CPU does not teach the copy)
+    position-recipes  only with --only position-recipes (a call of its own): the same for kerple_log,
+                 rotary and none, each plain, with randomized positions and with PoSE (issue 56),
+                 1500 steps each, into position-recipes.md
 
 A step starts only when the clock leaves it its minimum; otherwise it is skipped with a line that
 says so. The benchmark steps get a --time-budget of their own (they skip their last cells, the
@@ -105,6 +108,11 @@ def steps(out: str, tiny: bool, python: str) -> list[Step]:
                  os.path.join(out, "train-ops-gpu.md")]  # both counts' sections in one file (8 files come back)
     if tiny:
         train_ops += ["--quick", "--count-layers", "1", "2"]
+
+    def study(name: str, argv: list[str]) -> list[str]:
+        return [python, "tools/extrapolation_study.py", "--out", os.path.join(tempfile.gettempdir(), f"gpu_check_{name}"),
+                "--table", os.path.join(out, f"{name}.md"), *argv, *(["--tiny"] if tiny else [])]
+
     # test-gpu first: on 2026-11-27 (H200) it needed more than 265 s with 16 workers, so it gets the
     # largest share; when its clock runs out it is interrupted (SIGINT), and pytest still writes the
     # junit XML and the failures' summary for the tests that finished.
@@ -122,11 +130,12 @@ def steps(out: str, tiny: bool, python: str) -> list[Step]:
              ["throughput.json"]),
         Step("attention-hd128", 45 * s, 0, [python, *bench_attention(out, "attention-hd128", 128, tiny, 0)],
              ["attention-hd128.md"]),
-        # Its runs (checkpoints) go outside OUT_DIR, which comes back whole; only the table comes back.
-        Step("retrieval", 60 * s, 0, [python, "tools/retrieval_study.py", "--out",
-                                      os.path.join(tempfile.gettempdir(), "gpu_check_retrieval_runs"),
-                                      "--table", os.path.join(out, "retrieval.md"), *(["--tiny"] if tiny else [])],
+        # Their runs (checkpoints) go outside OUT_DIR, which comes back whole; only the tables come back.
+        Step("retrieval", 60 * s, 0, study("retrieval", ["--schemes", "kerple_log", "alibi", "rotary", "none"]),
              ["retrieval.md"], on_request=True),
+        Step("position-recipes", 60 * s, 0, study("position-recipes", [
+            "--schemes", "kerple_log", "rotary", "none", "--recipes", "plain", "randomized", "pose", "--backend",
+            "sdpa", "--train-iters", "1500"]), ["position-recipes.md"], on_request=True),
     ]
 
 
