@@ -52,3 +52,32 @@ def test_one_family_claims_each_block_shape():
                        ({**rms, "attention-window": 8}, "MistralForCausalLM")):
         m = load_config([], overrides={**base, **over}).model
         assert [f.arch for f in families().values() if f.claims(m)] == [arch]
+
+
+def test_a_new_family_is_one_class_and_every_reader_sees_it(tiny_config):
+    """What a new family file does, done here: one registered class, and hf_stock (which stock class,
+    its config.json), the adapters and hf_weights (head, ignored tensors) read it with no edit."""
+    from megatron.interop import hf_stock
+    from megatron.interop.hf_families import registry
+    from megatron.interop.hf_families.llama import Llama
+
+    class Throwaway(Llama):  # a Llama whose config.json says another class (as Qwen2 would)
+        arch, name, config_class, model_type = "ThrowawayForCausalLM", "Throwaway", "ThrowawayConfig", "throwaway"
+
+        def claims(self, m) -> bool:
+            return m.norm != "layernorm" and m.attention_window is None and m.num_layers == 3
+
+    claimants = {a: f.claims for a, f in families().items()}
+    try:
+        registry.register_family(Throwaway)
+        registry._FAMILIES["LlamaForCausalLM"].claims = lambda m: claimants["LlamaForCausalLM"](m) and m.num_layers != 3
+        m = tiny_config(num_layers=3, norm="rmsnorm", activation="swiglu", use_bias_in_norms=False, use_bias_in_attn_linear=False,
+                        use_bias_in_mlp=False, intermediate_size=96, pos_emb="rotary").model
+        assert hf_stock.stock_class(m) == ("ThrowawayForCausalLM", "")
+        cfg_json = hf_stock.stock_config("ThrowawayForCausalLM", m, 64, "float32")
+        assert cfg_json["architectures"] == ["ThrowawayForCausalLM"] and cfg_json["model_type"] == "throwaway"
+        assert family("ThrowawayForCausalLM").head == "lm_head.weight"
+    finally:
+        registry._FAMILIES.pop("ThrowawayForCausalLM", None)
+        del registry._FAMILIES["LlamaForCausalLM"].claims  # the class's own method again
+    assert "ThrowawayForCausalLM" not in families()

@@ -11,6 +11,7 @@ through it plus its members. A package's `__init__` counts as a module (`from me
 runs megatron/x/__init__.py), except as a dependency of its own submodules.
 """
 import ast
+import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -260,3 +261,31 @@ def test_no_unused_import_kept_with_noqa():
                 continue
             found.append(f"{rel}:{i}: {line.strip()}")
     assert not found, "unused imports kept with noqa (delete them or import where used):\n" + "\n".join(found)
+
+
+def architecture_rows(text: str) -> list[set[str]]:
+    """The rooms named in the first column of docs/architecture.md's folder table, row by row
+    (`model/` -> model, `console.py` -> console)."""
+    rows, inside = [], False
+    for line in text.splitlines():
+        if line.startswith("| folder |"):
+            inside = True
+        elif inside and line.startswith("|") and not line.startswith("|---"):
+            first = line.split("|")[1]
+            rows.append({n.rstrip("/").removesuffix(".py") for n in re.findall(r"`([^`]+)`", first)})
+        elif inside and not line.startswith("|"):
+            break
+    return rows
+
+
+def test_the_architecture_table_lists_every_room_in_dependency_order():
+    """docs/architecture.md's folder table, from the bottom: every room is in it, and none imports a
+    room listed below it (the reader can take the rows in order)."""
+    graph = import_graph(REPO, "megatron")
+    rows = architecture_rows((REPO / "docs" / "architecture.md").read_text())
+    row_of = {room: i for i, names in enumerate(rows) for room in names}
+    rooms = {folder_of(m) for m in graph} - {None}
+    assert rooms <= set(row_of), f"rooms missing from docs/architecture.md's table: {sorted(rooms - set(row_of))}"
+    late = sorted({f"{folder_of(m)} imports {folder_of(d)} ({m} -> {d})" for m, deps in graph.items() for d in deps
+                   if folder_of(m) and folder_of(d) and row_of[folder_of(d)] > row_of[folder_of(m)]})
+    assert not late, "docs/architecture.md's table lists a room above one it imports:\n" + "\n".join(late[:10])
