@@ -24,8 +24,12 @@ Steps, in the order they run (each under its own share of one clock, --seconds, 
     attention-hd128  the attention step at head dim 128, with what time is left
     retrieval    only with --only retrieval (a call of its own, ~5 minutes): tools/extrapolation_study.py,
                  the quickstart model trained on the retrieval corpus per scheme (kerple_log, alibi,
-                 rotary, none; 3000 steps of 64 x 128 tokens) and the kv grid at 1x-16x with window
-                 attention beside them, into retrieval.md (issue 53: a CPU does not teach the copy)
+                 rotary, none; 3000 steps of 64 x 128 tokens) and the kv grid at 1x-64x with window
+                 attention beside them, into retrieval.md (issue 53: a CPU does not teach the copy);
+                 gpu_check.log keeps each grid length's time (issue 58: the grid at 16x-64x)
+    document-mask  only with --only document-mask (~1 minute, fits beside retrieval): packed documents
+                 (~64 and ~16 tokens) against the unmasked step of the quickstart model, triton, flex and sdpa,
+                 bf16, 4,096 tokens (issue 56's GPU figure), into document-mask.md
     position-recipes  only with --only position-recipes (a call of its own): the same for kerple_log,
                  rotary and none, each plain, with randomized positions and with PoSE (issue 56),
                  1500 steps each, into position-recipes.md
@@ -130,8 +134,14 @@ def steps(out: str, tiny: bool, python: str) -> list[Step]:
              ["throughput.json"]),
         Step("attention-hd128", 45 * s, 0, [python, *bench_attention(out, "attention-hd128", 128, tiny, 0)],
              ["attention-hd128.md"]),
+        Step("document-mask", 20 * s, 120, [python, "tools/bench_document_mask.py", "--device", "cuda", "--dtype",
+                                            "bfloat16", "--backend", "triton", "flex", "sdpa", "--seq-length", "4096",
+                                            "--reps", "10", "--out", os.path.join(out, "document-mask.md")]
+             if not tiny else [python, "tools/bench_document_mask.py", "--reps", "1", "--out",
+                               os.path.join(out, "document-mask.md")], ["document-mask.md"], on_request=True),
         # Their runs (checkpoints) go outside OUT_DIR, which comes back whole; only the tables come back.
-        Step("retrieval", 60 * s, 0, study("retrieval", ["--schemes", "kerple_log", "alibi", "rotary", "none"]),
+        Step("retrieval", 60 * s, 0, study("retrieval", ["--schemes", "kerple_log", "alibi", "rotary", "none",
+                                                                     *([] if tiny else ["--max-factor", "64"])]),
              ["retrieval.md"], on_request=True),
         Step("position-recipes", 60 * s, 0, study("position-recipes", [
             "--schemes", "kerple_log", "rotary", "none", "--recipes", "plain", "randomized", "pose", "--backend",
