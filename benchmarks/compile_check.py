@@ -85,7 +85,7 @@ def _signature(fn, dtype: str, constexprs: dict) -> dict:
             sig[name] = "constexpr"
         elif name in ACTIVATION_PTRS:
             sig[name] = "*" + TRITON_DTYPES[dtype]
-        elif name == "BUCKET":
+        elif name in ("BUCKET", "DOCS"):  # DOCS: packed documents' (start, end) per token, int32
             sig[name] = "*i32"
         elif name == "STARTS":
             sig[name] = "*i64"
@@ -122,7 +122,7 @@ def default_launch(kernel: str, head_dim: int, dtype: str) -> tuple[tuple[int, i
 def compile_variant(kernel: str, scheme: str, dtype: str, head_dim: int, window: bool,
                     arch: int = 90, blocks: tuple[int, int] | None = None, num_warps: int | None = None,
                     num_stages: int | None = None, padded: bool = False, aligned: bool = False,
-                    group: int = 1, exact_pv: bool | None = None) -> Compiled:
+                    group: int = 1, exact_pv: bool | None = None, documents: bool = False) -> Compiled:
     """Compile one kernel variant for sm_<arch>; raises triton's CompilationError on bad code.
     blocks/num_warps/num_stages left out: the untuned default launch (default_launch), so the
     shared memory reported is what a call asks of the GPU.
@@ -130,6 +130,7 @@ def compile_variant(kernel: str, scheme: str, dtype: str, head_dim: int, window:
     most general variant (any pointer alignment, any lengths), which every call can fall back to.
     group: query heads per key/value head (grouped-query attention; the dk/dv kernel then loops
     over a group's query heads, attention_bwd.py).
+    documents: packed documents (HAS_DOCS: each token's document bounds, tiles across documents skipped).
     exact_pv: the forward's EXACT_PV (None: on in half precision, the training forward of a scheme
     whose parameters take gradients; a launch without such parameters, or inference, runs it off)."""
     d_blocks, d_warps, d_stages = default_launch(kernel, head_dim, dtype)
@@ -142,7 +143,7 @@ def compile_variant(kernel: str, scheme: str, dtype: str, head_dim: int, window:
                       PRECISION="ieee" if dtype == "fp32" else None, UPCAST=False,
                       # half precision: the training path's extra product
                       EXACT_PV=dtype != "fp32" if exact_pv is None else exact_pv,
-                      HAS_STARTS=padded, GROUP=group)
+                      HAS_STARTS=padded, GROUP=group, HAS_DOCS=documents)
     if kernel == "bwd_dkdv":
         constexprs.update(NSLOT=32 if scheme == "rpe" else 8)
     constexprs = {k: v for k, v in constexprs.items() if k in fn.arg_names}
@@ -160,19 +161,20 @@ def compile_variant(kernel: str, scheme: str, dtype: str, head_dim: int, window:
 
 # One variant per kernel with the riskiest features (3 parameters, weight, lookup, window, head
 # dim 128, every dtype) and both GPU generations: what the test suite compiles.
-# (kernel, scheme, dtype, head dim, window, arch, padded rows, group): each kernel's padded-rows
-# branch (HAS_STARTS) and its unpadded key bands (kernels/bands.py) compile at least once, and each
-# kernel with grouped-query heads (group > 1: the dk/dv kernel's loop over a group's query heads).
+# (kernel, scheme, dtype, head dim, window, arch, padded rows, group, documents): each kernel's
+# padded-rows branch (HAS_STARTS), its packed-documents branch (HAS_DOCS) and its unpadded key bands
+# (kernels/bands.py) compile at least once, and each kernel with grouped-query heads (group > 1: the
+# dk/dv kernel's loop over a group's query heads).
 QUICK = [
-    ("fwd", "kerple_log", "bf16", 64, False, 90, True, 2),
-    ("bwd_dkdv", "kerple_power_ap_ap", "fp16", 128, True, 90, True, 4),
-    ("bwd_dq", "rpe", "fp32", 64, True, 90, True, 2),
-    ("bwd_dkdv", "kerple_log_3para", "bf16", 64, False, 80, False, 1),
-    ("bwd_dkdv", "kerple_log_3para_table", "bf16", 64, True, 90, False, 8),
-    ("fwd", "kerple_log_3para_table", "bf16", 64, True, 90, False, 1),  # the three key bands, windowed
-    ("bwd_dq", "kerple_log_3para_table", "fp16", 64, True, 80, False, 1),
+    ("fwd", "kerple_log", "bf16", 64, False, 90, True, 2, False),
+    ("bwd_dkdv", "kerple_power_ap_ap", "fp16", 128, True, 90, True, 4, False),
+    ("bwd_dq", "rpe", "fp32", 64, True, 90, True, 2, False),
+    ("bwd_dkdv", "kerple_log_3para", "bf16", 64, False, 80, False, 1, True),
+    ("bwd_dkdv", "kerple_log_3para_table", "bf16", 64, True, 90, False, 8, False),
+    ("fwd", "kerple_log_3para_table", "bf16", 64, True, 90, False, 1, True),  # the three key bands, windowed
+    ("bwd_dq", "kerple_log_3para_table", "fp16", 64, True, 80, False, 1, True),
     # fp32 at head dim 128 on the table path: the largest forward tiles (an H200 refused 3 stages)
-    ("fwd", "rpe", "fp32", 128, True, 90, False, 1),
+    ("fwd", "rpe", "fp32", 128, True, 90, False, 1, False),
 ]
 
 

@@ -41,22 +41,25 @@ def main(argv=None) -> int:
     if args.quick:
         variants = QUICK
     else:
-        variants = [(*v[:5], arch, v[5], 1) for arch in args.arch for v in all_variants(
+        variants = [(*v[:5], arch, v[5], 1, False) for arch in args.arch for v in all_variants(
             args.schemes, args.dtypes, args.head_dims, (False, True), args.kernels, (False, True))]
-    print("| kernel | scheme | dtype | head dim | window | padded | group | target | compile s | shared KiB | fits |")
-    print("|---|---|---|---:|---|---|---:|---|---:|---:|---|")
+    print("| kernel | scheme | dtype | head dim | window | padded | group | documents | target | compile s | shared KiB "
+          "| fits |")
+    print("|---|---|---|---:|---|---|---:|---|---|---:|---:|---|")
     failures = 0
-    for kernel, scheme, dtype, hd, window, arch, padded, group in variants:
+    for kernel, scheme, dtype, hd, window, arch, padded, group, docs in variants:
         try:
-            c = compile_variant(kernel, scheme, dtype, hd, window, arch=arch, padded=padded, group=group)
+            c = compile_variant(kernel, scheme, dtype, hd, window, arch=arch, padded=padded, group=group,
+                                documents=docs)
         except Exception as err:  # a compile error is the finding: report it and go on
             failures += 1
-            print(f"| {kernel} | {scheme} | {dtype} | {hd} | {window} | {padded} | {group} | sm_{arch} | error: "
+            print(f"| {kernel} | {scheme} | {dtype} | {hd} | {window} | {padded} | {group} | {docs} | sm_{arch} | error: "
                   f"{str(err).strip().splitlines()[-1][:120]} | | |", flush=True)
             continue
         fits = "yes" if c.shared_bytes <= SHARED_LIMIT[arch] else "NO"
         failures += fits == "NO"
-        print(f"| {kernel} | {scheme} | {dtype} | {hd} | {window} | {padded} | {group} | {c.target} | {c.seconds:.1f} | "
+        print(f"| {kernel} | {scheme} | {dtype} | {hd} | {window} | {padded} | {group} | {docs} | {c.target} | "
+              f"{c.seconds:.1f} | "
               f"{c.shared_bytes / 1024:.0f} | {fits} |", flush=True)
     print(f"\n{failures} failure(s)")
     return 1 if failures else 0

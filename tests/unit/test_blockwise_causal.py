@@ -12,8 +12,8 @@ from megatron.model import GPTModel
 
 def paper_mask(block):
     """Blocks of `block` tokens; a query attends to its own block (causally) and the previous one."""
-    def allowed(q_pos, k_pos, window=None, row_starts=None):
-        assert row_starts is None
+    def allowed(q_pos, k_pos, window=None, row_starts=None, doc_starts=None, first_key=0):
+        assert row_starts is None and doc_starts is None and first_key == 0
         i, j = q_pos[:, None], k_pos[None, :]
         return (j <= i) & (j // block >= i // block - 1)
     return allowed

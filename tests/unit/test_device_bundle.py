@@ -1,14 +1,11 @@
-"""tools/device_bundle.py: the lists of what the GPU image lacks stay true of this environment.
+"""tools/device_bundle.py (benchmarks/device_bundle.py): the lists of what the GPU image lacks stay true of this environment.
 A pure-Python entry that grew a compiled extension would unpack on the device's Python 3.12 and
 fail at import there, in the middle of scarce GPU time."""
 import importlib.metadata as md
-import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
-import device_bundle  # noqa: E402
+from benchmarks import device_bundle
 
 
 @pytest.mark.parametrize("name", device_bundle.PURE)

@@ -21,7 +21,7 @@ from tests.conftest import train_config_dict, write_yaml
 
 # Reads of host tensors on a GPU too (world size 1): the step's mean loss wrapped by torch.tensor
 # for the data-parallel mean, and the stop-signal flag (a collective's result with several ranks).
-HOST_ONLY = ("trainer._train_step <- trainer.train_step", "signals.requested")
+HOST_ONLY = ("trainer._train_step <- trainer.train_step", "stop_signals.requested")
 
 
 def run(tmp_path, prefix, **over):

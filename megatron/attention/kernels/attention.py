@@ -96,8 +96,10 @@ class _TritonAttention(torch.autograd.Function):
         starts = (row_starts.to(device=dev, dtype=torch.int64).contiguous() if row_starts is not None
                   else torch.empty(0, dtype=torch.int64, device=dev))
         meta["HAS_DOCS"] = doc_bounds is not None  # packed documents: (B, 2, L) starts and ends
-        docs = (doc_bounds.to(device=dev, dtype=torch.int64).contiguous() if doc_bounds is not None
-                else torch.empty(0, dtype=torch.int64, device=dev))
+        # int32: the kernels' loop bounds and distances are int32 (an int64 bound made the distance
+        # int64, which the bias's int-to-float bitcast refuses when compiled; the interpreter allowed it)
+        docs = (doc_bounds.to(device=dev, dtype=torch.int32).contiguous() if doc_bounds is not None
+                else torch.empty(0, dtype=torch.int32, device=dev))
         params = [_vec(x, dev) for x in (r1, r2, r3, w_a, w_p)]
         lut = torch.empty(0, dtype=torch.float32, device=dev)
         bucket = torch.empty(0, dtype=torch.int32, device=dev)
