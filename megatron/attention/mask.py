@@ -10,6 +10,10 @@ slot itself, so a padding query attends to itself alone (finite, never read) and
 sees padding. A scheme that depends on absolute positions (embeddings, FIRE, log-n scaling) takes
 the row's own positions, `row_positions`: position - row start.
 
+Rows at their own positions (training's drawn positions, megatron/data/position_recipes.py):
+q_pos and k_pos are then (B, L), one sorted row each, and every rule here reads each row's own;
+the masks come out (B, 1, Lq, Lk).
+
 Packed documents (`doc_starts`, training only: megatron/data/position_recipes.py): (B, L) int64 holds,
 for token t of row b, the index of its document's first token. Query t sees key index j only when
 doc_starts[b, t] <= j (the causal rule does the rest): a document is a contiguous run of a row, so
@@ -45,16 +49,16 @@ def allowed_mask(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None = 
     Positions are absolute, so kv-cache rows (q_pos = the last positions) need no special case.
     """
     check_window(window)
-    diff = q_pos[:, None] - k_pos[None, :]  # (Lq, Lk) int64
+    diff = q_pos[..., :, None] - k_pos[..., None, :]  # (Lq, Lk) int64; (B, Lq, Lk) for rows' own positions
     allowed = diff >= 0
     if window is not None:
         allowed = allowed & (diff < window)
     if doc_starts is not None:
-        allowed = allowed & same_document(doc_starts, first_key, k_pos.numel())  # (B, Lq, Lk)
-    if row_starts is None:
-        return allowed if doc_starts is None else allowed[:, None]  # (B, 1, Lq, Lk) with documents
-    real_key = k_pos[None, :] >= row_starts.to(k_pos.device)[:, None]  # (B, Lk)
-    return (allowed & (real_key[:, None, :] | (diff == 0)))[:, None]  # (B, 1, Lq, Lk)
+        allowed = allowed & same_document(doc_starts, first_key, k_pos.shape[-1])  # (B, Lq, Lk)
+    if row_starts is not None:
+        real_key = torch.atleast_2d(k_pos) >= row_starts.to(k_pos.device)[:, None]  # (B, Lk)
+        allowed = allowed & (real_key[:, None, :] | (diff == 0))  # (B, Lq, Lk)
+    return allowed[:, None] if allowed.dim() == 3 else allowed  # (B, 1, Lq, Lk) per row
 
 
 def same_document(doc_starts: torch.Tensor, first_key: int = 0, num_keys: int | None = None) -> torch.Tensor:
@@ -77,12 +81,21 @@ def check_doc_starts(doc_starts: torch.Tensor | None, batch: int, length: int) -
                          f"token's document begins), got {tuple(doc_starts.shape)} {doc_starts.dtype}")
 
 
+def check_positions(positions: torch.Tensor, batch: int, length: int) -> None:
+    """Raise unless positions are the tokens' own: a (length,) integer tensor shared by the rows, or
+    (batch, length), each row its own (training's drawn positions)."""
+    shape = tuple(positions.shape)
+    if shape not in ((length,), (batch, length)) or positions.is_floating_point() or positions.dtype == torch.bool:
+        raise ValueError(f"positions must be a ({length},) or ({batch}, {length}) integer tensor (the tokens' "
+                         f"positions, shared by the rows or each row its own), got {shape} {positions.dtype}")
+
+
 def query_blocks(q_pos: torch.Tensor, k_pos: torch.Tensor, span: int | None):
     """[(query slice, key index or slice)]: the queries cut into runs of `span` rows, each with
     the keys it may see causally (k_pos <= its last query), for a scheme whose rotation holds
     only `span` positions per call (PositionalScheme.max_query_span). One block, all keys, when
     the call fits (or span is None): the unblocked call, bit for bit."""
-    L = q_pos.numel()
+    L = q_pos.shape[-1]
     if span is None or L <= span or q_pos.numel() == 0:
         return [(slice(None), slice(None))]
     q0, k0 = run_start(q_pos), run_start(k_pos)
@@ -91,8 +104,8 @@ def query_blocks(q_pos: torch.Tensor, k_pos: torch.Tensor, span: int | None):
         rows = slice(s, min(s + span, L))
         if q0 is not None and k0 is not None:  # known runs: the keys up to the last query, a prefix
             keys = slice(0, max(min(k_pos.numel(), q0 + rows.stop - k0), 0))
-        else:
-            keys = (k_pos <= q_pos[rows].max()).nonzero().squeeze(1)  # (Lk_block,) indices
+        else:  # any row's keys up to the block's last query (rows' own positions: the mask does the rest)
+            keys = torch.atleast_2d(k_pos <= q_pos[..., rows].max()).any(0).nonzero().squeeze(1)  # (Lk_block,)
         blocks.append((rows, keys))
     return blocks
 
@@ -112,11 +125,12 @@ def check_row_starts(row_starts: torch.Tensor | None, batch: int, values: bool =
 
 
 def row_positions(positions: torch.Tensor, row_starts: torch.Tensor | None) -> torch.Tensor:
-    """Each row's own positions: (L,) positions when row_starts is None, else (B, L) = position -
-    row start, clamped at 0 (a padding slot takes position 0; its output is never read)."""
+    """Each row's own positions: the positions ((L,), or (B, L) per row) when row_starts is None,
+    else (B, L) = position - row start, clamped at 0 (a padding slot takes position 0; its output is
+    never read)."""
     if row_starts is None:
         return positions
-    return (positions[None, :] - row_starts.to(positions.device)[:, None]).clamp_min(0)
+    return (torch.atleast_2d(positions) - row_starts.to(positions.device)[:, None]).clamp_min(0)
 
 
 def padding_mask(row_starts: torch.Tensor | None, length: int) -> torch.Tensor | None:
@@ -151,8 +165,8 @@ def row_starts_from_attention_mask(attention_mask: torch.Tensor | None) -> torch
 def consecutive_starts(q_pos: torch.Tensor, k_pos: torch.Tensor) -> tuple[int, int] | None:
     """(q0, k0) when q_pos = q0 + arange(Lq) and k_pos = k0 + arange(Lk), else None (also when
     either is empty). Known runs (position_run) answer on the host; anything else costs one
-    host sync."""
-    if q_pos.numel() == 0 or k_pos.numel() == 0:
+    host sync. Rows at their own positions ((B, L)) are never one shared run: None."""
+    if q_pos.numel() == 0 or k_pos.numel() == 0 or q_pos.dim() != 1 or k_pos.dim() != 1:
         return None
     q0, k0 = run_start(q_pos), run_start(k_pos)
     if q0 is not None and k0 is not None:

@@ -144,9 +144,9 @@ class SDPAAttention(AttentionBackend):
 def _prepare_documents(scheme, q_pos, k_pos, window, documents) -> SDPAPrepared:
     """The query chunks of packed documents (module docstring), each with the float mask of its
     block of keys; one host read of the chunks' first document starts."""
-    if q_pos.numel() != k_pos.numel():
+    if q_pos.shape != k_pos.shape:
         raise ValueError("packed documents need queries and keys at the same positions (no kv-cache)")
-    length, starts, own = q_pos.numel(), documents.starts.to(q_pos.device), documents.within_positions()
+    length, starts, own = q_pos.shape[-1], documents.starts.to(q_pos.device), documents.within_positions()
     firsts = starts[:, ::DOCUMENT_QUERY_CHUNK].amin(dim=0).tolist()  # per chunk: its first query's earliest document start
     spans = []
     for r0, first in zip(range(0, length, DOCUMENT_QUERY_CHUNK), firsts):

@@ -54,12 +54,12 @@ class DataConfig:
         "scheme computes from positions within the document. Needs reset-attention-mask (here attention never "
         "crosses documents whose positions restarted).")
     pos_random_max_length: int | None = key(
-        None, "Randomized positions (Ruoss et al., ACL 2023): each training micro-batch takes sorted positions "
+        None, "Randomized positions (Ruoss et al., ACL 2023): each training sequence takes its own sorted positions "
         "drawn without replacement from [0, N), N this value (>= seq-length); evaluation uses consecutive "
-        "positions. The draw is seeded by (seed, iteration, micro-step, rank): resume is exact. Rows of one "
-        "micro-batch share a draw. sdpa and reference backends.", gt=0)
+        "positions. The draws are seeded by (seed, iteration, micro-step, rank) and the row: resume is exact. "
+        "sdpa and reference backends.", gt=0)
     pos_skip_target_length: int | None = key(
-        None, "PoSE (Zhu et al., ICLR 2024): each training micro-batch's positions are cut into pos-skip-chunks "
+        None, "PoSE (Zhu et al., ICLR 2024): each training sequence's positions are cut into pos-skip-chunks "
         "chunks at uniform points, chunk 0 at 0 and each later one shifted by a sorted uniform skip in "
         "[0, T - seq-length], T this value, so the distances reach T - 1; evaluation uses consecutive positions. "
         "Seeded like pos-random-max-length (exact resume). sdpa and reference backends.", gt=0)

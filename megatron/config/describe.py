@@ -52,9 +52,9 @@ def _positions(d) -> str:
             (["attention inside each document (reset-attention-mask)"] if d.reset_attention_mask else [])
             + (["positions restart at each document (reset-position-ids)"] if d.reset_position_ids else [])))
     if d.pos_random_max_length is not None:
-        parts.append(f"randomized: sorted draw from [0, {d.pos_random_max_length}) per micro-batch (Ruoss et al. 2023)")
+        parts.append(f"randomized: sorted draw from [0, {d.pos_random_max_length}) per sequence (Ruoss et al. 2023)")
     if d.pos_skip_target_length is not None:
-        parts.append(f"PoSE: {d.pos_skip_chunks} chunks with skips reaching {d.pos_skip_target_length} (Zhu et al. 2024)")
+        parts.append(f"PoSE: {d.pos_skip_chunks} chunks with skips reaching {d.pos_skip_target_length} per sequence (Zhu et al. 2024)")
     if not parts:
         return "consecutive from 0 (training and evaluation)"
     return "training " + "; ".join(parts) + "; evaluation consecutive from 0"

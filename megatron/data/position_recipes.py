@@ -14,10 +14,12 @@ generation never call this: they see consecutive positions from 0.
     u_i >= u_{i-1}), so the last position is at most T - 1 and the largest distance reaches T - 1
     when the last skip is T - L.
 
-A draw is a pure function of (seed, iteration, micro-step, data-parallel rank): a resumed run
-draws exactly what the uninterrupted run drew, with no sampler state to save. Every row of one
-micro-batch shares the draw (the backends take one (L,) position vector per call), so with
-micro-batch 1 each sequence has its own."""
+Each training sequence (row) has its own draw, as both papers train: the micro-batch's positions
+are (B, L), which every scheme and the backends that take drawn positions (reference, SDPA) read per
+row. A draw is a pure function of (seed, iteration, micro-step, data-parallel rank) and the row:
+one generator per micro-batch draws its rows in order, so row b is the same whatever the
+micro-batch size, and a resumed run draws exactly what the uninterrupted run drew, with no sampler
+state to save."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -90,20 +92,23 @@ class PositionRecipe:
 
     def batch_inputs(self, tokens: torch.Tensor, iteration: int, micro_step: int, dp_rank: int) -> dict:
         """The model's extra inputs for one training micro-batch: {"documents": PackedDocuments}
-        and/or {"positions": (L,) int64 sampled positions}; {} when no recipe is on."""
+        and/or {"positions": (B, L) int64 sampled positions, one draw per row}; {} when no recipe is on."""
         out = {}
         if self.reset_attention_mask or self.reset_position_ids:
             if self.eod is None:
                 raise ValueError("reset-position-ids / reset-attention-mask need the tokenizer's end-of-document id")
             out["documents"] = PackedDocuments(document_starts(tokens, self.eod), self.reset_position_ids)
-        length = tokens.shape[1]
-        if self.random_max_length is not None:
-            out["positions"] = random_positions(length, self.random_max_length,
-                                                draw_generator(self.seed, iteration, micro_step, dp_rank))
-        elif self.skip_target_length is not None:
-            out["positions"] = pose_positions(length, self.skip_target_length, self.skip_chunks,
-                                              draw_generator(self.seed, iteration, micro_step, dp_rank))
+        rows, length = tokens.shape
+        if self.random_max_length is not None or self.skip_target_length is not None:
+            generator = draw_generator(self.seed, iteration, micro_step, dp_rank)
+            out["positions"] = torch.stack([self.draw(length, generator) for _ in range(rows)])
         return out
+
+    def draw(self, length: int, generator: torch.Generator) -> torch.Tensor:
+        """(length,) positions of one sequence by the recipe's law (module docstring)."""
+        if self.random_max_length is not None:
+            return random_positions(length, self.random_max_length, generator)
+        return pose_positions(length, self.skip_target_length, self.skip_chunks, generator)
 
 
 def to_device(inputs: dict, device) -> dict:

@@ -45,8 +45,8 @@ class AttentionContext:
 
     scheme: nn.Module  # the shared PositionalScheme instance
     backend: object  # an AttentionBackend from megatron.attention
-    q_pos: torch.Tensor  # (Lq,) absolute positions of the queries
-    k_pos: torch.Tensor  # (Lk,) absolute positions of the keys
+    q_pos: torch.Tensor  # (Lq,) absolute positions of the queries; (B, Lq): each row its own (drawn)
+    k_pos: torch.Tensor  # (Lk,) absolute positions of the keys; (B, Lk) likewise
     window: int | None = None  # attend to keys i-W < j <= i
     softmax_in_fp32: bool = False
     dropout_p: float = 0.0
@@ -81,11 +81,13 @@ class AttentionContext:
         tensors are then inputs of every layer (one autograd node, gradient summed over layers),
         and a layer's recomputation finds exactly the ops its first forward ran."""
         # A full sequence (queries = keys = one consecutive run, no kv-cache) tells "auto" its length.
-        full = k_pos is None and long_cpu_inference(device, training, q_pos.numel()) and (
+        full = k_pos is None and long_cpu_inference(device, training, q_pos.shape[-1]) and (
             consecutive_starts(q_pos, q_pos) is not None)
+        # Rows at their own positions ((B, L)) are drawn positions whether marked or not: only the
+        # backends that take drawn positions read them per row.
         backend = cached_backend(backends, model_cfg, scheme, device, dtype, training,
-                                 tokens=q_pos.numel() if full else None, padded=row_starts is not None,
-                                 documents=documents is not None, sampled=is_sampled(q_pos))
+                                 tokens=q_pos.shape[-1] if full else None, padded=row_starts is not None,
+                                 documents=documents is not None, sampled=is_sampled(q_pos) or q_pos.dim() == 2)
         k_pos = q_pos if k_pos is None else k_pos
         window = model_cfg.attention_window
         prepared = (backend.prepare(scheme, q_pos, k_pos, window, row_starts, documents)
@@ -187,7 +189,7 @@ class SelfAttention(nn.Module):
         span = ctx.scheme.max_query_span(q.dtype) if late else None
         blocks = query_blocks(ctx.q_pos, ctx.k_pos, span)
         if ctx.documents is not None and len(blocks) > 1:  # the documents describe the whole row's queries
-            raise ValueError(f"packed documents (reset-attention-mask) take the row's {ctx.q_pos.numel()} queries in one "
+            raise ValueError(f"packed documents (reset-attention-mask) take the row's {ctx.q_pos.shape[-1]} queries in one "
                              f"call, and pos-emb {ctx.scheme.name!r} rotates at most {span} per call in "
                              f"{str(q.dtype).removeprefix('torch.')}; use seq-length <= {span} or turn the document keys off")
         outs = []

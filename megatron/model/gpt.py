@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from megatron.attention.mask import check_doc_starts, check_row_starts, row_positions
+from megatron.attention.mask import check_doc_starts, check_positions, check_row_starts, row_positions
 from megatron.model.attention import AttentionContext, cached_backend
 from megatron.model.init import build_init
 from megatron.model.kv_cache import KVCache
@@ -117,7 +117,10 @@ class GPTModel(nn.Module):
         Packed documents (training: megatron/attention/documents.py): no token attends to another
         document, and with reset positions whatever reads absolute positions (embeddings, FIRE,
         log-n) takes each token's position within its document; `positions` stay the row's (L,)
-        positions, from which a relative scheme's differences are the same within a document."""
+        positions, from which a relative scheme's differences are the same within a document.
+
+        `positions` (L,) are every row's; (B, L) give each row its own (training's drawn positions,
+        megatron/data/position_recipes.py: the backends that take drawn positions read them per row)."""
         B, L = tokens.shape
         k_pos = None
         if documents is not None:
@@ -130,6 +133,8 @@ class GPTModel(nn.Module):
             positions, k_pos = cache.step_positions(L, tokens.device)
         elif positions is None:
             positions = position_run(0, L, tokens.device)
+        else:
+            check_positions(positions, B, L)
         if row_starts is not None:
             check_row_starts(row_starts, B)
             row_starts = row_starts.to(device=tokens.device, dtype=torch.int64)

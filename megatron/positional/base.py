@@ -7,6 +7,8 @@ core calls the same four hooks on every scheme and never compares scheme names:
     rotate_qk(q, k, q_pos, k_pos) -> (q, k) rotated, or unchanged
     score_bias(q_pos, k_pos)     -> [H_local, Lq, Lk] float32 added to the scaled scores, or None
     score_weight(q_pos, k_pos)   -> [H_local, Lq, Lk] float32 multiplying the scaled scores, or None
+    (embed, rotate_qk and query_scale also take (B, L) positions, each row at its own: training's
+    drawn positions; batch_score_bias / batch_score_weight call the two score hooks per row.)
     query_scale(q_pos, window)   -> [Lq] float32 multiplying query i's q.k/sqrt(d), or None: log-n
                                     scaling (logn.py), a model switch every scheme inherits
 
@@ -254,13 +256,18 @@ class PositionalScheme(nn.Module):
 
 def _per_row(hook, shift_invariant: bool, q_pos, k_pos, row_starts, doc_positions=None):
     """hook(q_pos, k_pos) once when every row sees the same values, else stacked per row at the
-    row's own positions (one evaluation per distinct start, or per row of doc_positions: the
-    queries' and the keys' positions within their documents)."""
-    if shift_invariant or (row_starts is None and doc_positions is None):
-        return hook(q_pos, k_pos)
-    if doc_positions is not None:
+    row's own positions (one evaluation per distinct start, per row of doc_positions: the queries'
+    and the keys' positions within their documents, or per row of (B, L) positions: rows at their
+    own drawn positions, whose distances differ row to row for every scheme)."""
+    if doc_positions is not None and not shift_invariant:
         rows = [hook(q_row, k_row) for q_row, k_row in zip(*doc_positions)]
         return None if rows[0] is None else torch.stack(rows)  # (B, H, Lq, Lk)
+    if q_pos.dim() == 2:
+        shifts = row_starts.tolist() if row_starts is not None and not shift_invariant else [0] * q_pos.shape[0]
+        rows = [hook(q_pos[b] - s, (k_pos[b] if k_pos.dim() == 2 else k_pos) - s) for b, s in enumerate(shifts)]
+        return None if rows[0] is None else torch.stack(rows)  # (B, H, Lq, Lk)
+    if shift_invariant or row_starts is None:
+        return hook(q_pos, k_pos)
     by_start = {}
     for s in row_starts.tolist():
         if s not in by_start:

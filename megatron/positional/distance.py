@@ -63,13 +63,14 @@ def largest_distance(q_pos: torch.Tensor, k_pos: torch.Tensor) -> int | None:
 
 
 def run_slice(pos: torch.Tensor, index) -> torch.Tensor:
-    """pos[index], still known on the host when `pos` is a known run and `index` a slice of step 1
-    (a slice of a run is a run). The whole tensor itself for slice(None)."""
+    """pos[..., index] (the last dim: rows at their own positions are (B, L)), still known on the
+    host when `pos` is a known run and `index` a slice of step 1 (a slice of a run is a run). The
+    whole tensor itself for slice(None)."""
     if index == slice(None):
         return pos
     start = run_start(pos)
     if start is None or not isinstance(index, slice) or index.step not in (None, 1):
-        return pos[index]
+        return pos[..., index]
     first, stop, _ = index.indices(pos.numel())
     return position_run(start + first, max(stop - first, 0), pos.device)
 

@@ -28,6 +28,12 @@ def rotary_inv_freq(dim: int, base: float) -> torch.Tensor:
     return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))  # (dim/2,)
 
 
+def over_heads(table: torch.Tensor) -> torch.Tensor:
+    """A per-position table (L, nd) as it is, or (B, L, nd) of rows at their own positions as
+    (B, 1, L, nd): either broadcasts over q and k's (B, H, L, D)."""
+    return table.unsqueeze(1) if table.dim() == 3 else table
+
+
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat([-x2, x1], dim=-1)
@@ -63,13 +69,14 @@ class RotaryPositions(PositionalScheme):
 
     def _cos_sin(self, positions: torch.Tensor, length: torch.Tensor | None = None):
         inv_freq = self._inv_freq(positions.device, length)
-        freqs = positions.to(torch.float32)[:, None] * inv_freq[None, :]  # (L, nd/2)
-        emb = torch.cat([freqs, freqs], dim=-1)  # (L, nd)
-        return emb.cos(), emb.sin()
+        freqs = positions.to(torch.float32)[..., None] * inv_freq  # (L, nd/2), (B, L, nd/2) per row
+        emb = torch.cat([freqs, freqs], dim=-1)  # (..., L, nd)
+        return over_heads(emb.cos()), over_heads(emb.sin())
 
     def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 scale: torch.Tensor | None = None) -> torch.Tensor:
-        # x: (B, H, L, D); cos/sin (and xPos's per-dimension scale): (L, nd) broadcast over B and H
+        # x: (B, H, L, D); cos/sin (and xPos's per-dimension scale): (L, nd) broadcast over B and H,
+        # or (B, 1, L, nd) for rows at their own positions (over_heads)
         nd = self.rotary_ndims
         # fp32 at least (a float64 model keeps float64: tests' references)
         x_rot, x_pass = x[..., :nd].to(torch.promote_types(x.dtype, torch.float32)), x[..., nd:]
@@ -84,6 +91,10 @@ class RotaryPositions(PositionalScheme):
         # q: (B, H, Lq, D), k: (B, H, Lk, D)
         if self.rotary_ndims == 0:
             return q, k
+        if self.scaling.length_dependent and q_pos.dim() == 2:  # each row's own length (dynamic NTK)
+            rows = [self.rotate_qk(q[b:b + 1], k[b:b + 1], q_pos[b], k_pos[b] if k_pos.dim() == 2 else k_pos)
+                    for b in range(q_pos.shape[0])]
+            return torch.cat([r[0] for r in rows]), torch.cat([r[1] for r in rows])
         length = torch.maximum(q_pos.max(), k_pos.max()) + 1 if self.scaling.length_dependent else None
         cos_k, sin_k = self._cos_sin(k_pos, length)
         if q_pos is k_pos or torch.equal(q_pos, k_pos):

@@ -30,7 +30,7 @@ import torch
 from .base import PositionalSpec
 from .options import Option
 from .registry import register
-from .rotary import ROTARY_EMB_BASE, ROTARY_PCT, RotaryPositions
+from .rotary import ROTARY_EMB_BASE, ROTARY_PCT, RotaryPositions, over_heads
 
 SCALE_BASE = Option("xpos_scale_base", float, 512.0,
                     "xPos (pos-emb xpos): the position scale base; q is scaled by zeta^(n/scale-base) and k by "
@@ -75,16 +75,17 @@ class XPos(RotaryPositions):
     def _decay(self, positions: torch.Tensor, centre: torch.Tensor, sign: float, dtype) -> torch.Tensor:
         """zeta^(sign * (positions - centre) / scale_base) as (L, nd), laid out like cos/sin, in
         fp32 (float64 for a float64 model: its range holds ~8x the span)."""
-        rel = (positions.to(dtype) - centre) / self.scale_base  # (L,), |rel| <= span / 2 / sb
-        scale = torch.exp(sign * rel[:, None] * self.log_zeta(positions.device).to(dtype)[None, :])  # (L, nd/2)
-        return torch.cat([scale, scale], dim=-1)
+        rel = (positions.to(dtype) - centre) / self.scale_base  # (L,) or (B, L), |rel| <= span / 2 / sb
+        scale = torch.exp(sign * rel[..., None] * self.log_zeta(positions.device).to(dtype))  # (..., L, nd/2)
+        return over_heads(torch.cat([scale, scale], dim=-1))
 
     def rotate_qk(self, q, k, q_pos, k_pos):
         # q: (B, H, Lq, D), k: (B, H, Lk, D)
         if self.rotary_ndims == 0:
             return q, k
         wide = torch.promote_types(q.dtype, torch.float32)  # the dtype _rotate computes in
-        centre = (q_pos.min() + q_pos.max()).to(wide) / 2  # no host sync
+        # no host sync; each row's own centre for rows at their own positions ((B, 1))
+        centre = (q_pos.amin(-1, keepdim=True) + q_pos.amax(-1, keepdim=True)).to(wide) / 2
         cos_q, sin_q = self._cos_sin(q_pos)
         cos_k, sin_k = self._cos_sin(k_pos)
         return (self._rotate(q, cos_q, sin_q, self._decay(q_pos, centre, 1.0, wide)),

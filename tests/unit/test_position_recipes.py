@@ -7,8 +7,10 @@ import torch
 
 from megatron.config import load_config
 from megatron.config.errors import ConfigError
+from megatron.attention.documents import PackedDocuments
 from megatron.config.scheme_options import scheme_names
-from megatron.data.position_recipes import PositionRecipe, draw_generator, pose_positions, random_positions
+from megatron.data.position_recipes import (PositionRecipe, draw_generator, pose_positions,
+                                            random_positions, to_device)
 from megatron.model import GPTModel
 from tests.conftest import TINY_MODEL, write_yaml
 
@@ -52,6 +54,81 @@ def test_draws_are_a_pure_function_of_their_coordinates():
         assert not torch.equal(a, recipe.batch_inputs(tokens, *other)["positions"])
     pose = PositionRecipe(skip_target_length=100, skip_chunks=3, seed=7)
     assert torch.equal(pose.batch_inputs(tokens, 5, 1, 0)["positions"], pose.batch_inputs(tokens, 5, 1, 0)["positions"])
+
+
+@pytest.mark.parametrize("recipe", [PositionRecipe(random_max_length=100, seed=3),
+                                    PositionRecipe(skip_target_length=100, skip_chunks=3, seed=3)])
+def test_each_sequence_draws_its_own_positions(recipe):
+    """The issue's law is per training sequence: the rows of one micro-batch draw apart, row b's
+    draw is the same whatever the micro-batch size (a function of the coordinates and b alone)."""
+    tokens = torch.ones(4, 10, dtype=torch.long)
+    pos = recipe.batch_inputs(tokens, 5, 1, 0)["positions"]
+    assert pos.shape == (4, 10) and pos.dtype == torch.int64
+    assert len({tuple(row) for row in pos.tolist()}) == 4
+    assert torch.equal(pos[:2], recipe.batch_inputs(tokens[:2], 5, 1, 0)["positions"])
+    assert (pos[:, 1:] > pos[:, :-1]).all()
+
+
+def _drawn_model(tiny_config, name, backend, length):
+    cfg = tiny_config(pos_emb=name, attention_backend=backend, num_layers=1, hidden_size=16, num_attention_heads=2,
+                      seq_length=length, max_position_embeddings=64, rpe_num_buckets=8, rpe_max_distance=40)
+    torch.manual_seed(0)
+    model = GPTModel(cfg.model, 32).train()
+    with torch.no_grad():  # trained-looking positional parameters, not only the init draw
+        for p in model.position.parameters():
+            p.mul_(1.3)
+    return model
+
+
+def _loss_and_grads(model, loss):
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    return loss.detach(), grads
+
+
+def _sdpa_cannot(name):
+    return name.startswith("kerple_power") and name.endswith("_ap")  # a score weight: SDPA refuses it
+
+
+@pytest.mark.parametrize("backend", ["reference", "sdpa"])
+@pytest.mark.parametrize("name", scheme_names())
+def test_rows_at_their_own_positions_equal_each_row_alone(tiny_config, name, backend):
+    """A micro-batch whose rows carry their own drawn positions ((B, L)) equals each row run alone
+    at its positions: the loss (the rows' mean) and every parameter's gradient within 1e-6, fp32."""
+    if backend == "sdpa" and _sdpa_cannot(name):
+        pytest.skip("SDPA refuses score-weight schemes (resolver)")
+    model = _drawn_model(tiny_config, name, backend, 12)
+    tokens = torch.randint(1, 32, (3, 12), generator=torch.Generator().manual_seed(1))
+    labels = torch.roll(tokens, -1, dims=1)
+    drawn = to_device(PositionRecipe(skip_target_length=60, skip_chunks=3).batch_inputs(tokens, 0, 0, 0), "cpu")
+    batch, batch_grads = _loss_and_grads(model, model(tokens, labels=labels, **drawn))
+    rows = sum(model(tokens[b:b + 1], labels=labels[b:b + 1], positions=drawn["positions"][b]) for b in range(3)) / 3
+    alone, alone_grads = _loss_and_grads(model, rows)
+    assert abs(batch.item() - alone.item()) <= 1e-6, (batch.item(), alone.item())
+    assert batch_grads.keys() == alone_grads.keys()
+    for key, grad in batch_grads.items():
+        torch.testing.assert_close(grad, alone_grads[key], rtol=0, atol=1e-6, msg=f"{name} {backend} {key}")
+
+
+@pytest.mark.parametrize("backend", ["reference", "sdpa"])
+@pytest.mark.parametrize("name", ["kerple_log", "rotary", "fire", "xpos"])
+def test_drawn_rows_with_documents_equal_each_row_alone(tiny_config, name, backend):
+    """reset-attention-mask with randomized positions: every row keeps its documents and its draw."""
+    model = _drawn_model(tiny_config, name, backend, 16)
+    tokens = torch.randint(1, 32, (2, 16), generator=torch.Generator().manual_seed(2))
+    tokens[0, 5] = tokens[1, 9] = tokens[1, 12] = 0  # EOD
+    labels = torch.roll(tokens, -1, dims=1)
+    drawn = to_device(PositionRecipe(eod=0, reset_attention_mask=True, random_max_length=64)
+                      .batch_inputs(tokens, 2, 0, 0), "cpu")
+    assert drawn["positions"].shape == (2, 16)
+    batch, batch_grads = _loss_and_grads(model, model(tokens, labels=labels, **drawn))
+    rows = sum(model(tokens[b:b + 1], labels=labels[b:b + 1], positions=drawn["positions"][b],
+                     documents=PackedDocuments(drawn["documents"].starts[b:b + 1])) for b in range(2)) / 2
+    alone, alone_grads = _loss_and_grads(model, rows)
+    assert abs(batch.item() - alone.item()) <= 1e-6
+    for key, grad in batch_grads.items():
+        torch.testing.assert_close(grad, alone_grads[key], rtol=0, atol=1e-6, msg=f"{name} {backend} {key}")
 
 
 # Every scheme but the absolute ones: embeddings of positions, and FIRE's query position (by design).
@@ -98,3 +175,10 @@ def test_good_values_load(tmp_path):
     assert "restart at each document" in cfg.describe()
     cfg = _load(tmp_path, **{"pos-skip-target-length": 128, "pos-skip-chunks": 3})
     assert "PoSE: 3 chunks" in cfg.describe()
+
+
+@pytest.mark.parametrize("bad", [torch.arange(11), torch.arange(24).view(2, 12), torch.arange(12.0)])
+def test_positions_of_the_wrong_shape_are_refused(tiny_config, bad):
+    model = _drawn_model(tiny_config, "kerple_log", "sdpa", 12)
+    with pytest.raises(ValueError, match=r"positions must be a \(12,\) or \(3, 12\) integer tensor"):
+        model(torch.ones(3, 12, dtype=torch.long), positions=bad)
