@@ -54,7 +54,8 @@ def _positions(d) -> str:
     if d.pos_random_max_length is not None:
         parts.append(f"randomized: sorted draw from [0, {d.pos_random_max_length}) per sequence (Ruoss et al. 2023)")
     if d.pos_skip_target_length is not None:
-        parts.append(f"PoSE: {d.pos_skip_chunks} chunks with skips reaching {d.pos_skip_target_length} per sequence (Zhu et al. 2024)")
+        parts.append(f"PoSE: {d.pos_skip_chunks} chunks with skips reaching {d.pos_skip_target_length} per sequence "
+                     "(Zhu et al. 2024)")
     if not parts:
         return "consecutive from 0 (training and evaluation)"
     return "training " + "; ".join(parts) + "; evaluation consecutive from 0"

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from megatron.config.fields import key
 from megatron.device import DEVICE_CHOICES
+from megatron.launchers import launcher_names, launchers
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,8 @@ class ParallelConfig:
     exclude: str | None = key(None, "DeepSpeed runner --exclude (hosts/GPUs to skip).")
     master_addr: str | None = key(None, "Rendezvous address; null = the launcher's choice.")
     master_port: int = key(29500, "Rendezvous port.", ge=1, le=65535)
-    launcher: str = key("pdsh", "Multi-node launcher.", choices=("pdsh", "openmpi", "mvapich", "slurm"))
+    launcher: str = key("pdsh", "Multi-node launcher, one of megatron/launchers/' files: " + "; ".join(
+        f"{name} = {one.summary}" for name, one in launchers().items()) + ".", choices=launcher_names)
     device: str = key(
         "auto", "Where training computes: `auto` (the GPU when torch sees one, unless the environment "
         "sets DS_ACCELERATOR=cpu; else the CPU), `cpu` (also on a GPU machine: DeepSpeed's CPU "

@@ -54,6 +54,7 @@ from megatron.launch.hosts import (
 )
 from megatron.launch.shm_buffers import remove_launch_buffers
 from megatron.launch.signals import StopReport, Supervisor, launcher_in_own_group
+from megatron.launchers import launcher
 from megatron.process.heartbeat import EXIT_LOST_HOST
 from megatron.process.op_cache import set_op_cache_dir
 from megatron.process.run_lock import training_locks
@@ -439,6 +440,9 @@ def runner_args(cfg, user_script: str, resolved: str, master_addr: str | None = 
     if hostfile_in_use(p.hostfile):
         out += ["--no_ssh_check"]  # check_launch_hosts asked every host, the runner would ask the first again
     out += ["--master_port", str(p.master_port), "--launcher", p.launcher]
+    hosts = remote_hosts(cfg)
+    if hosts:  # the rendezvous for processes the runner starts itself (megatron/launchers/: mpirun's)
+        out += launcher(p.launcher).runner_arguments(master_addr or p.master_addr or hosts[0], p.master_port)
     # The runner's INFO lines repeat what deepy.py prints (megatron/console.py); its warnings stay.
     out += ["--log_level", "info" if debug_enabled() else "warning"]
 
@@ -467,8 +471,8 @@ def launch_with_deepspeed(cfg, user_script: str, resolved: str, script_args: lis
 
         os.environ["PDSH_SSH_ARGS_APPEND"] = " ".join(
             filter(None, [os.environ.get("PDSH_SSH_ARGS_APPEND"), ssh_keepalive(cfg.parallel.lost_host_timeout)]))
-    if hosts and cfg.parallel.launcher == "slurm":  # srun's tasks take the rendezvous from the environment
-        os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(cfg.parallel.master_port))
+    if hosts:  # what the launcher's processes need to find the rendezvous (megatron/launchers/: srun's)
+        os.environ.update(launcher(cfg.parallel.launcher).rendezvous_environment(master_addr, cfg.parallel.master_port))
     argv = runner_args(cfg, user_script, resolved, master_addr, script_args)  # script_args: evaluate.py's flags
     if not cfg.parallel.hostfile:  # the runner's default /job/hostfile: no hostfile was asked for
 

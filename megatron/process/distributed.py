@@ -7,7 +7,6 @@ import datetime
 import os
 import re
 import socket
-import subprocess
 from dataclasses import dataclass
 
 import torch
@@ -16,7 +15,7 @@ from megatron.device import DeviceError, process_group_backend, resolve_device, 
 from megatron.errors import UserError
 from megatron.process.heartbeat import start_heartbeat, stop_heartbeat
 from megatron.process.op_cache import quiet_op_load, set_op_cache_dir
-from megatron.process.ranks import launch_ranks
+from megatron.process.ranks import launch_ranks, own_launch
 
 
 @dataclass(frozen=True)
@@ -43,20 +42,21 @@ def set_single_process_env() -> None:
     os.environ.setdefault("MASTER_PORT", str(free_port()))
 
 
-def ranks_from_slurm(env=os.environ) -> None:
-    """Under srun (a step of several tasks), each task's RANK, WORLD_SIZE and LOCAL_RANK from Slurm's
-    task variables (megatron/process/ranks.py reads them and refuses contradictions, e.g. several tasks
-    that would each run as WORLD_SIZE=1), as torch's env:// rendezvous expects them; without them
-    every task trained alone and the second found the run directory locked. MASTER_ADDR is the
-    step's first node unless set (deepy.py sets it, and MASTER_PORT from the config)."""
-    rank, world, local = launch_ranks(env)
-    if world <= 1 or "RANK" in env:
+def ranks_from_launcher(env=os.environ) -> None:
+    """Under a launcher that starts the script itself (srun's tasks, mpirun's processes), each
+    process's RANK, WORLD_SIZE and LOCAL_RANK from the launcher's own variables (megatron/process/
+    ranks.py reads them and refuses contradictions, e.g. several processes that would each run as
+    WORLD_SIZE=1), as torch's env:// rendezvous expects them; without them every process trained
+    alone and the second found the run directory locked. MASTER_ADDR is the launcher's first host
+    unless set (deepy.py sets it, and MASTER_PORT from the config: megatron/launchers/)."""
+    launch_ranks(env)  # the contradictions, by name
+    found = own_launch(env)
+    if found is None:
         return
+    launcher, (rank, world, local) = found
     env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"] = str(rank), str(world), str(local)
     if "MASTER_ADDR" not in env:
-        nodes = subprocess.run(["scontrol", "show", "hostnames", env.get("SLURM_STEP_NODELIST", "")],
-                               capture_output=True, text=True, check=False).stdout.split()
-        env["MASTER_ADDR"] = nodes[0] if nodes else "127.0.0.1"
+        env["MASTER_ADDR"] = launcher.first_host(env) or "127.0.0.1"
     env.setdefault("MASTER_PORT", "29500")  # the config's master-port default: deepy.py passes the config's
 
 
@@ -71,7 +71,7 @@ def init_distributed(device: str | torch.device = "auto", backend: str = "nccl",
     One process joins an existing group if its backend fits the device; a test process that
     trained on the CPU and now trains on the GPU (or back) gets a new one."""
     set_op_cache_dir()
-    ranks_from_slurm()
+    ranks_from_launcher()
     set_single_process_env()
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     chosen = resolve_device(device, what="device:")

@@ -9,7 +9,7 @@ import pytest
 from megatron.errors import UserError
 from megatron.launch.hosts import check_slots, ssh_keepalive
 from megatron.launch.output import OutputRelay
-from megatron.process.distributed import ranks_from_slurm
+from megatron.process.distributed import ranks_from_launcher
 
 
 def hostfile(tmp_path, text: str) -> str:
@@ -53,16 +53,16 @@ def test_ssh_keepalive_ends_a_dead_connection_within_a_quarter_of_the_timeout():
 
 def test_ranks_from_slurms_task_variables():
     env = {"SLURM_STEP_NUM_TASKS": "4", "SLURM_PROCID": "3", "SLURM_LOCALID": "1", "MASTER_ADDR": "node1"}
-    ranks_from_slurm(env)
+    ranks_from_launcher(env)
     assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"], env["MASTER_PORT"]) == ("3", "4", "1", "29500")
     batch_shell = {"SLURM_NTASKS": "4", "SLURM_PROCID": "0"}  # the batch script itself: no step, one process
-    ranks_from_slurm(batch_shell)
+    ranks_from_launcher(batch_shell)
     assert "RANK" not in batch_shell
     launched = {"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "1", "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}
-    ranks_from_slurm(launched)  # a launcher's own variables agree: kept
+    ranks_from_launcher(launched)  # a launcher's own variables agree: kept
     assert launched["RANK"] == "1"
     with pytest.raises(UserError, match=r"WORLD_SIZE=1 in a Slurm step of 2 tasks"):
-        ranks_from_slurm({"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "1", "RANK": "0", "WORLD_SIZE": "1"})
+        ranks_from_launcher({"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "1", "RANK": "0", "WORLD_SIZE": "1"})
 
 
 PDSH_OUTPUT = """\

@@ -5,12 +5,11 @@ import numpy as np
 import pytest
 import torch
 
+from megatron.attention.documents import PackedDocuments
 from megatron.config import load_config
 from megatron.config.errors import ConfigError
-from megatron.attention.documents import PackedDocuments
 from megatron.config.scheme_options import scheme_names
-from megatron.data.position_recipes import (PositionRecipe, draw_generator, pose_positions,
-                                            random_positions, to_device)
+from megatron.data.position_recipes import PositionRecipe, draw_generator, pose_positions, random_positions, to_device
 from megatron.model import GPTModel
 from tests.conftest import TINY_MODEL, write_yaml
 
