@@ -37,6 +37,17 @@ class ArgumentParser(argparse.ArgumentParser):
         return ("; " + "; ".join(hints)) if hints else ""
 
 
+def input_output_parser(doc: str, input_help: str, output_help: str) -> ArgumentParser:
+    """The parser of a command that reads a checkpoint or model (--input) and writes a whole directory
+    (--output, refused when it exists unless --overwrite): the converters, the merge and HF import."""
+    p = ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--input", required=True, help=input_help)
+    p.add_argument("--output", required=True, help=output_help)
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing --output directory (all of it; without this flag it is refused)")
+    return p
+
+
 def int_at_least(minimum: int, meaning: str = ""):
     """An argparse `type` accepting integers >= minimum; `meaning`, e.g. '(0 = all)', ends the message."""
 

@@ -6,24 +6,19 @@ layout, any tensor-parallel degree, bf16/fp16/fp32) into this stack's TP=1 layou
 """
 from __future__ import annotations
 
-import argparse
-
 from megatron.checkpoint.errors import CheckpointError
 from megatron.checkpoint.layout import detect_layout, is_neox
 from megatron.checkpoint.output import check_output
 from megatron.checkpoint.tags import tag_dir_of, tag_or_latest
 from megatron.checkpoint.trust import add_load_flags
-from megatron.cli_args import ArgumentParser, int_at_least
+from megatron.cli_args import input_output_parser, int_at_least
 from megatron.config.precision import DTYPE_NAMES, torch_dtype
 from megatron.outputs_vs_inputs import refuse_overlap
 
 
 def main(argv=None) -> int:
-    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--input", required=True, help="NeoX checkpoint directory holding `latest` and global_step<N>/")
-    p.add_argument("--output", required=True, help="where to write the converted checkpoint")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace an existing --output directory (all of it; without this flag it is refused)")
+    p = input_output_parser(__doc__, "NeoX checkpoint directory holding `latest` and global_step<N>/",
+                            "where to write the converted checkpoint")
     p.add_argument("--iteration", type=int_at_least(0), default=None, help="convert global_step<N> instead of latest")
     p.add_argument("--config", nargs="+", default=None,
                    help="the NeoX YAML files (default: the checkpoint's global_step<N>/configs/*.yml)")

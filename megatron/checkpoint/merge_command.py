@@ -12,20 +12,15 @@ Any layout megatron/checkpoint/reader.py reads works as input (pipeline layer fi
 """
 from __future__ import annotations
 
-import argparse
-
 from megatron.checkpoint.output import check_output
 from megatron.checkpoint.tags import resolve_tag, tag_or_latest
 from megatron.checkpoint.trust import add_load_flags, apply_trust_flag
-from megatron.cli_args import ArgumentParser, int_at_least
+from megatron.cli_args import input_output_parser, int_at_least
 
 
 def main(argv=None) -> int:
-    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--input", required=True, help="checkpoint directory holding `latest` and global_step<N>/")
-    p.add_argument("--output", required=True, help="directory for the TP=1 checkpoint")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace an existing --output directory (all of it; without this flag it is refused)")
+    p = input_output_parser(__doc__, "checkpoint directory holding `latest` and global_step<N>/",
+                            "directory for the TP=1 checkpoint")
     p.add_argument("--iteration", type=int_at_least(0), default=None, help="merge global_step<N> instead of latest")
     add_load_flags(p)
     args = p.parse_args(argv)

@@ -11,17 +11,12 @@ generate.py, tools/export_hf.py and training (`load:` with `finetune: true`) acc
 """
 from __future__ import annotations
 
-import argparse
-
-from megatron.cli_args import ArgumentParser
+from megatron.cli_args import input_output_parser
 
 
 def main(argv=None) -> int:
-    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--input", required=True, help="the HF model directory (config.json + safetensors or .bin)")
-    p.add_argument("--output", required=True, help="the checkpoint directory to write")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace an existing --output directory (all of it; without this flag it is refused)")
+    p = input_output_parser(__doc__, "the HF model directory (config.json + safetensors or .bin)",
+                            "the checkpoint directory to write")
     args = p.parse_args(argv)
     from megatron.interop.hf_import import import_hf  # lazy: pulls in torch and the config: --help and flag errors need none
 

@@ -127,3 +127,22 @@ def test_a_length_past_memory_is_refused_naming_what_fits(model, monkeypatch):
     with pytest.raises(UserError, match=r"length 100000: .* than the 10.5 MB available \(lengths up to [0-9]+ fit\)"):
         check_lengths(spec, makers, [400, 100000], model, "cpu")
     check_lengths(spec, makers, [400], model, "cpu")  # what fits passes
+
+
+def test_a_new_retrieval_task_is_one_entry(checkpoint, tmp_path, monkeypatch):  # noqa: F811
+    """docs/architecture.md, "An evaluation task": a retrieval task is its words, one TaskText in
+    megatron/data/retrieval_text.py's TASKS; evaluate.py --retrieval takes it, and the prompts,
+    scoring, grid and summary take it as they are (a throwaway task here)."""
+    from megatron.data.retrieval_text import TASKS, TaskText
+
+    monkeypatch.setitem(TASKS, "vault", TaskText(
+        intro="A vault code is hidden in the text. Remember it.\n", needle=" The vault code is {value}.",
+        question="\nThe vault code is", digits=4, distractors=0, code=99))
+    out = tmp_path / "eval"
+    flags = ["--lengths", "400", "--max-windows", "1", "--retrieval", "vault", "--retrieval-prompts", "2",
+             "--retrieval-depths", "0,100", "--quiet", "--no-plots"]
+    assert evaluate.main(["--checkpoint", checkpoint[0], "--out", str(out), *flags]) == 0
+    section = json.loads((out / "eval.json").read_text())["retrieval"]["vault"]
+    assert section["lengths"] == [400] and len(section["cells"]) == 2
+    rows = [json.loads(line) for line in (out / section["samples"]).read_text().splitlines()]
+    assert len(rows) == 4 and all(len(r["answer"].strip()) == 4 for r in rows)

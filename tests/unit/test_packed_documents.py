@@ -32,13 +32,15 @@ def test_document_starts_follow_megatron():
     assert docs.ends.tolist() == [[2, 2, 5, 5, 5, 6, 7], [1, 7, 7, 7, 7, 7, 7]]
 
 
-def _model(tiny_config, name, backend):
+def _model(tiny_config, name, backend, seq_length=16, max_positions=16, rpe_max_distance=12):
+    """A one-layer model of `name` on `backend` in training mode, with trained-looking positional
+    parameters (not only the init draw); test_position_recipes.py builds its models here too."""
     cfg = tiny_config(pos_emb=name, attention_backend=backend, num_layers=1, hidden_size=16,
-                      num_attention_heads=2, seq_length=16, max_position_embeddings=16,
-                      rpe_num_buckets=8, rpe_max_distance=12)
+                      num_attention_heads=2, seq_length=seq_length, max_position_embeddings=max_positions,
+                      rpe_num_buckets=8, rpe_max_distance=rpe_max_distance)
     torch.manual_seed(0)
     model = GPTModel(cfg.model, 32).train()
-    with torch.no_grad():  # trained-looking positional parameters, not only the init draw
+    with torch.no_grad():
         for p in model.position.parameters():
             p.mul_(1.3)
     return model

@@ -12,6 +12,7 @@ from megatron.config.scheme_options import scheme_names
 from megatron.data.position_recipes import PositionRecipe, draw_generator, pose_positions, random_positions, to_device
 from megatron.model import GPTModel
 from tests.conftest import TINY_MODEL, write_yaml
+from tests.unit.test_packed_documents import _model, _sdpa_cannot
 
 
 def test_random_positions_are_a_uniform_sorted_draw():
@@ -69,14 +70,7 @@ def test_each_sequence_draws_its_own_positions(recipe):
 
 
 def _drawn_model(tiny_config, name, backend, length):
-    cfg = tiny_config(pos_emb=name, attention_backend=backend, num_layers=1, hidden_size=16, num_attention_heads=2,
-                      seq_length=length, max_position_embeddings=64, rpe_num_buckets=8, rpe_max_distance=40)
-    torch.manual_seed(0)
-    model = GPTModel(cfg.model, 32).train()
-    with torch.no_grad():  # trained-looking positional parameters, not only the init draw
-        for p in model.position.parameters():
-            p.mul_(1.3)
-    return model
+    return _model(tiny_config, name, backend, seq_length=length, max_positions=64, rpe_max_distance=40)
 
 
 def _loss_and_grads(model, loss):
@@ -84,10 +78,6 @@ def _loss_and_grads(model, loss):
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     model.zero_grad(set_to_none=True)
     return loss.detach(), grads
-
-
-def _sdpa_cannot(name):
-    return name.startswith("kerple_power") and name.endswith("_ap")  # a score weight: SDPA refuses it
 
 
 @pytest.mark.parametrize("backend", ["reference", "sdpa"])
