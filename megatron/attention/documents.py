@@ -40,8 +40,22 @@ class PackedDocuments:
         """(B, 2, L) int64: starts and ends, the per-token document bounds the Triton kernels read."""
         return torch.stack([self.starts, self.ends], dim=1)
 
+    @cached_property
+    def cu_seqlens(self) -> torch.Tensor:
+        """(documents + 1,) int32: where each document of the flattened (B * L) batch begins, then B * L
+        (flash-attn's varlen `cu_seqlens`). A row's first token always begins a document."""
+        B, L = self.starts.shape
+        index = torch.arange(L, device=self.starts.device)
+        firsts = (self.starts == index[None, :]).flatten().nonzero().squeeze(1)
+        return torch.cat([firsts, firsts.new_tensor([B * L])]).to(torch.int32)
+
     def to(self, device) -> PackedDocuments:
-        return PackedDocuments(self.starts.to(device=device, dtype=torch.int64), self.reset_positions)
+        """The documents on `device`; moved from the host, they keep cu_seqlens counted there (its
+        nonzero() on a GPU would wait for the device in every step)."""
+        moved = PackedDocuments(self.starts.to(device=device, dtype=torch.int64), self.reset_positions)
+        if self.starts.device.type == "cpu":
+            moved.__dict__["cu_seqlens"] = self.cu_seqlens.to(device)  # cached_property's own slot
+        return moved
 
     def within_positions(self) -> torch.Tensor | None:
         """The per-row positions absolute-position parts read: within each document when positions

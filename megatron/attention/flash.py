@@ -1,4 +1,5 @@
-"""flash-attn 2 backend: `flash_attn_func`, with its built-in ALiBi for fixed linear slopes.
+"""flash-attn 2 backend: `flash_attn_func`, with its built-in ALiBi for fixed linear slopes; packed
+documents (reset-attention-mask) through `flash_attn_varlen_func`.
 
 flash-attn is an OPTIONAL dependency (it needs CUDA and nvcc to build); without it this module
 still imports and the backend refuses with an install hint. What it can run:
@@ -17,6 +18,13 @@ Grouped-query k/v (B, H_kv, Lk, D) go in as they are: flash_attn_func documents 
 grouped-query attention for k/v with fewer heads than q (H_kv dividing H), query head h reading
 kv head h // (H / H_kv), our grouping; alibi_slopes stay per QUERY head. No copy is made.
 
+Packed documents: every document of the micro-batch is one sequence of flash_attn_varlen_func
+over the flattened (B * L) tokens, `cu_seqlens` the documents' starts (PackedDocuments.cu_seqlens,
+counted on the host before the batch moves, so no step reads the device) and L the longest
+document's bound. ALiBi's distance and the window are relative, the same within a document from
+either origin, so the slopes and window_size carry over; positions restarted per document
+(reset-position-ids) matter only to what the caller computes from them (embeddings, rotation).
+
 Refused: learnable biases (flash-attn gives alibi_slopes no gradient), non-linear biases (log,
 d**p, T5 buckets) and score weights: use triton or flex. Its backward (deterministic=False,
 the default) accumulates dq with atomics, so it is not bit-for-bit reproducible."""
@@ -31,9 +39,9 @@ from megatron.attention.mask import check_window, consecutive_starts
 from megatron.attention.registry import register_backend
 
 try:
-    from flash_attn import flash_attn_func
+    from flash_attn import flash_attn_func, flash_attn_varlen_func
 except ImportError:  # not installed (or built without CUDA): unsupported_reason says so
-    flash_attn_func = None
+    flash_attn_func = flash_attn_varlen_func = None
 
 NOT_INSTALLED = "flash-attn is not installed (pip install flash-attn; needs CUDA and nvcc)"
 
@@ -76,10 +84,9 @@ class FlashAttention(AttentionBackend):
     # flash_attn_func takes no key-padding mask (padded batches would need its varlen entry point
     # and unpadded inputs): the resolver picks another backend for them.
     takes_padding = False
-    # Packed documents would go through flash-attn's varlen entry point (flash_attn_varlen_func,
-    # cu_seqlens per document), which is not wired: it could not be tested without a GPU build.
-    documents_refusal = ("flash_attn_func has no per-document mask and its varlen entry point "
-                         "(flash_attn_varlen_func) is not wired here; use attention-backend triton, flex or sdpa")
+    sampled_positions_refusal = ("flash-attn aligns queries and keys by index (causal mask and ALiBi distance "
+                                 "i + Lk - Lq - j), so a recipe's gapped positions would be read as consecutive; "
+                                 "use attention-backend sdpa or reference")
 
     def unsupported_reason(self, scheme, device, dtype, training, dropout=False):
         # Scheme first: it holds on every machine, so the message is the same everywhere.
@@ -98,11 +105,11 @@ class FlashAttention(AttentionBackend):
 
     def prepare(self, scheme, q_pos, k_pos, window=None, row_starts=None, documents=None):
         check_window(window)
-        if documents is not None:
-            raise ValueError(f"the flash backend cannot mask packed documents: {self.documents_refusal}")
         if row_starts is not None:
             raise ValueError("the flash backend takes no padded batches; use attention-backend triton, sdpa or auto")
         _check_layout(q_pos, k_pos)
+        if documents is not None and q_pos.numel() != k_pos.numel():
+            raise ValueError("packed documents need queries and keys at the same positions (no kv-cache)")
         return True  # checked: nothing else depends on the positions
 
     def forward(self, q, k, v, scheme, q_pos, k_pos, window=None, softmax_in_fp32=False,
@@ -110,7 +117,7 @@ class FlashAttention(AttentionBackend):
         # softmax_in_fp32 needs no flag: flash-attn accumulates the softmax in fp32.
         if flash_attn_func is None:
             raise ValueError(NOT_INSTALLED)
-        if prepared is None or row_starts is not None or documents is not None:
+        if prepared is None or row_starts is not None:
             self.prepare(scheme, q_pos, k_pos, window, row_starts, documents)
         kv_group(q, k)  # flash-attn's own check of the head counts reads less plainly
         kernel = scheme.fused_kernel()
@@ -120,8 +127,22 @@ class FlashAttention(AttentionBackend):
         if kernel.bias == "power":
             slopes = (kernel.r2.detach().float().contiguous() if kernel.r2 is not None
                       else torch.ones(q.shape[1], dtype=torch.float32, device=q.device))
-        out = flash_attn_func(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),  # (B, L, H, D) views
-            dropout_p=dropout_p, softmax_scale=1.0 / math.sqrt(q.shape[-1]), causal=True,
-            window_size=(-1, -1) if window is None else (window - 1, 0), alibi_slopes=slopes)
+        options = dict(dropout_p=dropout_p, softmax_scale=1.0 / math.sqrt(q.shape[-1]), causal=True,
+                       window_size=(-1, -1) if window is None else (window - 1, 0), alibi_slopes=slopes)
+        if documents is not None:
+            return _documents_forward(q, k, v, documents, options)
+        out = flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), **options)  # (B, L, H, D) views
         return out.transpose(1, 2)  # (B, H, Lq, D)
+
+
+def _documents_forward(q, k, v, documents, options) -> torch.Tensor:
+    """q (B, H, L, D), k and v (B, H_kv, L, D) of packed rows: each document one varlen sequence
+    (module docstring). Returns (B, H, L, D)."""
+    B, H, L, D = q.shape
+    cu = documents.cu_seqlens.to(q.device)
+
+    def tokens(x):  # (B, heads, L, D) -> (B * L, heads, D)
+        return x.transpose(1, 2).reshape(B * L, x.shape[1], D)
+
+    out = flash_attn_varlen_func(tokens(q), tokens(k), tokens(v), cu, cu, L, L, **options)  # (B * L, H, D)
+    return out.view(B, L, H, D).transpose(1, 2)

@@ -47,8 +47,9 @@ class DataConfig:
     reset_attention_mask: bool = key(
         False, "Megatron-LM's: in training, no token attends to a token of another document of its packed "
         "sequence (a document ends with its end-of-document token, which stays in it); evaluation and "
-        "generation are unchanged. Every backend but flash honours it (triton and flex skip tiles wholly across "
-        "documents; sdpa skips the keys of earlier documents where that pays).")
+        "generation are unchanged. Every backend honours it (triton and flex skip tiles wholly across "
+        "documents; sdpa skips the keys of earlier documents where that pays; flash runs each document as one "
+        "sequence of flash_attn_varlen_func).")
     reset_position_ids: bool = key(
         False, "Megatron-LM's: in training, positions restart after each end-of-document token, so every "
         "scheme computes from positions within the document. Needs reset-attention-mask (here attention never "

@@ -163,3 +163,80 @@ def test_cuda_alibi_bf16_matches_reference(case, kv_heads):
     for label, g, w in zip(["out", "dq", "dk", "dv"], *results):
         err = (g.float() - w).abs().max() / w.abs().max()
         assert err <= 1e-2, f"{case} {label}: relative error {err:.2e}"
+
+
+# ---- packed documents: flash_attn_varlen_func ------------------------------------------------------
+STARTS = [[0] * 4 + [4] * 7 + [11] * 5, [0] * 9 + [9] + [10] * 6]  # (2, 16): 3 + 3 documents, one of 1 token
+
+
+def documented_flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **options):
+    """flash_attn_varlen_func per its docstring: q (total_q, H, D), k and v (total_k, H_kv, D), sequence
+    s the rows cu_seqlens[s] .. cu_seqlens[s + 1] - 1 (int32), each attended as flash_attn_func attends
+    one batch row, no longer than max_seqlen."""
+    assert cu_seqlens_q.dtype == torch.int32 and torch.equal(cu_seqlens_q, cu_seqlens_k)
+    bounds = cu_seqlens_q.tolist()
+    assert bounds[0] == 0 and bounds[-1] == q.shape[0] == k.shape[0]
+    outs = []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        assert 0 < b - a <= min(max_seqlen_q, max_seqlen_k)
+        outs.append(documented_flash_attn_func(q[None, a:b], k[None, a:b], v[None, a:b], **options)[0])
+    return torch.cat(outs)
+
+
+@pytest.mark.parametrize("window", [None, 3])
+@pytest.mark.parametrize("name", FLASH_SCHEMES)
+def test_documents_translation_matches_reference(name, window, monkeypatch):
+    """Each document one varlen sequence: the same as the reference's document mask (CPU: the documented
+    semantics; the CUDA kernel below)."""
+    from megatron.attention.documents import PackedDocuments
+
+    monkeypatch.setattr(flash, "flash_attn_func", documented_flash_attn_func)
+    monkeypatch.setattr(flash, "flash_attn_varlen_func", documented_flash_attn_varlen_func)
+    scheme = make_scheme(name)
+    docs = PackedDocuments(torch.tensor(STARTS))
+    assert docs.cu_seqlens.tolist() == [0, 4, 11, 16, 25, 26, 32]
+    q, k, v, q_pos, k_pos = inputs((16, 16, 0, window), kv_heads=2)
+    q, k = scheme.rotate_qk(q, k, q_pos, k_pos)
+    reference = resolve_backend("reference", scheme, CPU, F32, False, documents=True)
+    with torch.no_grad():
+        got = flash.FlashAttention().forward(q, k, v, scheme, q_pos, k_pos, window=window, documents=docs.to(CPU))
+        want = reference.forward(q, k, v, scheme, q_pos, k_pos, window=window, documents=docs)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_documents_count_their_starts_on_the_host():
+    """Moved from the host, the documents keep the cu_seqlens counted there: no device read per step."""
+    from megatron.attention.documents import PackedDocuments
+
+    moved = PackedDocuments(torch.tensor(STARTS)).to("meta")  # a device that can compute nothing
+    assert moved.cu_seqlens.device.type == "meta" and moved.cu_seqlens.shape == (7,)
+
+
+def test_drawn_positions_are_refused_by_name():
+    with pytest.raises(ValueError, match="gapped positions would be read as consecutive"):
+        resolve_backend("flash", make_scheme("alibi"), CPU, BF16, True, sampled=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not (torch.cuda.is_available() and HAS_FLASH_ATTN), reason="needs CUDA and flash-attn")
+@pytest.mark.parametrize("name", ["alibi", "rotary"])
+def test_cuda_documents_bf16_match_reference(name):
+    from megatron.attention.documents import PackedDocuments
+
+    cuda = torch.device("cuda")
+    scheme = make_scheme(name).to(cuda)
+    docs = PackedDocuments(torch.tensor(STARTS)).to(cuda)
+    backend = resolve_backend("flash", scheme, cuda, BF16, True, documents=True)
+    reference = resolve_backend("reference", scheme, cuda, F32, True, documents=True)
+    q, k, v, q_pos, k_pos = inputs((16, 16, 0, None), cuda, BF16, kv_heads=2)
+    q, k = scheme.rotate_qk(q, k, q_pos, k_pos)
+    grad_out = torch.randn(B, H, 16, D, device=cuda)
+    results = []
+    for be, xs in ((backend, (q, k, v)), (reference, (q.float(), k.float(), v.float()))):
+        xs = [x.detach().clone().requires_grad_(True) for x in xs]
+        out = be.forward(*xs, scheme, q_pos, k_pos, documents=docs)
+        grads = torch.autograd.grad((out.float() * grad_out).sum(), xs)
+        results.append([out.detach(), *grads])
+    for label, g, w in zip(["out", "dq", "dk", "dv"], *results):
+        err = (g.float() - w).abs().max() / w.abs().max()
+        assert err <= 1e-2, f"{name} {label}: relative error {err:.2e}"

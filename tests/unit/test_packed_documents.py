@@ -204,12 +204,6 @@ def test_flex_block_mask_skips_tiles_across_documents():
     torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
 
 
-def test_flash_refuses_documents_by_name():
-    scheme = _scheme("alibi")
-    with pytest.raises(ValueError, match="flash_attn_varlen_func"):
-        resolve_backend("flash", scheme, CPU, torch.bfloat16, True, documents=True)
-
-
 @pytest.mark.parametrize("name,window", [("kerple_log", None), ("fire", None), ("alibi", 50)])
 def test_sdpa_document_chunks_match_reference(name, window):
     """SDPA's packed-document route (sdpa.py: query chunks, each against the keys from its first
