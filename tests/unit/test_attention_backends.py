@@ -224,3 +224,65 @@ def test_resolution_records_no_autograd():
             except ValueError:
                 pass
     assert packed == []
+
+
+THROWAWAY_BACKEND = '''"""A throwaway backend: the scores materialised in float64, then rounded (a test's)."""
+import math
+
+import torch
+
+from megatron.attention.base import AttentionBackend, kv_group, repeat_kv
+from megatron.attention.mask import allowed_mask
+from megatron.attention.registry import register_backend
+
+
+@register_backend("throwaway", priority=2000)
+class Throwaway(AttentionBackend):
+    def unsupported_reason(self, scheme, device, dtype, training, dropout=False):
+        return "it takes no dropout" if dropout else None
+
+    def forward(self, q, k, v, scheme, q_pos, k_pos, window=None, softmax_in_fp32=False, dropout_p=0.0,
+                prepared=None, row_starts=None, documents=None):
+        group = kv_group(q, k)
+        k, v = repeat_kv(k, group), repeat_kv(v, group)
+        scores = (q.double() @ k.double().transpose(-1, -2)) / math.sqrt(q.shape[-1])
+        weight = scheme.batch_score_weight(q_pos, k_pos, row_starts)
+        bias = scheme.batch_score_bias(q_pos, k_pos, row_starts)
+        scores = scores * (1 if weight is None else weight.double()) + (0 if bias is None else bias.double())
+        scores = scores.masked_fill(~allowed_mask(q_pos, k_pos, window, row_starts), float("-inf"))
+        return (scores.softmax(-1) @ v.double()).to(q.dtype)
+'''
+
+
+def test_a_new_backend_is_one_file(tmp_path):
+    """docs/architecture.md, "An attention backend": one file with an @register_backend class. The
+    config's reader takes its name from the file without importing it (backend_names), the registry
+    from the import; resolve_backend then serves it, and it is held to the reference here like the
+    package's own backends (a throwaway file, imported from a temporary folder, unregistered after)."""
+    import importlib.util
+
+    from megatron.attention import registry
+    from megatron.config.backend_names import backend_names as names_in_files
+
+    path = tmp_path / "throwaway.py"
+    path.write_text(THROWAWAY_BACKEND, encoding="utf-8")
+    assert names_in_files(str(tmp_path)) == ["throwaway"]
+    spec = importlib.util.spec_from_file_location("throwaway_backend", path)
+    try:
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+        assert backend_names()[-1] == "throwaway"  # priority 2000: after the reference, never "auto"'s choice
+        scheme = scheme_for("kerple_power_ap_ap")  # a bias and a weight
+        backend = resolve_backend("throwaway", scheme, CPU, F32, True)
+        with pytest.raises(ValueError, match="cannot run .* it takes no dropout"):
+            resolve_backend("throwaway", scheme, CPU, F32, True, dropout=True)
+        reference = resolve_backend("reference", scheme, CPU, F32, True)
+        q, k, v, grad_out = (torch.randn(B, H, 9, D, generator=torch.Generator().manual_seed(i)) for i in range(4))
+        pos = torch.arange(9)
+        out, grads = run(backend, scheme, q, k, v, pos, pos, None, grad_out)
+        ref_out, ref_grads = run(reference, scheme, q, k, v, pos, pos, None, grad_out)
+        torch.testing.assert_close(out, ref_out, rtol=1e-4, atol=1e-5)
+        for g, ref_g in zip(grads, ref_grads):
+            torch.testing.assert_close(g, ref_g, rtol=1e-4, atol=1e-5)
+    finally:
+        registry._REGISTRY.pop("throwaway", None)
+        registry._PRIORITY.pop("throwaway", None)
