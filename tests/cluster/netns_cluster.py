@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 # The packages a cluster needs (Debian's names) and a command of each that says it is installed.
 PACKAGES = {"openssh-server": "/usr/sbin/sshd", "openssh-client": "/usr/bin/ssh", "pdsh": "/usr/bin/pdsh",
-            "iproute2": "/usr/sbin/ip", "util-linux": "/usr/bin/nsenter"}
+            "iproute2": "/usr/sbin/ip", "util-linux": "/usr/bin/nsenter", "openmpi-bin": "/usr/bin/mpirun"}
 SLURM_PACKAGES = {"slurm-wlm": "/usr/sbin/slurmctld", "munge": "/usr/sbin/munged"}
 
 
