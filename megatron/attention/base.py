@@ -77,7 +77,8 @@ class AttentionBackend:
                 row_starts: torch.Tensor | None = None, documents=None) -> torch.Tensor:
         """q: (B, H_local, Lq, D); k, v: (B, H_kv, Lk, D), H_kv dividing H_local (grouped-query
         attention, the module docstring; H_kv = H_local for multi-head); q_pos: (Lq,), k_pos: (Lk,) int64
-        absolute positions. Returns (B, H_local, Lq, D). dropout_p is applied as given (the
+        absolute positions, or (B, Lq), (B, Lk): each row its own (a training recipe's draw, only
+        for a backend without a sampled_positions_refusal). Returns (B, H_local, Lq, D). dropout_p is applied as given (the
         caller passes 0 in eval). `prepared`: this backend's prepare(scheme, q_pos, k_pos, window)
         for these positions, or None to prepare here. `row_starts` (B,): padded rows, hidden as
         megatron.attention.mask.allowed_mask says (None: no padding); pass the same to prepare.
