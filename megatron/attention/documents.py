@@ -9,7 +9,7 @@ a relative scheme needs nothing, since within a document i - j is the same from 
 and other documents are masked. Built from the tokens by megatron/data/position_recipes.py."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import torch
@@ -19,6 +19,8 @@ import torch
 class PackedDocuments:
     starts: torch.Tensor  # (B, L) int64: the index where each token's document begins
     reset_positions: bool = False  # reset-position-ids: positions restart at each document
+    # The starts still on the host when these were moved from it (to()): cu_seqlens reads them there
+    host_starts: torch.Tensor | None = field(default=None, compare=False, repr=False)
 
     @cached_property  # derived once per batch, read by every layer
     def positions(self) -> torch.Tensor:
@@ -43,19 +45,18 @@ class PackedDocuments:
     @cached_property
     def cu_seqlens(self) -> torch.Tensor:
         """(documents + 1,) int32: where each document of the flattened (B * L) batch begins, then B * L
-        (flash-attn's varlen `cu_seqlens`). A row's first token always begins a document."""
-        B, L = self.starts.shape
-        index = torch.arange(L, device=self.starts.device)
-        firsts = (self.starts == index[None, :]).flatten().nonzero().squeeze(1)
-        return torch.cat([firsts, firsts.new_tensor([B * L])]).to(torch.int32)
+        (flash-attn's varlen `cu_seqlens`). A row's first token always begins a document. Counted
+        from the host's copy of the starts when there is one (a nonzero() on a GPU would wait for the
+        device in every step), and only when a backend asks (flash)."""
+        starts = self.starts if self.host_starts is None else self.host_starts
+        B, L = starts.shape
+        index = torch.arange(L, device=starts.device)
+        firsts = (starts == index[None, :]).flatten().nonzero().squeeze(1)
+        return torch.cat([firsts, firsts.new_tensor([B * L])]).to(device=self.starts.device, dtype=torch.int32)
 
     def to(self, device) -> PackedDocuments:
-        """The documents on `device`; moved from the host, they keep cu_seqlens counted there (its
-        nonzero() on a GPU would wait for the device in every step)."""
-        moved = PackedDocuments(self.starts.to(device=device, dtype=torch.int64), self.reset_positions)
-        if self.starts.device.type == "cpu":
-            moved.__dict__["cu_seqlens"] = self.cu_seqlens.to(device)  # cached_property's own slot
-        return moved
+        host = self.starts if self.starts.device.type == "cpu" else self.host_starts
+        return PackedDocuments(self.starts.to(device=device, dtype=torch.int64), self.reset_positions, host)
 
     def within_positions(self) -> torch.Tensor | None:
         """The per-row positions absolute-position parts read: within each document when positions

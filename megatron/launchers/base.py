@@ -76,7 +76,16 @@ class Launcher:
         processes that inherit it (srun's)."""
         return {}
 
+    # mpirun's option exporting one variable to every process, as a format of `name` and `value`
+    # (Open MPI's `-x`, Hydra's `-genv`), for launchers whose processes the runner starts itself
+    export_option: str | None = None
+
     def runner_arguments(self, master_addr: str, master_port: int) -> list[str]:
         """DeepSpeed runner options a launch across hosts adds, for processes that learn the
-        rendezvous from neither the runner nor deepy.py's environment (mpirun's)."""
-        return []
+        rendezvous from neither the runner nor deepy.py's environment: mpirun's export of
+        MASTER_ADDR and MASTER_PORT through the runner's --launcher_args."""
+        if self.export_option is None:
+            return []
+        exports = (self.export_option.format(name=n, value=v)
+                   for n, v in (("MASTER_ADDR", master_addr), ("MASTER_PORT", master_port)))
+        return ["--launcher_args", " ".join(exports)]

@@ -13,6 +13,4 @@ class Mvapich(Launcher):
     rank_variable = "MV2_COMM_WORLD_RANK"
     size_variable = "MV2_COMM_WORLD_SIZE"
     local_variable = "MV2_COMM_WORLD_LOCAL_RANK"
-
-    def runner_arguments(self, master_addr: str, master_port: int) -> list[str]:
-        return ["--launcher_args", f"-genv MASTER_ADDR {master_addr} -genv MASTER_PORT {master_port}"]
+    export_option = "-genv {name} {value}"

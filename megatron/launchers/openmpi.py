@@ -14,6 +14,4 @@ class OpenMPI(Launcher):
     rank_variable = "OMPI_COMM_WORLD_RANK"
     size_variable = "OMPI_COMM_WORLD_SIZE"
     local_variable = "OMPI_COMM_WORLD_LOCAL_RANK"
-
-    def runner_arguments(self, master_addr: str, master_port: int) -> list[str]:
-        return ["--launcher_args", f"-x MASTER_ADDR={master_addr} -x MASTER_PORT={master_port}"]
+    export_option = "-x {name}={value}"

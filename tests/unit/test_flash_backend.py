@@ -205,11 +205,12 @@ def test_documents_translation_matches_reference(name, window, monkeypatch):
 
 
 def test_documents_count_their_starts_on_the_host():
-    """Moved from the host, the documents keep the cu_seqlens counted there: no device read per step."""
+    """Moved from the host, the documents count cu_seqlens from the host's starts: no device read per step."""
     from megatron.attention.documents import PackedDocuments
 
     moved = PackedDocuments(torch.tensor(STARTS)).to("meta")  # a device that can compute nothing
     assert moved.cu_seqlens.device.type == "meta" and moved.cu_seqlens.shape == (7,)
+    assert "cu_seqlens" not in PackedDocuments(torch.tensor(STARTS)).to("meta").__dict__  # only when asked
 
 
 def test_drawn_positions_are_refused_by_name():
